@@ -1,0 +1,165 @@
+"""Raw decoding and greedy speculative decoding (Leviathan et al. 2023; Chen et al. 2023).
+
+Pure: no printing, no I/O. Both loops drive objects that follow the `Decoder` protocol (the
+llama.cpp session in engine.py, or a scripted fake in tests) and return data: the tokens, one
+record per speculative round, and the time of each phase.
+
+Notation: `k` is the draft length; a round drafts k tokens with the draft model, verifies them
+with one target decode of k + 1 positions, accepts the longest prefix on which the target's own
+greedy choice agrees (`n_accepted`), and emits those plus one "bonus" token from the target:
+n_accepted + 1 tokens for the price of k draft decodes and one (k + 1)-token target decode.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+
+class Decoder(Protocol):
+    """One model context holding a single sequence in its KV cache."""
+
+    def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
+        """Decode `tokens` at positions pos.., return the greedy token after each of the last
+        `n_out` of them (n_out ≤ len(tokens))."""
+
+    def truncate(self, pos: int) -> None:
+        """Forget KV positions ≥ pos."""
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens."""
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    k: int             # tokens drafted this round (≤ the configured k near max_tokens / EOG)
+    n_accepted: int    # drafted tokens the target agreed with
+    n_emitted: int     # tokens this round added to the output (accepted + bonus, capped)
+    draft_s: float     # draft decodes, catch-up included
+    verify_s: float    # the target's (k + 1)-token decode and its argmax
+    round_s: float     # the whole round, bookkeeping and KV rollback included
+
+    def as_row(self) -> list:
+        return [self.k, self.n_accepted, self.n_emitted, self.draft_s, self.verify_s, self.round_s]
+
+
+@dataclass
+class Generation:
+    """One prompt's generation. Decode-phase figures exclude the prompt prefill; the first output
+    token comes from the prefill logits in both modes."""
+    prompt_tokens: int
+    tokens: list[int]
+    prefill_s: float
+    decode_s: float                     # from the end of prefill to the last token
+    token_latencies_s: list[float]      # one per decode-phase token (len(tokens) - 1)
+    rounds: list[RoundStats] = field(default_factory=list)   # empty for raw decoding
+    stop: str = "max_tokens"            # or "eog"
+
+    @property
+    def decode_tokens(self) -> int:
+        return len(self.token_latencies_s)
+
+
+Clock = Callable[[], float]
+
+
+def _stop_reason(decoder: Decoder, tokens: list[int], max_tokens: int) -> str | None:
+    if tokens and decoder.is_eog(tokens[-1]):
+        return "eog"
+    if len(tokens) >= max_tokens:
+        return "max_tokens"
+    return None
+
+
+def generate_raw(target: Decoder, prompt: Sequence[int], max_tokens: int,
+                 clock: Clock = time.perf_counter) -> Generation:
+    """Target alone, one token per decode: the baseline speculative decoding must beat."""
+    t0 = clock()
+    tokens = target.eval(prompt, 0, 1)
+    t_prefill = clock()
+    latencies = []
+    t_prev = t_prefill
+    while (stop := _stop_reason(target, tokens, max_tokens)) is None:
+        tokens += target.eval(tokens[-1:], len(prompt) + len(tokens) - 1, 1)
+        now = clock()
+        latencies.append(now - t_prev)
+        t_prev = now
+    return Generation(len(prompt), tokens, t_prefill - t0, t_prev - t_prefill, latencies,
+                      stop=stop)
+
+
+def draft_tokens(draft: Decoder, pending: Sequence[int], pos: int, k: int) -> list[int]:
+    """Greedily draft up to k tokens. `pending` holds the tokens the draft has not seen yet (the
+    last emitted one, plus the previous round's last draft if it was accepted), placed at `pos`.
+    The k-th draft is never decoded by the draft: the next round does that only if it is kept."""
+    drafts = draft.eval(pending, pos, 1)
+    pos += len(pending)
+    while len(drafts) < k and not draft.is_eog(drafts[-1]):
+        drafts += draft.eval(drafts[-1:], pos, 1)
+        pos += 1
+    return drafts
+
+
+def count_accepted(drafts: Sequence[int], target_choice: Sequence[int]) -> int:
+    """Greedy verification: the longest prefix of drafts equal to the target's argmax choices."""
+    n_accepted = 0
+    for d, t in zip(drafts, target_choice):
+        if d != t:
+            break
+        n_accepted += 1
+    return n_accepted
+
+
+def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
+                         max_tokens: int, k: int,
+                         clock: Clock = time.perf_counter) -> Generation:
+    """Greedy speculative decoding; with exact arithmetic its output equals generate_raw's.
+
+    Invariant at the start of a round, with n = len(prompt) + len(tokens): the target's KV holds
+    positions [0, n - 1) and tokens[-1] (at position n - 1) is emitted but not yet decoded; the
+    draft's KV holds positions [0, n_draft_kv) with n_draft_kv ≤ n - 1.
+    """
+    if k < 1:
+        raise ValueError("k must be ≥ 1")
+    t0 = clock()
+    tokens = target.eval(prompt, 0, 1)
+    draft.eval(prompt, 0, 1)
+    n_draft_kv = len(prompt)
+    t_prefill = clock()
+    rounds: list[RoundStats] = []
+    latencies: list[float] = []
+    t_prev = t_prefill
+    while (stop := _stop_reason(target, tokens, max_tokens)) is None:
+        n = len(prompt) + len(tokens)
+        # Never draft past max_tokens: k drafts + 1 bonus must fit in what remains.
+        k_round = min(k, max_tokens - len(tokens) - 1)
+        t_round = clock()
+        # The draft's KV always covers the prompt, so what it has not seen is a tail of tokens.
+        pending = tokens[n_draft_kv - len(prompt):]
+        drafts = draft_tokens(draft, pending, n_draft_kv, k_round) if k_round > 0 else []
+        t_drafted = clock()
+        target_choice = target.eval([tokens[-1], *drafts], n - 1, len(drafts) + 1)
+        t_verified = clock()
+        n_accepted = count_accepted(drafts, target_choice)
+        emitted = drafts[:n_accepted] + [target_choice[n_accepted]]
+        # Roll back rejected positions. Target: keep tokens[-1] and the accepted drafts.
+        if n_accepted < len(drafts):
+            target.truncate(n + n_accepted)
+        if drafts:
+            # Draft: it decoded drafts[:-1] at n..; keep the accepted ones among them.
+            n_draft_kv = n + min(n_accepted, len(drafts) - 1)
+            if n_accepted < len(drafts) - 1:
+                draft.truncate(n_draft_kv)
+        for i, tok in enumerate(emitted):  # stop at the first end-of-generation token
+            if target.is_eog(tok):
+                emitted = emitted[:i + 1]
+                break
+        tokens += emitted
+        now = clock()
+        rounds.append(RoundStats(len(drafts), n_accepted, len(emitted), t_drafted - t_round,
+                                 t_verified - t_drafted, now - t_round))
+        # A token's latency: its round's time spread evenly over the round's tokens.
+        latencies += [(now - t_prev) / len(emitted)] * len(emitted)
+        t_prev = now
+    return Generation(len(prompt), tokens, t_prefill - t0, t_prev - t_prefill, latencies,
+                      rounds, stop)

@@ -1,0 +1,99 @@
+"""The speculative loop on scripted decoders: equality with raw decoding, KV bookkeeping,
+round records and timings to the digit."""
+import pytest
+
+from cpuspec.speculative import (count_accepted, generate_raw, generate_speculative)
+from fakes import FakeClock, FakeDecoder, flaky_draft_rule, target_rule
+
+T = 0.010        # target: 10 ms per one-token decode
+C = 0.25         # draft cost per token ÷ target
+BETA_PER_TOKEN = 0.2  # each extra verified token adds 20 % of a decode
+
+
+def make(draft_rule=flaky_draft_rule, eog=-1):
+    clock = FakeClock()
+    target = FakeDecoder(target_rule, clock, lambda n: T * (1 + BETA_PER_TOKEN * (n - 1)), eog)
+    draft = FakeDecoder(draft_rule, clock, lambda n: C * T, eog)
+    return clock, target, draft
+
+
+PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("max_tokens", [1, 2, 9, 40])
+def test_speculative_output_equals_raw(k, max_tokens):
+    clock, target, draft = make()
+    raw = generate_raw(target, PROMPT, max_tokens, clock)
+    clock, target, draft = make()
+    sd = generate_speculative(target, draft, PROMPT, max_tokens, k, clock)
+    assert sd.tokens == raw.tokens
+    assert len(sd.tokens) == max_tokens
+    assert sum(r.n_emitted for r in sd.rounds) == max_tokens - 1
+    assert len(sd.token_latencies_s) == max_tokens - 1
+    # The KV of the target holds everything but the last (pending) token.
+    assert target.kv == PROMPT + sd.tokens[:-1][:len(target.kv) - len(PROMPT)]
+    assert len(target.kv) == len(PROMPT) + len(sd.tokens) - 1
+
+
+def test_flaky_draft_gives_zero_partial_and_full_rounds():
+    clock, target, draft = make()
+    sd = generate_speculative(target, draft, PROMPT, 200, 4, clock)
+    accepted = {r.n_accepted for r in sd.rounds if r.k == 4}
+    assert 0 in accepted and 4 in accepted and accepted & {1, 2, 3}
+
+
+def test_identical_draft_accepts_everything():
+    clock, target, draft = make(draft_rule=target_rule)
+    sd = generate_speculative(target, draft, PROMPT, 41, 4, clock)
+    assert [(r.k, r.n_accepted, r.n_emitted) for r in sd.rounds] == [(4, 4, 5)] * 8
+    # No redundant decode: after a fully accepted round the draft catches up with 2 tokens
+    # (its last draft and the bonus) in one batch, then drafts 3 more one at a time.
+    assert draft.evals == [len(PROMPT)] + [1, 1, 1, 1] + [2, 1, 1, 1] * 7
+
+
+def test_round_timings_to_the_digit():
+    clock, target, draft = make(draft_rule=target_rule)
+    sd = generate_speculative(target, draft, PROMPT, 6, 4, clock)
+    (r,) = sd.rounds
+    assert r.draft_s == pytest.approx(4 * C * T)
+    assert r.verify_s == pytest.approx(T * (1 + BETA_PER_TOKEN * 4))
+    assert r.round_s == pytest.approx(r.draft_s + r.verify_s)
+    assert sd.token_latencies_s == pytest.approx([r.round_s / 5] * 5)
+    assert sd.prefill_s == pytest.approx(T * (1 + BETA_PER_TOKEN * 7) + C * T)
+
+
+def test_raw_latencies_are_one_decode_each():
+    clock, target, _ = make()
+    raw = generate_raw(target, PROMPT, 5, clock)
+    assert raw.token_latencies_s == pytest.approx([T] * 4)
+    assert raw.decode_s == pytest.approx(4 * T)
+    assert target.evals == [len(PROMPT), 1, 1, 1, 1]
+
+
+def test_stops_at_end_of_generation_token():
+    seq = [target_rule(PROMPT)]
+    ctx = PROMPT + seq
+    for _ in range(10):
+        ctx.append(target_rule(ctx))
+    eog = ctx[len(PROMPT) + 6]  # the 7th generated token
+    clock, target, draft = make(eog=eog)
+    raw = generate_raw(target, PROMPT, 100, clock)
+    clock, target, draft = make(eog=eog)
+    sd = generate_speculative(target, draft, PROMPT, 100, 4, clock)
+    assert raw.stop == sd.stop == "eog"
+    assert sd.tokens == raw.tokens and raw.tokens[-1] == eog
+    assert raw.tokens.index(eog) == len(raw.tokens) - 1
+
+
+def test_count_accepted():
+    assert count_accepted([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert count_accepted([1, 2, 3], [1, 5, 3, 4]) == 1
+    assert count_accepted([9, 2, 3], [1, 2, 3, 4]) == 0
+    assert count_accepted([], [7]) == 0
+
+
+def test_k_must_be_positive():
+    clock, target, draft = make()
+    with pytest.raises(ValueError):
+        generate_speculative(target, draft, PROMPT, 10, 0, clock)
