@@ -74,6 +74,7 @@ def _stop_reason(decoder: Decoder, tokens: list[int], max_tokens: int) -> str | 
 def generate_raw(target: Decoder, prompt: Sequence[int], max_tokens: int,
                  clock: Clock = time.perf_counter) -> Generation:
     """Target alone, one token per decode: the baseline speculative decoding must beat."""
+    target.truncate(0)
     t0 = clock()
     tokens = target.eval(prompt, 0, 1)
     t_prefill = clock()
@@ -121,6 +122,8 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
     """
     if k < 1:
         raise ValueError("k must be ≥ 1")
+    target.truncate(0)
+    draft.truncate(0)
     t0 = clock()
     tokens = target.eval(prompt, 0, 1)
     draft.eval(prompt, 0, 1)

@@ -1,4 +1,28 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+from tiny_gguf import make_weights, perturb, write_model  # noqa: E402
+
+TARGET_SEED = 1
+DRAFT_NOISE = 0.1  # the draft agrees often, not always: zero, partial and full rounds all occur
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """Paths of tiny GGUF models: target, a noisy draft, an exact copy, another family."""
+    d = tmp_path_factory.mktemp("tiny")
+    w = make_weights(TARGET_SEED)
+    return {"target": write_model(d / "target.gguf", w, "tiny-target"),
+            "draft": write_model(d / "draft.gguf", perturb(w, 2, DRAFT_NOISE), "tiny-draft"),
+            "same": write_model(d / "same.gguf", w, "tiny-same")}
+
+
+@pytest.fixture(autouse=True)
+def cpuspec_home(tmp_path, monkeypatch):
+    """Every test gets its own cpuspec cache, so nothing leaks between tests or into ~/.cache."""
+    monkeypatch.setenv("CPUSPEC_HOME", str(tmp_path / "cpuspec-home"))
+    return tmp_path / "cpuspec-home"

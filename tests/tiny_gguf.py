@@ -1,0 +1,118 @@
+"""Write tiny llama-architecture GGUF models with the `gguf` package, for tests.
+
+F32 weights, a GPT-2 style byte-level BPE vocabulary (256 byte tokens, one merge, which the
+loader requires, and an end-of-generation control token). Its batched and one-token logits agree
+to ~1e-5, so greedy speculative decoding must reproduce plain decoding exactly.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+N_EMBD = 64
+N_HEAD = 4
+N_HEAD_KV = 2
+N_FF = 128
+N_LAYER = 2
+N_CTX_TRAIN = 1024
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte → printable-unicode map."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+def vocab() -> tuple[list[str], list[int], list[str]]:
+    import gguf
+    byte_tokens = [bytes_to_unicode()[b] for b in range(256)]
+    merged = byte_tokens[ord(" ")] + byte_tokens[ord("t")]
+    tokens = byte_tokens + [merged, "<|end|>"]
+    types = [gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL]
+    merges = [f"{byte_tokens[ord(' ')]} {byte_tokens[ord('t')]}"]
+    return tokens, types, merges
+
+
+EOS_ID = 257
+N_VOCAB = 258
+
+
+def make_weights(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def mat(n_out: int, n_in: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((n_out, n_in)) * scale / np.sqrt(n_in)).astype(np.float32)
+
+    head_dim = N_EMBD // N_HEAD
+    w = {"token_embd.weight": mat(N_VOCAB, N_EMBD, np.sqrt(N_EMBD)),
+         "output_norm.weight": np.ones(N_EMBD, np.float32),
+         "output.weight": mat(N_VOCAB, N_EMBD, 4.0)}
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = np.ones(N_EMBD, np.float32)
+        w[p + "attn_q.weight"] = mat(N_EMBD, N_EMBD)
+        w[p + "attn_k.weight"] = mat(N_HEAD_KV * head_dim, N_EMBD)
+        w[p + "attn_v.weight"] = mat(N_HEAD_KV * head_dim, N_EMBD)
+        w[p + "attn_output.weight"] = mat(N_EMBD, N_EMBD)
+        w[p + "ffn_norm.weight"] = np.ones(N_EMBD, np.float32)
+        w[p + "ffn_gate.weight"] = mat(N_FF, N_EMBD)
+        w[p + "ffn_up.weight"] = mat(N_FF, N_EMBD)
+        w[p + "ffn_down.weight"] = mat(N_EMBD, N_FF)
+    # Keep the end token unlikely so generations run to max_tokens unless a test wants otherwise.
+    w["output.weight"][EOS_ID] = 0.0
+    return w
+
+
+def perturb(weights: dict[str, np.ndarray], seed: int, scale: float) -> dict[str, np.ndarray]:
+    """A 'draft' that mostly agrees with the target: the target's weights plus noise."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, a in weights.items():
+        if name.endswith("norm.weight"):
+            out[name] = a.copy()
+        else:
+            out[name] = (a + rng.standard_normal(a.shape).astype(np.float32)
+                         * scale * float(np.std(a))).astype(np.float32)
+    out["output.weight"][EOS_ID] = 0.0
+    return out
+
+
+def write_model(path: Path, weights: dict[str, np.ndarray], name: str = "tiny") -> Path:
+    import gguf
+    path = Path(path)
+    tokens, types, merges = vocab()
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_name(name)
+    wr.add_context_length(N_CTX_TRAIN)
+    wr.add_embedding_length(N_EMBD)
+    wr.add_block_count(N_LAYER)
+    wr.add_feed_forward_length(N_FF)
+    wr.add_head_count(N_HEAD)
+    wr.add_head_count_kv(N_HEAD_KV)
+    wr.add_rope_dimension_count(N_EMBD // N_HEAD)
+    wr.add_layer_norm_rms_eps(1e-5)
+    wr.add_file_type(gguf.LlamaFileType.ALL_F32)
+    wr.add_tokenizer_model("gpt2")
+    wr.add_tokenizer_pre("default")
+    wr.add_token_list(tokens)
+    wr.add_token_types(types)
+    wr.add_token_merges(merges)
+    wr.add_bos_token_id(EOS_ID)
+    wr.add_eos_token_id(EOS_ID)
+    wr.add_add_bos_token(False)
+    for tname, arr in weights.items():
+        wr.add_tensor(tname, arr)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return path
