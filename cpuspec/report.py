@@ -55,7 +55,8 @@ def _latency_ms(runs: list[dict]) -> dict[str, float]:
 def summarize_group(runs: list[dict], k: int) -> dict[str, Any]:
     """Metrics of one task (or of all runs) from its raw and speculative runs."""
     raw = [r for r in runs if r["mode"] == "raw"]
-    sd = [r for r in runs if r["mode"] == "sd"]
+    sd = [r for r in runs if r["mode"] == "static"]
+    ad = [r for r in runs if r["mode"] == "adaptive"]
     out: dict[str, Any] = {"n_generations": len(sd) or len(raw), "warnings": []}
     out["raw_tok_s"] = _tok_per_s(raw) if raw else float("nan")
     out["sd_tok_s"] = _tok_per_s(sd) if sd else float("nan")
@@ -87,6 +88,15 @@ def summarize_group(runs: list[dict], k: int) -> dict[str, Any]:
                             statistics.median(r["draft_s"] / k for r in full),
                             statistics.median(r["verify_s"] for r in full))
             out["cost"] = cm.to_dict()
+    if ad:
+        out["adaptive_tok_s"] = _tok_per_s(ad)
+        out["adaptive_speedup"] = out["adaptive_tok_s"] / out["raw_tok_s"] if raw else None
+        out["adaptive_vs_static"] = out["adaptive_tok_s"] / out["sd_tok_s"] if sd else None
+        out["adaptive_latency_ms"] = _latency_ms(ad)
+        ks = [r["k"] for r in _rounds(ad)]
+        out["adaptive_k_histogram"] = {str(j): ks.count(j) for j in sorted(set(ks))}
+        out["adaptive_speculating_pct"] = 100.0 * sum(1 for j in ks if j > 0) / len(ks) \
+            if ks else 0.0
     if 0 < len(full) < MIN_ROUNDS_FOR_STABLE_A:
         out["warnings"].append(f"only {len(full)} full rounds: a and acceptance are rough; "
                                "raise --max-tokens or --repetitions")
@@ -113,7 +123,11 @@ def summarize(results: dict) -> dict[str, Any]:
     summary[OVERALL] = summarize_group(runs, k)
     for t in tasks + [OVERALL]:
         audit = [a for a in results.get("audit", []) if t == OVERALL or a["task"] == t]
-        summary[t]["audit"] = summarize_audit(audit)
+        summary[t]["audit"] = summarize_audit([a for a in audit
+                                               if a.get("mode", "static") == "static"])
+        if any(a.get("mode") == "adaptive" for a in audit):
+            summary[t]["adaptive_audit"] = summarize_audit(
+                [a for a in audit if a.get("mode") == "adaptive"])
     return summary
 
 
@@ -144,15 +158,22 @@ FIELDS = [
     Field("raw_p99_ms", "raw p99 ms", lambda s: s["raw_latency_ms"]["p99"], ".1f"),
     Field("sd_p99_ms", "SD p99 ms", lambda s: s["sd_latency_ms"]["p99"], ".1f"),
     Field("lossless", "same output", lambda s: f"{s['audit']['identical']}/{s['audit']['n']}"),
+    Field("adaptive_tok_s", "adapt t/s", lambda s: s.get("adaptive_tok_s"), ".1f"),
+    Field("adaptive_speedup", "adapt ×raw", lambda s: s.get("adaptive_speedup"), ".2f"),
+    Field("adaptive_p99_ms", "adapt p99 ms",
+          lambda s: s["adaptive_latency_ms"]["p99"] if "adaptive_latency_ms" in s else None,
+          ".1f"),
 ]
 
 
 def table_rows(summary: dict) -> list[dict]:
-    rows = []
-    for task, s in summary.items():
-        s = dict(s, task=task)
-        rows.append({f.name: f.get(s) for f in FIELDS})
-    return rows
+    return [{f.name: f.get(dict(s, task=task)) for f in FIELDS} for task, s in summary.items()]
+
+
+def _fields(summary: dict) -> list[Field]:
+    """Columns that have a value somewhere (no adaptive columns when it was not run)."""
+    rows = table_rows(summary)
+    return [f for f in FIELDS if any(r[f.name] is not None for r in rows)]
 
 
 def _fmt(value: Any, fmt: str) -> str:
@@ -163,17 +184,19 @@ def _fmt(value: Any, fmt: str) -> str:
 
 def render_table(summary: dict, tablefmt: str = "simple") -> str:
     from tabulate import tabulate
-    rows = [[_fmt(r[f.name], f.fmt) for f in FIELDS] for r in table_rows(summary)]
-    return tabulate(rows, headers=[f.header for f in FIELDS], tablefmt=tablefmt,
+    fields = _fields(summary)
+    rows = [[_fmt(r[f.name], f.fmt) for f in fields] for r in table_rows(summary)]
+    return tabulate(rows, headers=[f.header for f in fields], tablefmt=tablefmt,
                     disable_numparse=True)
 
 
 def render_csv(summary: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow([f.name for f in FIELDS])
+    fields = _fields(summary)
+    w.writerow([f.name for f in fields])
     for r in table_rows(summary):
-        w.writerow(["" if r[f.name] is None else r[f.name] for f in FIELDS])
+        w.writerow(["" if r[f.name] is None else r[f.name] for f in fields])
     return buf.getvalue()
 
 
@@ -198,6 +221,13 @@ def render_details(summary: dict, k: int) -> str:
         if "cost" in s:
             cm = CostModel(**s["cost"])
             lines.append(verdict_line(task, cm, s["measured_speedup"]))
+        if "adaptive_tok_s" in s:
+            lines.append(f"[{task}] adaptive: {s['adaptive_speedup']:.2f}× raw, "
+                         f"{s['adaptive_vs_static']:.2f}× static k = {k}; speculating in "
+                         f"{s['adaptive_speculating_pct']:.0f}% of rounds (k chosen: "
+                         + " ".join(f"{j}:{n}" for j, n in s["adaptive_k_histogram"].items())
+                         + f"); p99 {s['adaptive_latency_ms']['p99']:.1f} ms vs raw "
+                         f"{s['raw_latency_ms']['p99']:.1f} ms")
         lines += [f"[{task}] WARNING: {w}" for w in s["warnings"]]
     return "\n".join(lines)
 
@@ -208,7 +238,7 @@ def render_audit(audit: list[dict]) -> str:
         if a["identical"]:
             continue
         margin = a.get("raw_top2_margin")
-        lines.append(f"  {a['prompt_id']} rep {a['repetition']}: first divergence at output "
+        lines.append(f"  {a.get('mode', 'static')} {a['prompt_id']} rep {a['repetition']}: first divergence at output "
                      f"token {a['first_divergence']} (raw chose {a['raw_token']!r}, SD chose "
                      f"{a['sd_token']!r}); target top-2 logit margin there "
                      f"{'-' if margin is None else format(margin, '.3f')}")
@@ -232,3 +262,60 @@ def read_json(path: Path) -> dict:
         raise ResultsError(f"{path}: not a cpuspec results file of schema_version "
                            f"{SCHEMA_VERSION}")
     return data
+
+
+def advise(results: dict) -> dict[str, dict]:
+    """Per task: the best draft length k* from the cost model (0 = turn SD off), with the
+    predicted speedup beside the measured one, and the acceptance SD would need.
+
+    Survival P(n_accepted ≥ i) comes from the static rounds at k (valid for every k' ≤ k: greedy
+    drafts do not depend on k); costs from the bench's cost probe."""
+    from .costs import choose_k
+    k = results["settings"]["k"]
+    probe = results.get("cost_probe")
+    if not probe:
+        raise ResultsError("this results file has no cost probe (written by an older cpuspec)")
+    draft_s = probe["draft_s"]
+    verify_s = {int(n): v for n, v in probe["verify_s"].items()}
+    out = {}
+    for task, s in summarize(results).items():
+        if "per_position_acceptance_pct" not in s:
+            continue
+        survival = [p / 100.0 for p in s["per_position_acceptance_pct"]]
+        k_best, table = choose_k(survival, draft_s, verify_s)
+        feasible = [c for c in table[1:] if c.break_even_acceptance is not None]
+        need = min(feasible, key=lambda c: c.break_even_acceptance) if feasible else None
+        out[task] = {
+            "verdict": "ON" if k_best > 0 else "OFF", "k_best": k_best,
+            "predicted_speedup_best": table[k_best].predicted_speedup,
+            "predicted_speedup_at_k": table[k].predicted_speedup if k < len(table) else None,
+            "measured_speedup_at_k": s["measured_speedup"],
+            "measured_adaptive_speedup": s.get("adaptive_speedup"),
+            "acceptance_pct": s["acceptance_pct"],
+            "needed_acceptance_pct": None if need is None else 100 * need.break_even_acceptance,
+            "needed_at_k": None if need is None else need.k,
+            "c": draft_s / verify_s[1], "beta_at_k": verify_s[k + 1] / verify_s[1] - 1,
+            "table": [c.__dict__ for c in table]}
+    return out
+
+
+def render_advice(advice: dict, k: int) -> str:
+    from tabulate import tabulate
+    rows = []
+    for task, a in advice.items():
+        if a["verdict"] == "ON":
+            verdict = f"ON, k = {a['k_best']}"
+        elif a["needed_acceptance_pct"] is None:
+            verdict = "OFF: no acceptance is enough at these costs"
+        else:
+            verdict = (f"OFF: needs ≥ {a['needed_acceptance_pct']:.0f}% acceptance "
+                       f"(at k = {a['needed_at_k']})")
+        rows.append([task, verdict, _fmt(a["predicted_speedup_best"], ".2f"),
+                     _fmt(a["predicted_speedup_at_k"], ".2f"),
+                     _fmt(a["measured_speedup_at_k"], ".2f"),
+                     _fmt(a["measured_adaptive_speedup"], ".2f"),
+                     _fmt(a["acceptance_pct"], ".1f")])
+    return tabulate(rows, headers=["task", "advice", "predicted ×raw at k*",
+                                   f"predicted ×raw k={k}", f"measured ×raw k={k}",
+                                   "measured adaptive ×raw", "accept %"],
+                    disable_numparse=True)

@@ -37,7 +37,7 @@ class RoundStats:
     n_emitted: int     # tokens this round added to the output (accepted + bonus, capped)
     draft_s: float     # draft decodes, catch-up included
     verify_s: float    # the target's (k + 1)-token decode and its argmax
-    round_s: float     # the whole round, bookkeeping and KV rollback included
+    round_s: float     # the whole round: policy, bookkeeping and KV rollback included
 
     def as_row(self) -> list:
         return [self.k, self.n_accepted, self.n_emitted, self.draft_s, self.verify_s, self.round_s]
@@ -111,17 +111,40 @@ def count_accepted(drafts: Sequence[int], target_choice: Sequence[int]) -> int:
     return n_accepted
 
 
+class KPolicy(Protocol):
+    """Chooses each round's draft length (0: a plain target step) and learns from the round."""
+
+    def next_k(self) -> int: ...
+
+    def observe(self, r: RoundStats) -> None: ...
+
+
+class _FixedK:
+    def __init__(self, k: int):
+        self.k = k
+
+    def next_k(self) -> int:
+        return self.k
+
+    def observe(self, r: RoundStats) -> None:
+        pass
+
+
 def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
-                         max_tokens: int, k: int,
+                         max_tokens: int, k: int | KPolicy,
                          clock: Clock = time.perf_counter) -> Generation:
     """Greedy speculative decoding; with exact arithmetic its output equals generate_raw's.
+    `k` is a fixed draft length or a policy that picks one per round (policy.py).
 
     Invariant at the start of a round, with n = len(prompt) + len(tokens): the target's KV holds
     positions [0, n - 1) and tokens[-1] (at position n - 1) is emitted but not yet decoded; the
     draft's KV holds positions [0, n_draft_kv) with n_draft_kv ≤ n - 1.
     """
-    if k < 1:
-        raise ValueError("k must be ≥ 1")
+    if isinstance(k, int):
+        if k < 1:
+            raise ValueError("k must be ≥ 1")
+        k = _FixedK(k)
+    policy = k
     target.truncate(0)
     draft.truncate(0)
     t0 = clock()
@@ -135,8 +158,8 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
     while (stop := _stop_reason(target, tokens, max_tokens)) is None:
         n = len(prompt) + len(tokens)
         # Never draft past max_tokens: k drafts + 1 bonus must fit in what remains.
-        k_round = min(k, max_tokens - len(tokens) - 1)
-        t_round = clock()
+        k_round = min(policy.next_k(), max_tokens - len(tokens) - 1)
+        t_draft_start = clock()
         # The draft's KV always covers the prompt, so what it has not seen is a tail of tokens.
         pending = tokens[n_draft_kv - len(prompt):]
         drafts = draft_tokens(draft, pending, n_draft_kv, k_round) if k_round > 0 else []
@@ -159,10 +182,13 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
                 break
         tokens += emitted
         now = clock()
-        rounds.append(RoundStats(len(drafts), n_accepted, len(emitted), t_drafted - t_round,
-                                 t_verified - t_drafted, now - t_round))
+        # A round runs from the end of the previous one, so the policy's time counts too and
+        # the rounds add up to decode_s exactly.
+        rounds.append(RoundStats(len(drafts), n_accepted, len(emitted),
+                                 t_drafted - t_draft_start, t_verified - t_drafted, now - t_prev))
+        policy.observe(rounds[-1])
         # A token's latency: its round's time spread evenly over the round's tokens.
-        latencies += [(now - t_prev) / len(emitted)] * len(emitted)
+        latencies += [rounds[-1].round_s / len(emitted)] * len(emitted)
         t_prev = now
     return Generation(len(prompt), tokens, t_prefill - t0, t_prev - t_prefill, latencies,
                       rounds, stop)

@@ -24,7 +24,7 @@ def sd_run(task, rounds):
         emitted = acc + 1
         rows.append([k, acc, emitted, d, v, d + v + o])
         lat += [(d + v + o) / emitted] * emitted
-    return {"task": task, "prompt_id": f"{task}-1", "repetition": 0, "mode": "sd",
+    return {"task": task, "prompt_id": f"{task}-1", "repetition": 0, "mode": "static",
             "prompt_tokens": 10, "tokens": list(range(len(lat) + 1)), "prefill_s": 0.7,
             "decode_s": sum(r[5] for r in rows), "token_latencies_s": lat, "rounds": rows,
             "stop": "max_tokens"}
@@ -131,3 +131,43 @@ def test_read_json_rejects_foreign_files(tmp_path):
     (tmp_path / "trunc.json").write_text("{\"schema_version\": 1,")
     with pytest.raises(ResultsError, match="cannot read"):
         read_json(tmp_path / "trunc.json")
+
+
+def test_closed_forms_of_leviathan_et_al():
+    from cpuspec.costs import expected_tokens_iid, speedup_iid
+    assert expected_tokens_iid(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)   # 3.3616
+    assert expected_tokens_iid(0.0, 4) == 1.0 and expected_tokens_iid(1.0, 4) == 5.0
+    # Their Table/Figure example: α = 0.8, γ = 4, c = 0.05 → ≈ 2.8× (3.3616 / 1.2).
+    assert speedup_iid(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
+
+
+def test_measured_cost_model_matches_closed_form_when_beta_is_zero():
+    """With i.i.d. acceptance (survival α^i) and a verify that costs one decode, our
+    generalisation reduces to Leviathan et al.'s improvement factor."""
+    from cpuspec.costs import predicted_speedup, speedup_iid
+    alpha, c, t = 0.7, 0.1, 0.02
+    survival = [alpha ** i for i in range(1, 9)]
+    verify = {n: t for n in range(1, 10)}
+    for k in range(1, 9):
+        assert predicted_speedup(survival, k, c * t, verify) == pytest.approx(
+            speedup_iid(alpha, k, c))
+
+
+def test_choose_k_and_break_even_by_hand():
+    from cpuspec.costs import break_even_acceptance, choose_k, expected_tokens
+    survival = [0.9, 0.8, 0.6, 0.3]
+    t, d = 0.010, 0.001
+    verify = {1: 0.010, 2: 0.011, 3: 0.012, 4: 0.014, 5: 0.018}
+    assert expected_tokens(survival, 2) == pytest.approx(2.7)
+    k_best, table = choose_k(survival, d, verify)
+    # speedups: k1 1.9*.01/.012=1.5833, k2 2.7*.01/.014=1.9286, k3 3.3*.01/.017=1.9412,
+    #           k4 3.6*.01/.022=1.6364
+    assert [round(c.predicted_speedup, 4) for c in table] == [1.0, 1.5833, 1.9286, 1.9412,
+                                                               1.6364]
+    assert k_best == 3
+    # k = 1 needs 1.2 tokens per round: 1 + α = 1.2 → α = 0.2
+    assert break_even_acceptance(1, d, verify) == pytest.approx(0.2)
+    # On a CPU-like cost (c = 0.6, β(k=4) = 1.9) even perfect acceptance cannot pay at k = 4:
+    cpu = {1: 1.0, 5: 2.9}
+    assert break_even_acceptance(4, 0.6, cpu) is None
+    assert choose_k([1.0] * 4, 0.6, {1: 1.0, 2: 1.6, 3: 2.0, 4: 2.5, 5: 2.9})[0] == 0

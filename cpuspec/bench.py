@@ -1,0 +1,185 @@
+"""Bench orchestration: fetch and load the pair, run raw and speculative decoding on the same
+prompts, audit losslessness, and return one results dict (raw samples + environment).
+
+No printing: progress goes through the `log` callback (the CLI sends it to stderr).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import __version__
+from .hardware import detect_hardware
+from .models import FetchedModel, fetch_model, load_registry, local_model
+from .report import SCHEMA_VERSION, summarize
+from .policy import AdaptivePolicy
+from .speculative import Generation, generate_raw, generate_speculative
+from .tasks import Prompt
+
+Log = Callable[[str], None]
+# Tokens of slack in the context beyond prompt + max_tokens + k (the verify batch overshoots).
+CTX_SLACK_TOKENS = 16
+WARMUP_MAX_TOKENS = 16
+# Timed repetitions of each cost-probe decode (median taken).
+PROBE_REPS = 5
+
+
+@dataclass
+class BenchConfig:
+    prompts: list[Prompt]
+    threads: int
+    k: int = 4
+    max_tokens: int = 128
+    repetitions: int = 1
+    warmup: int = 1
+    pair: str | None = None
+    target_path: Path | None = None
+    draft_path: Path | None = None
+    policies: list[str] = field(default_factory=lambda: ["static", "adaptive"])
+    argv: list[str] = field(default_factory=list)
+
+
+def resolve_models(cfg: BenchConfig, log: Log) -> tuple[FetchedModel, FetchedModel, str]:
+    registry = load_registry()
+    pair = registry.pair(cfg.pair)
+    target = local_model(cfg.target_path) if cfg.target_path else \
+        fetch_model(registry.model(pair.target), log)
+    draft = local_model(cfg.draft_path) if cfg.draft_path else \
+        fetch_model(registry.model(pair.draft), log)
+    return target, draft, pair.name
+
+
+def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str) -> dict:
+    return {"task": p.task, "prompt_id": p.prompt_id, "repetition": rep, "mode": mode,
+            "prompt_tokens": g.prompt_tokens, "tokens": g.tokens, "text": text,
+            "prefill_s": g.prefill_s, "decode_s": g.decode_s,
+            "token_latencies_s": g.token_latencies_s,
+            "rounds": [r.as_row() for r in g.rounds], "stop": g.stop}
+
+
+def probe_costs(target, draft, prompt: list[int], k_max: int, reps: int = PROBE_REPS) -> dict:
+    """Median time of a target decode of n = 1..k_max+1 tokens and of one draft decode, at the
+    position a generation starts from (after the prompt). The cost model needs the verify cost at
+    every batch size: on a CPU it grows with the batch instead of staying flat."""
+    import statistics
+    import time
+    pos = len(prompt)
+    samples: dict[int, list[float]] = {n: [] for n in range(1, k_max + 2)}
+    draft_samples: list[float] = []
+    generate_raw(target, prompt, 1)   # prefill both, then decode on top and roll back
+    generate_raw(draft, prompt, 1)
+    batch = (prompt * (k_max + 2))[:k_max + 1]
+    for _ in range(reps):
+        for n in samples:
+            t0 = time.perf_counter()
+            target.eval(batch[:n], pos, n)
+            samples[n].append(time.perf_counter() - t0)
+            target.truncate(pos)
+        t0 = time.perf_counter()
+        draft.eval(batch[:1], pos, 1)
+        draft_samples.append(time.perf_counter() - t0)
+        draft.truncate(pos)
+    return {"position": pos, "reps": reps,
+            "verify_samples_s": {str(n): v for n, v in samples.items()},
+            "draft_samples_s": draft_samples,
+            "verify_s": {str(n): statistics.median(v) for n, v in samples.items()},
+            "draft_s": statistics.median(draft_samples)}
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def audit_pair(target, prompt_tokens: list[int], raw: list[int], sd: list[int]) -> dict:
+    """Compare SD output with target-only output; at a divergence, replay plain decoding to get
+    the target's top-2 logit margin there (a near-tie is where batched numerics can flip)."""
+    from .engine import top2_margin
+    pos = first_divergence(raw, sd)
+    out = {"identical": pos is None, "first_divergence": pos, "n_compared": min(len(raw), len(sd))}
+    if pos is not None and pos < min(len(raw), len(sd)):
+        top1, top2, margin = top2_margin(target, prompt_tokens, raw[:pos])
+        out.update(raw_token=raw[pos], sd_token=sd[pos], raw_top1=top1, raw_top2=top2,
+                   raw_top2_margin=margin, sd_choice_is_raw_runner_up=sd[pos] == top2)
+    return out
+
+
+def environment(threads: int) -> dict:
+    import llama_cpp
+    from .engine import system_info
+    return {"cpuspec_version": __version__, "llama_cpp_python_version": llama_cpp.__version__,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "llama_system_info": system_info(), "hardware": detect_hardware().to_dict(),
+            "threads": threads,
+            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def run_bench(cfg: BenchConfig, log: Log = lambda _: None) -> dict:
+    from .engine import Model, Session, check_same_tokenizer
+    target_f, draft_f, pair_name = resolve_models(cfg, log)
+    results = {"schema_version": SCHEMA_VERSION, "meta": environment(cfg.threads),
+               "settings": {"pair": pair_name, "k": cfg.k, "max_tokens": cfg.max_tokens,
+                            "repetitions": cfg.repetitions, "warmup": cfg.warmup,
+                            "threads": cfg.threads, "tasks": list(dict.fromkeys(
+                                p.task for p in cfg.prompts)),
+                            "n_prompts": len(cfg.prompts), "argv": cfg.argv,
+                            "policies": cfg.policies, "verification": "greedy"},
+               "models": {"target": target_f.to_dict(), "draft": draft_f.to_dict()},
+               "prompts": [asdict(p) for p in cfg.prompts], "runs": [], "audit": []}
+    log(f"loading target {target_f.path.name} and draft {draft_f.path.name}")
+    with Model(target_f.path) as target_m, Model(draft_f.path) as draft_m:
+        check_same_tokenizer(target_m, draft_m)
+        for role, m in (("target", target_m), ("draft", draft_m)):
+            results["models"][role].update(desc=m.desc, n_params=m.n_params,
+                                           weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
+        encoded = [target_m.tokenize(target_m.format_chat(p.text)) for p in cfg.prompts]
+        n_ctx = max(map(len, encoded)) + cfg.max_tokens + cfg.k + CTX_SLACK_TOKENS
+        with Session(target_m, n_ctx, cfg.threads) as target, \
+                Session(draft_m, n_ctx, cfg.threads) as draft:
+            log("cost probe: target decode of 1.." f"{cfg.k + 1} tokens, draft decode")
+            probe = probe_costs(target, draft, encoded[0], cfg.k)
+            results["cost_probe"] = probe
+
+            def generate(mode, tokens, max_tokens):
+                if mode == "raw":
+                    return generate_raw(target, tokens, max_tokens)
+                policy = cfg.k if mode == "static" else AdaptivePolicy(
+                    cfg.k, probe["draft_s"], {int(n): v for n, v in probe["verify_s"].items()})
+                return generate_speculative(target, draft, tokens, max_tokens, policy)
+
+            modes = ["raw", *cfg.policies]
+            for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
+                log(f"warm-up {i + 1}/{cfg.warmup}")
+                for mode in modes:
+                    generate(mode, encoded[0], WARMUP_MAX_TOKENS)
+            total = cfg.repetitions * len(cfg.prompts)
+            done = 0
+            for rep in range(cfg.repetitions):
+                for p, tokens in zip(cfg.prompts, encoded):
+                    # Rotate which mode goes first, so a drifting machine biases none of them.
+                    order = modes[done % len(modes):] + modes[:done % len(modes)]
+                    done += 1
+                    gens = {mode: generate(mode, tokens, cfg.max_tokens) for mode in order}
+                    for mode in modes:
+                        g = gens[mode]
+                        results["runs"].append(_run_record(
+                            p, rep, mode, g, target_m.detokenize(g.tokens)))
+                    same = []
+                    for mode in cfg.policies:
+                        audit = audit_pair(target, tokens, gens["raw"].tokens, gens[mode].tokens)
+                        results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
+                                                 "repetition": rep, "mode": mode, **audit})
+                        same.append(audit["identical"])
+                    speeds = ", ".join(f"{m} {gens[m].decode_tokens / gens[m].decode_s:.1f}"
+                                       for m in modes)
+                    log(f"[{done}/{total}] {p.prompt_id}: t/s {speeds}; "
+                        f"{'same output' if all(same) else 'output differs'}")
+    results["summary"] = summarize(results)
+    return results
+
+

@@ -1,0 +1,319 @@
+"""Click commands only: parse, build a config, call the core, hand results to a printer."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .models import ModelError, fetch_model, load_registry, cached_path, _read_stamp
+from .tasks import SUITES, PromptsFileError, builtin_prompts, read_prompts_file
+
+
+def _log(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cpuspec")
+def main() -> None:
+    """Does speculative decoding pay off on this CPU? Measure it.
+
+    \b
+    Examples:
+      cpuspec bench --threads 8
+      cpuspec bench --tasks json,code --draft-len 2 --json out.json
+      cpuspec models list
+    """
+
+
+def _positive(ctx, param, value):
+    if value is not None and value < 1:
+        raise click.BadParameter("must be at least 1")
+    return value
+
+
+POLICIES = ("static", "adaptive", "off")
+
+
+def _policy_list(value):
+    items = [p.strip() for p in value.split(",") if p.strip()]
+    bad = [p for p in items if p not in POLICIES]
+    if not items or bad:
+        raise click.BadParameter(f"unknown policy {', '.join(bad) or repr(value)}; choose from "
+                                 f"{', '.join(POLICIES)}")
+    if "off" in items and len(items) > 1:
+        raise click.BadParameter("'off' (raw decoding only) cannot be combined with others")
+    return [] if items == ["off"] else list(dict.fromkeys(items))
+
+
+def _task_list(ctx, param, value):
+    if value is None:
+        return None
+    tasks = [t.strip() for t in value.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in SUITES]
+    if not tasks or unknown:
+        raise click.BadParameter(f"unknown task {', '.join(unknown) or repr(value)}; "
+                                 f"built-in tasks: {', '.join(SUITES)}")
+    return tasks
+
+
+@main.command()
+@click.option("--pair", help="Model pair from models.toml (see `cpuspec models list`).")
+@click.option("--target", "target_path", type=click.Path(path_type=Path),
+              help="Use this local GGUF as the target instead of the pair's.")
+@click.option("--draft", "draft_path", type=click.Path(path_type=Path),
+              help="Use this local GGUF as the draft instead of the pair's.")
+@click.option("-t", "--threads", type=int, callback=_positive,
+              help="Threads for both models [default: physical cores in this process's "
+                   "affinity].")
+@click.option("-k", "--draft-len", "k", type=int, default=4, show_default=True,
+              callback=_positive, help="Draft tokens per round.")
+@click.option("-n", "--max-tokens", type=int, default=128, show_default=True,
+              callback=_positive, help="Tokens generated per prompt.")
+@click.option("--tasks", callback=_task_list,
+              help=f"Comma list of built-in tasks [{','.join(SUITES)}; default: all, or none "
+                   "when --prompts is given].")
+@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
+              help='JSONL file of {"task": ..., "prompt": ...} lines to bench as well.')
+@click.option("--prompts-per-task", type=int, callback=_positive,
+              help="Use only the first N prompts of each task.")
+@click.option("-r", "--repetitions", type=int, default=1, show_default=True,
+              callback=_positive, help="Times each prompt is run (raw and SD each).")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Uncounted warm-up generations before measuring.")
+@click.option("--policy", "policies", default="static,adaptive", show_default=True,
+              callback=lambda c, p, v: _policy_list(v),
+              help="SD policies run beside raw decoding: static (k every round), adaptive "
+                   "(k chosen per round by the cost model, off when it does not pay), or off "
+                   "(raw only).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path),
+              help="Write every raw sample, the settings and the environment here.")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path),
+              help="Write the summary table as CSV here.")
+def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_file,
+          prompts_per_task, repetitions, warmup, policies, json_path, csv_path):
+    """Measure raw vs speculative decoding per task, and say whether SD pays.
+
+    \b
+    Examples:
+      cpuspec bench --threads 8
+      cpuspec bench --tasks json --draft-len 2 --max-tokens 64
+      cpuspec bench --prompts mine.jsonl --json results.json
+      cpuspec bench --target big.gguf --draft small.gguf
+    """
+    from .bench import BenchConfig, run_bench
+    from .engine import EngineError
+    from .hardware import current_affinity, default_threads
+    from .report import (advise, render_advice, render_audit, render_csv, render_details,
+                         render_table, write_json)
+
+    prompts = []
+    try:
+        if tasks or not prompts_file:
+            prompts += builtin_prompts(tasks or list(SUITES), prompts_per_task)
+        if prompts_file:
+            prompts += read_prompts_file(prompts_file, prompts_per_task)
+    except PromptsFileError as exc:
+        raise click.ClickException(str(exc))
+    for p in (target_path, draft_path):
+        if p is not None and not p.is_file():
+            raise click.ClickException(f"model file not found: {p}")
+    for p in (json_path, csv_path):
+        if p is not None and not p.parent.exists():
+            raise click.ClickException(f"folder does not exist for output file {p}")
+    n_cpus = len(current_affinity())
+    if threads is None:
+        threads = default_threads()
+    elif threads > n_cpus:
+        _log(f"WARNING: --threads {threads} is more than the {n_cpus} CPUs this process may "
+             f"use; threads will share cores and decode slower (try --threads {n_cpus})")
+    cfg = BenchConfig(prompts=prompts, threads=threads, k=k, max_tokens=max_tokens,
+                      repetitions=repetitions, warmup=warmup, pair=pair,
+                      target_path=target_path, draft_path=draft_path, policies=policies,
+                      argv=["cpuspec", *sys.argv[1:]])
+    _log(f"cpuspec bench: {len(prompts)} prompts, k = {k}, {max_tokens} tokens, "
+         f"{threads} threads")
+    try:
+        results = run_bench(cfg, _log)
+    except (ModelError, EngineError) as exc:
+        raise click.ClickException(str(exc))
+    s = results["summary"]
+    m = results["models"]
+    click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), draft "
+               f"{m['draft']['file']} ({m['draft']['source']}); k = {k}, {threads} threads, "
+               f"{max_tokens} tokens/prompt")
+    click.echo(render_table(s))
+    click.echo("")
+    click.echo(render_details(s, k))
+    diverged = render_audit(results["audit"])
+    if diverged:
+        click.echo("Outputs that differ from target-only decoding (batched verify logits differ "
+                   "slightly from one-token decoding; flips happen at near-ties):")
+        click.echo(diverged)
+    if "static" in policies:
+        click.echo("\nAdvice from the cost model (every k up to the one measured):")
+        click.echo(render_advice(advise(results), k))
+    click.echo(f"\nllama.cpp: {results['meta']['llama_system_info']}")
+    if json_path:
+        write_json(results, json_path)
+        _log(f"wrote {json_path}")
+    if csv_path:
+        csv_path.write_text(render_csv(s))
+        _log(f"wrote {csv_path}")
+
+
+@main.group()
+def models():
+    """List, fetch and locate the registered GGUF models.
+
+    \b
+    Examples:
+      cpuspec models list
+      cpuspec models fetch qwen2.5-coder-1.5b
+      cpuspec models path qwen2.5-coder-0.5b-q4km
+    """
+
+
+def _registry():
+    try:
+        return load_registry()
+    except ModelError as exc:
+        raise click.ClickException(str(exc))
+
+
+@models.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models_list(as_json):
+    """List registered models and pairs, and whether each is cached and verified."""
+    reg = _registry()
+    rows = []
+    for spec in reg.models.values():
+        path = cached_path(spec)
+        stamp = _read_stamp(path) if path.is_file() else None
+        rows.append({"name": spec.name, "repo": spec.repo, "file": spec.file,
+                     "size_bytes": spec.size_bytes, "sha256": spec.sha256,
+                     "mirror": bool(spec.mirror),
+                     "cached": bool(stamp and (spec.sha256 is None
+                                               or stamp["sha256"] == spec.sha256)),
+                     "path": str(path)})
+    pairs = [{"name": p.name, "target": p.target, "draft": p.draft, "note": p.note,
+              "default": p.name == reg.default_pair} for p in reg.pairs.values()]
+    if as_json:
+        click.echo(json.dumps({"models": rows, "pairs": pairs}, indent=1))
+        return
+    from tabulate import tabulate
+    click.echo(tabulate([[r["name"], r["repo"] + "/" + r["file"],
+                          f"{r['size_bytes'] / 1e6:.0f} MB" if r["size_bytes"] else "?",
+                          "pinned" if r["sha256"] else "unpinned",
+                          "yes" if r["mirror"] else "no", "yes" if r["cached"] else "no"]
+                         for r in rows],
+                        headers=["model", "hub file", "size", "sha256", "PyPI mirror",
+                                 "cached"]))
+    click.echo("")
+    click.echo(tabulate([[p["name"] + (" (default)" if p["default"] else ""), p["target"],
+                          p["draft"], p["note"]] for p in pairs],
+                        headers=["pair", "target", "draft", "note"]))
+
+
+def _names_to_specs(reg, names):
+    specs = []
+    for name in names or [reg.default_pair]:
+        if name in reg.pairs:
+            specs += [reg.model(reg.pairs[name].target), reg.model(reg.pairs[name].draft)]
+        elif name in reg.models:
+            specs.append(reg.models[name])
+        else:
+            raise click.ClickException(f"unknown model or pair {name!r}; see `cpuspec models "
+                                       "list`")
+    return specs
+
+
+@models.command("fetch")
+@click.argument("names", nargs=-1)
+def models_fetch(names):
+    """Fetch models or pairs (default: the default pair) into the cache, verified by sha256."""
+    reg = _registry()
+    for spec in _names_to_specs(reg, names):
+        try:
+            got = fetch_model(spec, _log)
+        except ModelError as exc:
+            raise click.ClickException(str(exc))
+        click.echo(f"{spec.name}: {got.path} ({got.source}, "
+                   f"{'verified' if got.verified else 'UNVERIFIED'})")
+
+
+@models.command("path")
+@click.argument("name")
+def models_path(name):
+    """Print the cached file of a model (fetching it if needed)."""
+    reg = _registry()
+    try:
+        got = fetch_model(reg.model(name), _log)
+    except ModelError as exc:
+        raise click.ClickException(str(exc))
+    click.echo(str(got.path))
+
+
+@main.command()
+@click.argument("results_json", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def advise(results_json, as_json):
+    """Per task: turn SD on (with the best k) or off (with the acceptance it would need).
+
+    Reads a results file of `cpuspec bench --json` (static policy run): the per-position
+    acceptance measured at k, and the bench's probe of the draft's cost and of the target's
+    decode time for 1..k+1 tokens, give the predicted speedup for every k up to the measured one.
+
+    \b
+    Examples:
+      cpuspec bench --json run.json && cpuspec advise run.json
+      cpuspec advise run.json --json
+    """
+    from .report import ResultsError, advise as advise_results, read_json, render_advice
+    try:
+        results = read_json(results_json)
+        advice = advise_results(results)
+    except ResultsError as exc:
+        raise click.ClickException(str(exc))
+    if not advice:
+        raise click.ClickException(f"{results_json}: no static SD runs to advise from (run "
+                                   "the bench with --policy static)")
+    if as_json:
+        click.echo(json.dumps(advice, indent=1))
+    else:
+        click.echo(render_advice(advice, results["settings"]["k"]))
+
+
+@main.command()
+@click.argument("results_json", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
+              default="text", show_default=True)
+def report(results_json, fmt):
+    """Print the summary of a results file written by `cpuspec bench --json`.
+
+    \b
+    Examples:
+      cpuspec report results.json --format markdown
+    """
+    from .report import ResultsError, read_json, render_csv, render_details, render_table, summarize
+    try:
+        results = read_json(results_json)
+    except ResultsError as exc:
+        raise click.ClickException(str(exc))
+    s = summarize(results)
+    if fmt == "json":
+        click.echo(json.dumps(s, indent=1))
+    elif fmt == "csv":
+        click.echo(render_csv(s), nl=False)
+    else:
+        click.echo(render_table(s, "github" if fmt == "markdown" else "simple"))
+        click.echo("")
+        click.echo(render_details(s, results["settings"]["k"]))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

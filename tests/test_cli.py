@@ -1,0 +1,174 @@
+"""Real CLI invocations: CliRunner, and one subprocess. The bench runs end to end on tiny
+generated models passed with --target/--draft."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.cli import main
+from cpuspec.report import SCHEMA_VERSION
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def tiny_args(tiny_models, *extra):
+    return ["bench", "--target", str(tiny_models["target"]), "--draft",
+            str(tiny_models["draft"]), "--threads", "1", "--max-tokens", "24",
+            "--prompts-per-task", "2", "--warmup", "0", *extra]
+
+
+@pytest.mark.parametrize("cmd", [[], ["bench"], ["models"], ["models", "list"], ["report"],
+                                 ["advise"]])
+def test_help_has_examples(cmd):
+    res = run(*cmd, "--help")
+    assert res.exit_code == 0, res.output
+    assert "Usage:" in res.output
+    if cmd != ["models", "list"]:
+        assert "Example" in res.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--threads", "0"], "must be at least 1"),
+    (["--draft-len", "0"], "must be at least 1"),
+    (["-k", "-3"], "must be at least 1"),
+    (["--max-tokens", "0"], "must be at least 1"),
+    (["--threads", "two"], "is not a valid integer"),
+    (["--tasks", "poetry"], "unknown task poetry"),
+    (["--tasks", ","], "unknown task"),
+    (["--prompts", "/no/such/file.jsonl"], "cannot read prompts file"),
+    (["--target", "/no/such/model.gguf"], "model file not found"),
+    (["--pair", "nope"], "unknown pair"),
+    (["--json", "/no/such/dir/out.json"], "folder does not exist"),
+    (["--policy", "greedy"], "unknown policy greedy"),
+    (["--policy", "off,static"], "cannot be combined"),
+])
+def test_bad_input_is_a_clear_error(args, message):
+    res = run("bench", *args)
+    assert res.exit_code != 0
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_malformed_prompts_file_names_the_line(tmp_path):
+    f = tmp_path / "mine.jsonl"
+    f.write_text('{"task": "sql", "prompt": "Write a query"}\n\n{"task": "sql", prompt}\n')
+    res = run("bench", "--prompts", str(f))
+    assert res.exit_code != 0 and f"{f}:3: not valid JSON" in res.output
+    f.write_text('{"task": "sql"}\n')
+    res = run("bench", "--prompts", str(f))
+    assert res.exit_code != 0 and ":1: \"prompt\" must be a non-empty string" in res.output
+
+
+def test_bench_end_to_end_on_tiny_models(tiny_models, tmp_path):
+    out = tmp_path / "r.json"
+    csv_path = tmp_path / "r.csv"
+    res = run(*tiny_args(tiny_models, "--tasks", "json,code", "--json", str(out),
+                         "--csv", str(csv_path)))
+    assert res.exit_code == 0, res.output
+    assert "accept %" in res.output and "1+α+β" in res.output
+    assert "json: SD " in res.output and "code: SD " in res.output
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["settings"]["tasks"] == ["json", "code"] and data["settings"]["k"] == 4
+    assert len(data["runs"]) == 2 * 2 * 3  # tasks × prompts × (raw, static, adaptive)
+    assert len(data["audit"]) == 2 * 2 * 2  # static and adaptive, each against raw
+    assert all(a["identical"] for a in data["audit"])  # F32 tiny models: lossless exactly
+    assert set(data["cost_probe"]["verify_s"]) == {"1", "2", "3", "4", "5"}
+    for key in ("llama_system_info", "llama_cpp_python_version", "hardware", "cpuspec_version"):
+        assert data["meta"][key]
+    assert data["models"]["target"]["sha256"] and data["models"]["target"]["source"] == \
+        "local-file"
+    s = data["summary"]["overall"]
+    assert 1 <= s["a"] <= 5 and s["raw_tok_s"] > 0 and s["sd_tok_s"] > 0
+    assert len(s["per_position_acceptance_pct"]) == 4
+    assert csv_path.read_text().splitlines()[0].startswith("task,raw_tok_s")
+    assert "adaptive: " in res.output and "Advice from the cost model" in res.output
+    # The report and advise commands read it back.
+    res = run("report", str(out), "--format", "markdown")
+    assert res.exit_code == 0 and "| task" in res.output and "adapt t/s" in res.output
+    res = run("advise", str(out), "--json")
+    assert res.exit_code == 0, res.output
+    advice = json.loads(res.output)
+    assert set(advice) == {"json", "code", "overall"}
+    for a in advice.values():
+        assert a["verdict"] in ("ON", "OFF") and 0 <= a["k_best"] <= 4
+        assert (a["verdict"] == "ON") == (a["k_best"] > 0)
+        assert len(a["table"]) == 5 and a["table"][0]["predicted_speedup"] == 1.0
+
+
+def test_policy_off_runs_raw_only(tiny_models, tmp_path):
+    out = tmp_path / "raw.json"
+    res = run(*tiny_args(tiny_models, "--tasks", "json", "--policy", "off", "--json",
+                         str(out)))
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert {r["mode"] for r in data["runs"]} == {"raw"} and data["audit"] == []
+    res = run("advise", str(out))
+    assert res.exit_code != 0 and "no static SD runs" in res.output
+
+
+def test_user_prompts_file_and_threads_warning(tiny_models, tmp_path):
+    f = tmp_path / "mine.jsonl"
+    f.write_text('{"task": "sql", "prompt": "SELECT name FROM users"}\n'
+                 '# a comment\n{"task": "email", "prompt": "Dear team,"}\n')
+    res = run(*tiny_args(tiny_models, "--prompts", str(f), "--threads", "64"))
+    assert res.exit_code == 0, res.output
+    assert "--threads 64 is more than" in res.output
+    assert "sql" in res.output and "email" in res.output and "story" not in res.output
+
+
+def test_tokenizer_mismatch_exits_with_message(tiny_models, tmp_path):
+    import tiny_gguf
+    tokens, types, merges = tiny_gguf.vocab()
+    orig = tiny_gguf.vocab
+    tiny_gguf.vocab = lambda: (tokens[:50] + [tokens[51], tokens[50]] + tokens[52:], types,
+                               merges)
+    try:
+        other = tiny_gguf.write_model(tmp_path / "other.gguf", tiny_gguf.make_weights(3))
+    finally:
+        tiny_gguf.vocab = orig
+    res = run("bench", "--target", str(tiny_models["target"]), "--draft", str(other),
+              "--max-tokens", "8", "--prompts-per-task", "1", "--warmup", "0")
+    assert res.exit_code != 0 and "tokenizer differs" in res.output
+
+
+def test_models_list_json():
+    res = run("models", "list", "--json")
+    assert res.exit_code == 0
+    data = json.loads(res.output)
+    names = {m["name"] for m in data["models"]}
+    assert {"qwen2.5-coder-0.5b-q4km", "qwen2.5-coder-1.5b-q4km"} <= names
+    assert [p["name"] for p in data["pairs"] if p["default"]] == ["qwen2.5-coder-1.5b"]
+    assert all(not m["cached"] for m in data["models"])  # fresh CPUSPEC_HOME
+
+
+def test_models_fetch_unknown_name():
+    res = run("models", "fetch", "no-such-model")
+    assert res.exit_code != 0 and "unknown model or pair" in res.output
+
+
+def test_report_rejects_non_results_file(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text("[]")
+    res = run("report", str(f))
+    assert res.exit_code != 0 and "not a cpuspec results file" in res.output
+
+
+def test_subprocess_bench(tiny_models, tmp_path):
+    out = tmp_path / "sub.json"
+    proc = subprocess.run([sys.executable, "-m", "cpuspec", *tiny_args(
+        tiny_models, "--tasks", "story", "--json", str(out))],
+        capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "story: SD " in proc.stdout
+    assert "[1/2] story-1" in proc.stderr  # progress goes to stderr
+    assert json.loads(out.read_text())["summary"]["story"]["n_generations"] == 2
+    assert "Traceback" not in proc.stderr
+    bad = subprocess.run([sys.executable, "-m", "cpuspec", "bench", "--threads", "0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
