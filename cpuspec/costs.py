@@ -52,3 +52,79 @@ def verdict_line(task: str, cm: CostModel, measured_speedup: float | None = None
     if measured_speedup is not None:
         line += f", measured {measured_speedup:.2f}×"
     return line
+
+
+# --- choosing k: the cost model over all draft lengths (issue: know when to turn it off) ---
+#
+# With greedy drafting, the first i drafts of a round do not depend on k (for k ≥ i), so the
+# probability that at least i drafts survive, P(n_accepted ≥ i), measured at one k_max serves
+# every k ≤ k_max. Then, for draft length k:
+#   E[tokens per round] = 1 + Σ_{i=1..k} P(n_accepted ≥ i)
+#   time per round      = k · d + V(k + 1)        (d: draft time per token, V(n): target decode
+#                                                  of n tokens, measured per n; V(1) = T)
+#   speedup(k)          = E[tokens] · T ÷ time per round,   speedup(0) = 1 (raw decoding).
+
+
+def expected_tokens(survival: list[float], k: int) -> float:
+    """survival[i-1] = P(n_accepted ≥ i), i = 1..k_max."""
+    if k > len(survival):
+        raise ValueError(f"acceptance measured up to k = {len(survival)}, asked for k = {k}")
+    return 1.0 + sum(survival[:k])
+
+
+def expected_tokens_iid(alpha: float, k: int) -> float:
+    """Leviathan et al. (2023), eq. 1: E[tokens] = (1 − α^(k+1)) ÷ (1 − α) for i.i.d. acceptance
+    rate α."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def speedup_iid(alpha: float, k: int, c: float) -> float:
+    """Leviathan et al. (2023), Theorem 3.8: improvement factor (1 − α^(k+1)) ÷ ((1 − α)(kc + 1)),
+    which assumes verifying k + 1 tokens costs one decode (β = 0)."""
+    return expected_tokens_iid(alpha, k) / (k * c + 1.0)
+
+
+def predicted_speedup(survival: list[float], k: int, draft_s: float,
+                      verify_s: dict[int, float]) -> float:
+    """Measured-cost generalisation; verify_s[n] = time of a target decode of n tokens."""
+    if k == 0:
+        return 1.0
+    t = verify_s[1]
+    return expected_tokens(survival, k) * t / (k * draft_s + verify_s[k + 1])
+
+
+def break_even_acceptance(k: int, draft_s: float, verify_s: dict[int, float]) -> float | None:
+    """The i.i.d. per-token acceptance rate at which draft length k breaks even (speedup 1);
+    None when even perfect acceptance does not pay."""
+    need = (k * draft_s + verify_s[k + 1]) / verify_s[1]  # tokens per round needed
+    if expected_tokens_iid(1.0, k) <= need:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # bisection: expected_tokens_iid grows monotonically with alpha
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens_iid(mid, k) < need else (lo, mid)
+    return hi
+
+
+@dataclass(frozen=True)
+class KChoice:
+    k: int
+    expected_tokens: float
+    predicted_speedup: float
+    break_even_acceptance: float | None
+
+
+def choose_k(survival: list[float], draft_s: float, verify_s: dict[int, float]
+             ) -> tuple[int, list[KChoice]]:
+    """Best draft length k* in 0..k_max (0 = raw decoding) and the table behind it."""
+    table = [KChoice(0, 1.0, 1.0, None)]
+    for k in range(1, len(survival) + 1):
+        if k + 1 not in verify_s:
+            break
+        table.append(KChoice(k, expected_tokens(survival, k),
+                             predicted_speedup(survival, k, draft_s, verify_s),
+                             break_even_acceptance(k, draft_s, verify_s)))
+    best = max(table, key=lambda c: c.predicted_speedup)
+    return best.k, table

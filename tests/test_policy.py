@@ -1,0 +1,104 @@
+"""The adaptive draft-length controller on scripted costs and acceptance, and in the loop."""
+import pytest
+
+from cpuspec.policy import (PROBE_EVERY_STEPS, AdaptivePolicy, StaticPolicy)
+from cpuspec.speculative import RoundStats, generate_raw, generate_speculative
+from fakes import FakeClock, FakeDecoder, flaky_draft_rule, target_rule
+
+T = 0.010
+GPU_LIKE = dict(draft_s=0.05 * T, verify_s={n: T * (1 + 0.02 * (n - 1)) for n in range(1, 6)})
+CPU_LIKE = dict(draft_s=0.6 * T, verify_s={n: T * (1 + 0.475 * (n - 1)) for n in range(1, 6)})
+
+
+def feed(policy, n_rounds, accept_all, cost):
+    """Play n rounds: the chosen k, accepted all or none, at the policy's own cost figures."""
+    ks = []
+    for _ in range(n_rounds):
+        k = policy.next_k()
+        ks.append(k)
+        acc = k if accept_all else 0
+        policy.observe(RoundStats(k, acc, acc + 1, k * cost["draft_s"],
+                                  cost["verify_s"][k + 1], 0.0))
+    return ks
+
+
+def switches(ks):
+    return sum((a == 0) != (b == 0) for a, b in zip(ks, ks[1:]))
+
+
+def test_static_policy():
+    p = StaticPolicy(3)
+    assert [p.next_k() for _ in range(3)] == [3, 3, 3]
+    with pytest.raises(ValueError):
+        StaticPolicy(0)
+
+
+def test_probes_while_off_when_costs_allow():
+    p = AdaptivePolicy(k_max=4, **GPU_LIKE)
+    ks = feed(p, 40, False, GPU_LIKE) + feed(p, 2 * PROBE_EVERY_STEPS, False, GPU_LIKE)
+    assert not p.costs_rule_out()
+    off = ks[ks.index(0):]
+    assert 1 <= sum(k > 0 for k in off) <= 3  # one probe per PROBE_EVERY_STEPS plain steps
+
+
+def test_switches_off_when_acceptance_collapses_and_back_on_when_it_recovers():
+    p = AdaptivePolicy(k_max=4, **GPU_LIKE)
+    ks = feed(p, 40, True, GPU_LIKE)
+    assert ks[-1] == 4                       # cheap draft, everything accepted: draft the most
+    ks = feed(p, 60, False, GPU_LIKE)
+    assert ks[-1] == 0 and not p.on          # acceptance collapsed: off
+    ks = feed(p, 3 * PROBE_EVERY_STEPS, True, GPU_LIKE)
+    assert ks[-1] > 0 and p.on               # a probe saw acceptance recover: on again
+
+
+def test_never_oscillates_round_to_round():
+    p = AdaptivePolicy(k_max=4, **GPU_LIKE)
+    ks = []
+    for block in range(6):  # acceptance alternates in blocks of 30 rounds
+        ks += feed(p, 30, block % 2 == 0, GPU_LIKE)
+    assert switches(ks) <= 12  # a few per change of regime, never one per round
+
+
+def test_cpu_costs_turn_speculation_off_even_at_full_acceptance():
+    p = AdaptivePolicy(k_max=4, **CPU_LIKE)
+    ks = feed(p, 200, True, CPU_LIKE)
+    assert ks[-1] == 0
+    assert p.costs_rule_out()
+    assert sum(k > 0 for k in ks) <= 1  # probes are rare when costs alone rule SD out
+
+
+def make(draft_cost, beta):
+    clock = FakeClock()
+    target = FakeDecoder(target_rule, clock, lambda n: T * (1 + beta * (n - 1)))
+    draft = FakeDecoder(flaky_draft_rule, clock, lambda n: draft_cost * T)
+    return clock, target, draft
+
+
+PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
+
+
+def tok_s(g):
+    return g.decode_tokens / g.decode_s
+
+
+@pytest.mark.parametrize("draft_cost, beta, name", [(0.6, 0.475, "cpu"), (0.05, 0.02, "gpu")])
+def test_adaptive_in_the_loop(draft_cost, beta, name):
+    clock, target, draft = make(draft_cost, beta)
+    raw = generate_raw(target, PROMPT, 400, clock)
+    statics = {}
+    for k in (1, 2, 4):
+        clock, target, draft = make(draft_cost, beta)
+        statics[k] = generate_speculative(target, draft, PROMPT, 400, k, clock)
+        assert statics[k].tokens == raw.tokens
+    clock, target, draft = make(draft_cost, beta)
+    verify = {n: T * (1 + beta * (n - 1)) for n in range(1, 6)}
+    ad = generate_speculative(target, draft, PROMPT, 400,
+                              AdaptivePolicy(4, draft_cost * T, verify), clock)
+    assert ad.tokens == raw.tokens
+    best_static = max(tok_s(g) for g in statics.values())
+    if name == "cpu":   # static SD loses; adaptive must not
+        assert best_static < tok_s(raw)
+        assert tok_s(ad) >= 0.97 * tok_s(raw)
+    else:               # static SD wins; adaptive must keep most of it
+        assert best_static > 1.5 * tok_s(raw)
+        assert tok_s(ad) >= 0.95 * best_static
