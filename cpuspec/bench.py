@@ -5,6 +5,7 @@ No printing: progress goes through the `log` callback (the CLI sends it to stder
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import platform
 from dataclasses import asdict, dataclass, field
@@ -15,6 +16,7 @@ from . import __version__
 from .hardware import detect_hardware
 from .models import FetchedModel, fetch_model, load_registry, local_model
 from .report import SCHEMA_VERSION, summarize
+from .lookup import NGRAM_MAX, NGRAM_MIN, LookupDrafter
 from .policy import AdaptivePolicy
 from .speculative import Generation, generate_raw, generate_speculative
 from .tasks import Prompt
@@ -39,14 +41,18 @@ class BenchConfig:
     target_path: Path | None = None
     draft_path: Path | None = None
     policies: list[str] = field(default_factory=lambda: ["static", "adaptive"])
+    drafter: str = "model"  # or "lookup": prompt lookup, no draft model
     argv: list[str] = field(default_factory=list)
 
 
-def resolve_models(cfg: BenchConfig, log: Log) -> tuple[FetchedModel, FetchedModel, str]:
+def resolve_models(cfg: BenchConfig, log: Log
+                   ) -> tuple[FetchedModel, FetchedModel | None, str]:
     registry = load_registry()
     pair = registry.pair(cfg.pair)
     target = local_model(cfg.target_path) if cfg.target_path else \
         fetch_model(registry.model(pair.target), log)
+    if cfg.drafter == "lookup":
+        return target, None, pair.name
     draft = local_model(cfg.draft_path) if cfg.draft_path else \
         fetch_model(registry.model(pair.draft), log)
     return target, draft, pair.name
@@ -69,8 +75,9 @@ def probe_costs(target, draft, prompt: list[int], k_max: int, reps: int = PROBE_
     pos = len(prompt)
     samples: dict[int, list[float]] = {n: [] for n in range(1, k_max + 2)}
     draft_samples: list[float] = []
-    generate_raw(target, prompt, 1)   # prefill both, then decode on top and roll back
-    generate_raw(draft, prompt, 1)
+    for d in (target, draft):  # prefill both, then decode on top and roll back
+        d.truncate(0)
+        d.eval(prompt, 0, 1)
     batch = (prompt * (k_max + 2))[:k_max + 1]
     for _ in range(reps):
         for n in samples:
@@ -128,57 +135,66 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None) -> dict:
                             "threads": cfg.threads, "tasks": list(dict.fromkeys(
                                 p.task for p in cfg.prompts)),
                             "n_prompts": len(cfg.prompts), "argv": cfg.argv,
-                            "policies": cfg.policies, "verification": "greedy"},
-               "models": {"target": target_f.to_dict(), "draft": draft_f.to_dict()},
+                            "policies": cfg.policies, "drafter": cfg.drafter,
+                            "verification": "greedy"},
+               "models": {"target": target_f.to_dict(),
+                          "draft": draft_f.to_dict() if draft_f else
+                          {"drafter": "lookup", "ngram_max": NGRAM_MAX, "ngram_min": NGRAM_MIN}},
                "prompts": [asdict(p) for p in cfg.prompts], "runs": [], "audit": []}
-    log(f"loading target {target_f.path.name} and draft {draft_f.path.name}")
-    with Model(target_f.path) as target_m, Model(draft_f.path) as draft_m:
-        check_same_tokenizer(target_m, draft_m)
+    log(f"loading target {target_f.path.name}"
+        + (f" and draft {draft_f.path.name}" if draft_f else " (prompt-lookup drafter)"))
+    with contextlib.ExitStack() as stack:
+        target_m = stack.enter_context(Model(target_f.path))
+        draft_m = stack.enter_context(Model(draft_f.path)) if draft_f else None
+        if draft_m:
+            check_same_tokenizer(target_m, draft_m)
         for role, m in (("target", target_m), ("draft", draft_m)):
-            results["models"][role].update(desc=m.desc, n_params=m.n_params,
-                                           weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
+            if m:
+                results["models"][role].update(desc=m.desc, n_params=m.n_params,
+                                               weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
         encoded = [target_m.tokenize(target_m.format_chat(p.text)) for p in cfg.prompts]
         n_ctx = max(map(len, encoded)) + cfg.max_tokens + cfg.k + CTX_SLACK_TOKENS
-        with Session(target_m, n_ctx, cfg.threads) as target, \
-                Session(draft_m, n_ctx, cfg.threads) as draft:
-            log("cost probe: target decode of 1.." f"{cfg.k + 1} tokens, draft decode")
-            probe = probe_costs(target, draft, encoded[0], cfg.k)
-            results["cost_probe"] = probe
+        target = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
+        draft = stack.enter_context(Session(draft_m, n_ctx, cfg.threads)) if draft_m else \
+            LookupDrafter(target_m.is_eog)
+        log("cost probe: target decode of 1.." f"{cfg.k + 1} tokens, draft decode")
+        probe = probe_costs(target, draft, encoded[0], cfg.k)
+        results["cost_probe"] = probe
 
-            def generate(mode, tokens, max_tokens):
-                if mode == "raw":
-                    return generate_raw(target, tokens, max_tokens)
-                policy = cfg.k if mode == "static" else AdaptivePolicy(
-                    cfg.k, probe["draft_s"], {int(n): v for n, v in probe["verify_s"].items()})
-                return generate_speculative(target, draft, tokens, max_tokens, policy)
+        def generate(mode, tokens, max_tokens):
+            if mode == "raw":
+                return generate_raw(target, tokens, max_tokens)
+            policy = cfg.k if mode == "static" else AdaptivePolicy(
+                cfg.k, probe["draft_s"], {int(n): v for n, v in probe["verify_s"].items()})
+            return generate_speculative(target, draft, tokens, max_tokens, policy)
 
-            modes = ["raw", *cfg.policies]
-            for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
-                log(f"warm-up {i + 1}/{cfg.warmup}")
+        modes = ["raw", *cfg.policies]
+        for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
+            log(f"warm-up {i + 1}/{cfg.warmup}")
+            for mode in modes:
+                generate(mode, encoded[0], WARMUP_MAX_TOKENS)
+        total = cfg.repetitions * len(cfg.prompts)
+        done = 0
+        for rep in range(cfg.repetitions):
+            for p, tokens in zip(cfg.prompts, encoded):
+                # Rotate which mode goes first, so a drifting machine biases none of them.
+                order = modes[done % len(modes):] + modes[:done % len(modes)]
+                done += 1
+                gens = {mode: generate(mode, tokens, cfg.max_tokens) for mode in order}
                 for mode in modes:
-                    generate(mode, encoded[0], WARMUP_MAX_TOKENS)
-            total = cfg.repetitions * len(cfg.prompts)
-            done = 0
-            for rep in range(cfg.repetitions):
-                for p, tokens in zip(cfg.prompts, encoded):
-                    # Rotate which mode goes first, so a drifting machine biases none of them.
-                    order = modes[done % len(modes):] + modes[:done % len(modes)]
-                    done += 1
-                    gens = {mode: generate(mode, tokens, cfg.max_tokens) for mode in order}
-                    for mode in modes:
-                        g = gens[mode]
-                        results["runs"].append(_run_record(
-                            p, rep, mode, g, target_m.detokenize(g.tokens)))
-                    same = []
-                    for mode in cfg.policies:
-                        audit = audit_pair(target, tokens, gens["raw"].tokens, gens[mode].tokens)
-                        results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
-                                                 "repetition": rep, "mode": mode, **audit})
-                        same.append(audit["identical"])
-                    speeds = ", ".join(f"{m} {gens[m].decode_tokens / gens[m].decode_s:.1f}"
-                                       for m in modes)
-                    log(f"[{done}/{total}] {p.prompt_id}: t/s {speeds}; "
-                        f"{'same output' if all(same) else 'output differs'}")
+                    g = gens[mode]
+                    results["runs"].append(_run_record(
+                        p, rep, mode, g, target_m.detokenize(g.tokens)))
+                same = []
+                for mode in cfg.policies:
+                    audit = audit_pair(target, tokens, gens["raw"].tokens, gens[mode].tokens)
+                    results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
+                                             "repetition": rep, "mode": mode, **audit})
+                    same.append(audit["identical"])
+                speeds = ", ".join(f"{m} {gens[m].decode_tokens / gens[m].decode_s:.1f}"
+                                   for m in modes)
+                log(f"[{done}/{total}] {p.prompt_id}: t/s {speeds}; "
+                    f"{'same output' if all(same) else 'output differs'}")
     results["summary"] = summarize(results)
     return results
 

@@ -10,7 +10,7 @@ import click
 
 from . import __version__
 from .models import ModelError, fetch_model, load_registry, cached_path, _read_stamp
-from .tasks import SUITES, PromptsFileError, builtin_prompts, read_prompts_file
+from .tasks import DEFAULT_TASKS, SUITES, PromptsFileError, builtin_prompts, read_prompts_file
 
 
 def _log(msg: str) -> None:
@@ -75,8 +75,8 @@ def _task_list(ctx, param, value):
 @click.option("-n", "--max-tokens", type=int, default=128, show_default=True,
               callback=_positive, help="Tokens generated per prompt.")
 @click.option("--tasks", callback=_task_list,
-              help=f"Comma list of built-in tasks [{','.join(SUITES)}; default: all, or none "
-                   "when --prompts is given].")
+              help=f"Comma list of built-in tasks ({','.join(SUITES)}) [default: "
+                   f"{','.join(DEFAULT_TASKS)}, or none when --prompts is given].")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
               help='JSONL file of {"task": ..., "prompt": ...} lines to bench as well.')
 @click.option("--prompts-per-task", type=int, callback=_positive,
@@ -90,12 +90,16 @@ def _task_list(ctx, param, value):
               help="SD policies run beside raw decoding: static (k every round), adaptive "
                    "(k chosen per round by the cost model, off when it does not pay), or off "
                    "(raw only).")
+@click.option("--drafter", type=click.Choice(["model", "lookup"]), default="model",
+              show_default=True,
+              help="Draft with the pair's draft model, or by prompt lookup (n-gram match "
+                   "against the prompt and output so far; no draft model, c ≈ 0).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path),
               help="Write every raw sample, the settings and the environment here.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path),
               help="Write the summary table as CSV here.")
 def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_file,
-          prompts_per_task, repetitions, warmup, policies, json_path, csv_path):
+          prompts_per_task, repetitions, warmup, policies, drafter, json_path, csv_path):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
     \b
@@ -104,6 +108,7 @@ def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_
       cpuspec bench --tasks json --draft-len 2 --max-tokens 64
       cpuspec bench --prompts mine.jsonl --json results.json
       cpuspec bench --target big.gguf --draft small.gguf
+      cpuspec bench --drafter lookup --tasks grounded
     """
     from .bench import BenchConfig, run_bench
     from .engine import EngineError
@@ -114,7 +119,7 @@ def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_
     prompts = []
     try:
         if tasks or not prompts_file:
-            prompts += builtin_prompts(tasks or list(SUITES), prompts_per_task)
+            prompts += builtin_prompts(tasks or DEFAULT_TASKS, prompts_per_task)
         if prompts_file:
             prompts += read_prompts_file(prompts_file, prompts_per_task)
     except PromptsFileError as exc:
@@ -134,6 +139,7 @@ def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_
     cfg = BenchConfig(prompts=prompts, threads=threads, k=k, max_tokens=max_tokens,
                       repetitions=repetitions, warmup=warmup, pair=pair,
                       target_path=target_path, draft_path=draft_path, policies=policies,
+                      drafter=drafter,
                       argv=["cpuspec", *sys.argv[1:]])
     _log(f"cpuspec bench: {len(prompts)} prompts, k = {k}, {max_tokens} tokens, "
          f"{threads} threads")
@@ -143,9 +149,10 @@ def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_
         raise click.ClickException(str(exc))
     s = results["summary"]
     m = results["models"]
-    click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), draft "
-               f"{m['draft']['file']} ({m['draft']['source']}); k = {k}, {threads} threads, "
-               f"{max_tokens} tokens/prompt")
+    draft_desc = (f"draft {m['draft']['file']} ({m['draft']['source']})" if drafter == "model"
+                  else "prompt-lookup drafter")
+    click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
+               f"k = {k}, {threads} threads, {max_tokens} tokens/prompt")
     click.echo(render_table(s))
     click.echo("")
     click.echo(render_details(s, k))

@@ -89,16 +89,24 @@ def generate_raw(target: Decoder, prompt: Sequence[int], max_tokens: int,
                       stop=stop)
 
 
-def draft_tokens(draft: Decoder, pending: Sequence[int], pos: int, k: int) -> list[int]:
-    """Greedily draft up to k tokens. `pending` holds the tokens the draft has not seen yet (the
-    last emitted one, plus the previous round's last draft if it was accepted), placed at `pos`.
-    The k-th draft is never decoded by the draft: the next round does that only if it is kept."""
+# A drafter answers this instead of a token when it has no guess (the lookup drafter).
+NO_DRAFT = -1
+
+
+def draft_tokens(draft: Decoder, pending: Sequence[int], pos: int, k: int
+                 ) -> tuple[list[int], int]:
+    """Greedily draft up to k tokens; return them and the draft's KV length afterwards.
+    `pending` holds the tokens the draft has not seen yet (the last emitted one, plus the
+    previous round's last draft if it was accepted), placed at `pos`. The k-th draft is never
+    decoded by the draft: the next round does that only if it is kept."""
     drafts = draft.eval(pending, pos, 1)
     pos += len(pending)
-    while len(drafts) < k and not draft.is_eog(drafts[-1]):
+    while len(drafts) < k and drafts[-1] != NO_DRAFT and not draft.is_eog(drafts[-1]):
         drafts += draft.eval(drafts[-1:], pos, 1)
         pos += 1
-    return drafts
+    if drafts[-1] == NO_DRAFT:
+        drafts.pop()
+    return drafts, pos
 
 
 def count_accepted(drafts: Sequence[int], target_choice: Sequence[int]) -> int:
@@ -162,7 +170,8 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
         t_draft_start = clock()
         # The draft's KV always covers the prompt, so what it has not seen is a tail of tokens.
         pending = tokens[n_draft_kv - len(prompt):]
-        drafts = draft_tokens(draft, pending, n_draft_kv, k_round) if k_round > 0 else []
+        drafts, draft_kv = draft_tokens(draft, pending, n_draft_kv, k_round) \
+            if k_round > 0 else ([], n_draft_kv)
         t_drafted = clock()
         target_choice = target.eval([tokens[-1], *drafts], n - 1, len(drafts) + 1)
         t_verified = clock()
@@ -171,11 +180,11 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
         # Roll back rejected positions. Target: keep tokens[-1] and the accepted drafts.
         if n_accepted < len(drafts):
             target.truncate(n + n_accepted)
-        if drafts:
-            # Draft: it decoded drafts[:-1] at n..; keep the accepted ones among them.
-            n_draft_kv = n + min(n_accepted, len(drafts) - 1)
-            if n_accepted < len(drafts) - 1:
-                draft.truncate(n_draft_kv)
+        # Draft: it decoded the pending tokens and drafts (all but the last, for a model) at
+        # n..; keep the accepted ones among them.
+        n_draft_kv = min(draft_kv, n + n_accepted)
+        if n_draft_kv < draft_kv:
+            draft.truncate(n_draft_kv)
         for i, tok in enumerate(emitted):  # stop at the first end-of-generation token
             if target.is_eog(tok):
                 emitted = emitted[:i + 1]

@@ -60,7 +60,40 @@ SUITES: dict[str, list[str]] = {
         "Write a story about two rival chess players stuck in a snowed-in library.",
         "Tell a story about a cat who runs the village post office.",
     ],
+    # Input-grounded: the answer mostly copies the prompt. Prompt lookup (no draft model, c ≈ 0)
+    # can draft such text, which is where speculation can pay on a CPU.
+    "grounded": [
+        "Add type hints to this Python function and return the whole function:\n\n"
+        "def merge(a, b):\n    result = []\n    i = j = 0\n    while i < len(a) and j < len(b):\n"
+        "        if a[i] <= b[j]:\n            result.append(a[i])\n            i += 1\n"
+        "        else:\n            result.append(b[j])\n            j += 1\n"
+        "    return result + a[i:] + b[j:]",
+        "Fix the typo in this JSON and return the corrected JSON only:\n\n"
+        '{"name": "cpuspec", "version": "0.1.0", "dependncies": ["numpy", "click", "psutil"], '
+        '"license": "MIT", "authors": [{"name": "Ada", "email": "ada@example.com"}]}',
+        "Extract the fields name, email and city from this text as JSON:\n\n"
+        "Hello, my name is Maria Lopez, I live in Valencia and you can write to me at "
+        "maria.lopez@example.org. My colleague Tom Becker (tom@example.com) lives in Bonn.",
+        "Rename the variable `x` to `total` in this code and return the whole code:\n\n"
+        "def sum_prices(items):\n    x = 0\n    for item in items:\n"
+        "        x += item.price * item.quantity\n    return x",
+        "Convert this Python dict to YAML:\n\n"
+        "{'server': {'host': '0.0.0.0', 'port': 8080, 'workers': 4}, "
+        "'database': {'url': 'postgres://db:5432/app', 'pool_size': 10}}",
+        "Add a docstring to this function and return the whole function:\n\n"
+        "def clamp(value, low, high):\n    if value < low:\n        return low\n"
+        "    if value > high:\n        return high\n    return value",
+        "Fix the spelling mistakes in this paragraph and return it:\n\n"
+        "The quick brwon fox jumps over the lazy dog. It was a sunny day and the fox was "
+        "verry happy to be outside, running thorugh the feilds.",
+        "Turn this list into a Markdown table with columns Name and Role:\n\n"
+        "Alice - Engineer\nBob - Designer\nCarol - Product manager\nDave - Data scientist",
+    ],
 }
+
+
+# What `cpuspec bench` runs without --tasks; "grounded" is for the lookup drafter.
+DEFAULT_TASKS = ["json", "code", "story"]
 
 
 class PromptsFileError(ValueError):

@@ -172,3 +172,16 @@ def test_subprocess_bench(tiny_models, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "cpuspec", "bench", "--threads", "0"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+
+
+def test_lookup_drafter_needs_no_draft_model(tiny_models, tmp_path):
+    out = tmp_path / "lookup.json"
+    res = run("bench", "--target", str(tiny_models["target"]), "--drafter", "lookup",
+              "--tasks", "grounded", "--prompts-per-task", "2", "--max-tokens", "24",
+              "--threads", "1", "--warmup", "0", "--json", str(out))
+    assert res.exit_code == 0, res.output
+    assert "prompt-lookup drafter" in res.output
+    data = json.loads(out.read_text())
+    assert data["models"]["draft"]["drafter"] == "lookup"
+    assert data["settings"]["drafter"] == "lookup"
+    assert all(a["identical"] for a in data["audit"])

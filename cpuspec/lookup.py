@@ -1,0 +1,59 @@
+"""Prompt-lookup drafting (Saxena 2023; llama.cpp's ngram drafters): no draft model.
+
+The drafter guesses that the text continues as it did after the latest earlier occurrence of
+its last n tokens (n from NGRAM_MAX down to NGRAM_MIN), in the prompt or the output so far. Its
+cost is a search over a few hundred token ids, so c ≈ 0: on a CPU, where a draft model costs
+~0.6 target decodes per token, this is where speculation can pay — when the output copies the
+input (edits, extraction, refactoring).
+
+It follows the speculative.Decoder protocol, so the same loop drives it; when it has no guess
+it answers NO_DRAFT and the round drafts fewer tokens (possibly none: a plain target step).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .speculative import NO_DRAFT
+# Longest and shortest n-gram matched. 3..1 follows llama.cpp's lookup defaults; a 1-gram
+# match is weak evidence, so it is tried last.
+NGRAM_MAX = 3
+NGRAM_MIN = 1
+
+
+def lookup_next(history: Sequence[int], ngram_max: int = NGRAM_MAX,
+                ngram_min: int = NGRAM_MIN) -> int:
+    """The token that followed the latest earlier occurrence of history's last n tokens."""
+    n_hist = len(history)
+    for n in range(min(ngram_max, n_hist - 1), ngram_min - 1, -1):
+        tail = list(history[n_hist - n:])
+        # Scan backwards from the latest possible start; the match must end before the tail.
+        for start in range(n_hist - n - 1, -1, -1):
+            if history[start] == tail[0] and list(history[start:start + n]) == tail:
+                return history[start + n]
+    return NO_DRAFT
+
+
+class LookupDrafter:
+    """A Decoder over a token list: eval appends and guesses, truncate cuts."""
+
+    def __init__(self, is_eog=lambda t: False, ngram_max: int = NGRAM_MAX,
+                 ngram_min: int = NGRAM_MIN):
+        self.history: list[int] = []
+        self._is_eog = is_eog
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+
+    def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
+        if pos != len(self.history):
+            raise ValueError(f"lookup drafter: eval at {pos}, history has {len(self.history)}")
+        self.history += tokens
+        if NO_DRAFT in tokens:
+            return [NO_DRAFT] * n_out
+        # Only the last guess is used by the loop; earlier outputs are not needed.
+        return [NO_DRAFT] * (n_out - 1) + [lookup_next(self.history, self.ngram_max,
+                                                       self.ngram_min)]
+
+    def truncate(self, pos: int) -> None:
+        del self.history[pos:]
+
+    def is_eog(self, token: int) -> bool:
+        return self._is_eog(token)
