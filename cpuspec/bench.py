@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +43,9 @@ class BenchConfig:
     draft_path: Path | None = None
     policies: list[str] = field(default_factory=lambda: ["static", "adaptive"])
     drafter: str = "model"  # or "lookup": prompt lookup, no draft model
+    cpus: list[int] | None = None          # pin the process here before any context exists
+    draft_cpus: list[int] | None = None    # move to these CPUs for each draft phase
+    draft_threads: int | None = None
     argv: list[str] = field(default_factory=list)
 
 
@@ -64,6 +68,23 @@ def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str) -> dic
             "prefill_s": g.prefill_s, "decode_s": g.decode_s,
             "token_latencies_s": g.token_latencies_s,
             "rounds": [r.as_row() for r in g.rounds], "stop": g.stop}
+
+
+class PinnedDecoder:
+    """Moves the process onto `cpus` before each eval: how the draft gets its own cores."""
+
+    def __init__(self, decoder, pinner, cpus: list[int]):
+        self.decoder, self.pinner, self.cpus = decoder, pinner, cpus
+
+    def eval(self, tokens, pos, n_out):
+        self.pinner.pin(self.cpus)
+        return self.decoder.eval(tokens, pos, n_out)
+
+    def truncate(self, pos):
+        self.decoder.truncate(pos)
+
+    def is_eog(self, token):
+        return self.decoder.is_eog(token)
 
 
 def probe_costs(target, draft, prompt: list[int], k_max: int, reps: int = PROBE_REPS) -> dict:
@@ -128,7 +149,11 @@ def environment(threads: int) -> dict:
 
 def run_bench(cfg: BenchConfig, log: Log = lambda _: None) -> dict:
     from .engine import Model, Session, check_same_tokenizer
+    from .hardware import CorePinner
     target_f, draft_f, pair_name = resolve_models(cfg, log)
+    pinner = CorePinner()
+    if cfg.cpus:
+        pinner.pin(cfg.cpus)  # before any llama.cpp thread exists: its workers inherit it
     results = {"schema_version": SCHEMA_VERSION, "meta": environment(cfg.threads),
                "settings": {"pair": pair_name, "k": cfg.k, "max_tokens": cfg.max_tokens,
                             "repetitions": cfg.repetitions, "warmup": cfg.warmup,
@@ -136,6 +161,8 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None) -> dict:
                                 p.task for p in cfg.prompts)),
                             "n_prompts": len(cfg.prompts), "argv": cfg.argv,
                             "policies": cfg.policies, "drafter": cfg.drafter,
+                            "cpus": cfg.cpus, "draft_cpus": cfg.draft_cpus,
+                            "draft_threads": cfg.draft_threads or cfg.threads,
                             "verification": "greedy"},
                "models": {"target": target_f.to_dict(),
                           "draft": draft_f.to_dict() if draft_f else
@@ -154,9 +181,14 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None) -> dict:
                                                weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
         encoded = [target_m.tokenize(target_m.format_chat(p.text)) for p in cfg.prompts]
         n_ctx = max(map(len, encoded)) + cfg.max_tokens + cfg.k + CTX_SLACK_TOKENS
-        target = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
-        draft = stack.enter_context(Session(draft_m, n_ctx, cfg.threads)) if draft_m else \
-            LookupDrafter(target_m.is_eog)
+        target_session = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
+        target = target_session
+        draft = stack.enter_context(Session(draft_m, n_ctx, cfg.draft_threads or cfg.threads)) \
+            if draft_m else LookupDrafter(target_m.is_eog)
+        if cfg.draft_cpus:
+            target_cpus = cfg.cpus or sorted(os.sched_getaffinity(0))
+            target = PinnedDecoder(target, pinner, target_cpus)
+            draft = PinnedDecoder(draft, pinner, cfg.draft_cpus)
         log("cost probe: target decode of 1.." f"{cfg.k + 1} tokens, draft decode")
         probe = probe_costs(target, draft, encoded[0], cfg.k)
         results["cost_probe"] = probe
@@ -187,7 +219,8 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None) -> dict:
                         p, rep, mode, g, target_m.detokenize(g.tokens)))
                 same = []
                 for mode in cfg.policies:
-                    audit = audit_pair(target, tokens, gens["raw"].tokens, gens[mode].tokens)
+                    audit = audit_pair(target_session, tokens, gens["raw"].tokens,
+                                       gens[mode].tokens)
                     results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
                                              "repetition": rep, "mode": mode, **audit})
                     same.append(audit["identical"])

@@ -39,6 +39,19 @@ def _positive(ctx, param, value):
 POLICIES = ("static", "adaptive", "off")
 
 
+def _cpu_list(value):
+    if value is None:
+        return None
+    from .hardware import parse_cpu_list
+    try:
+        cpus = parse_cpu_list(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a CPU list like 0-3,8") from None
+    if not cpus:
+        raise click.BadParameter("empty CPU list")
+    return cpus
+
+
 def _policy_list(value):
     items = [p.strip() for p in value.split(",") if p.strip()]
     bad = [p for p in items if p not in POLICIES]
@@ -68,8 +81,17 @@ def _task_list(ctx, param, value):
 @click.option("--draft", "draft_path", type=click.Path(path_type=Path),
               help="Use this local GGUF as the draft instead of the pair's.")
 @click.option("-t", "--threads", type=int, callback=_positive,
-              help="Threads for both models [default: physical cores in this process's "
-                   "affinity].")
+              help="Threads for both models [default: the chosen cores, else the physical "
+                   "cores in this process's affinity].")
+@click.option("--p-cores", type=click.IntRange(min=0), default=0,
+              help="Pin to N P-cores (every core of a non-hybrid CPU counts as a P-core).")
+@click.option("--e-cores", type=click.IntRange(min=0), default=0,
+              help="Pin to M E-cores (hybrid Intel CPUs).")
+@click.option("--smt", is_flag=True, help="Use every SMT sibling of the chosen cores.")
+@click.option("--draft-threads", type=int, callback=_positive,
+              help="Threads for the draft model [default: --threads] (llama.cpp's -td).")
+@click.option("--draft-cores", callback=lambda c, p, v: _cpu_list(v),
+              help="CPU list for the draft phase, e.g. 12-15 (llama.cpp's -Cd).")
 @click.option("-k", "--draft-len", "k", type=int, default=4, show_default=True,
               callback=_positive, help="Draft tokens per round.")
 @click.option("-n", "--max-tokens", type=int, default=128, show_default=True,
@@ -98,7 +120,8 @@ def _task_list(ctx, param, value):
               help="Write every raw sample, the settings and the environment here.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path),
               help="Write the summary table as CSV here.")
-def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_file,
+def bench(pair, target_path, draft_path, threads, p_cores, e_cores, smt, draft_threads,
+          draft_cores, k, max_tokens, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, policies, drafter, json_path, csv_path):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
@@ -112,7 +135,8 @@ def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_
     """
     from .bench import BenchConfig, run_bench
     from .engine import EngineError
-    from .hardware import current_affinity, default_threads
+    from .hardware import (HardwareError, check_cpus, current_affinity, default_threads,
+                           detect_hardware, select_cpus)
     from .report import (advise, render_advice, render_audit, render_csv, render_details,
                          render_table, write_json)
 
@@ -130,19 +154,27 @@ def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_
     for p in (json_path, csv_path):
         if p is not None and not p.parent.exists():
             raise click.ClickException(f"folder does not exist for output file {p}")
-    n_cpus = len(current_affinity())
+    hw = detect_hardware()
+    try:
+        cpus = select_cpus(hw, p_cores, e_cores, smt) if (p_cores or e_cores) else None
+        if draft_cores:
+            draft_cores = check_cpus(hw, draft_cores)
+    except HardwareError as exc:
+        raise click.ClickException(str(exc))
+    n_cpus = len(cpus or current_affinity())
     if threads is None:
-        threads = default_threads()
+        threads = len(cpus) if cpus else default_threads()
     elif threads > n_cpus:
         _log(f"WARNING: --threads {threads} is more than the {n_cpus} CPUs this process may "
              f"use; threads will share cores and decode slower (try --threads {n_cpus})")
     cfg = BenchConfig(prompts=prompts, threads=threads, k=k, max_tokens=max_tokens,
                       repetitions=repetitions, warmup=warmup, pair=pair,
                       target_path=target_path, draft_path=draft_path, policies=policies,
-                      drafter=drafter,
+                      drafter=drafter, cpus=cpus, draft_cpus=draft_cores,
+                      draft_threads=draft_threads,
                       argv=["cpuspec", *sys.argv[1:]])
     _log(f"cpuspec bench: {len(prompts)} prompts, k = {k}, {max_tokens} tokens, "
-         f"{threads} threads")
+         f"{threads} threads" + (f", pinned to CPUs {','.join(map(str, cpus))}" if cpus else ""))
     try:
         results = run_bench(cfg, _log)
     except (ModelError, EngineError) as exc:
@@ -171,6 +203,94 @@ def bench(pair, target_path, draft_path, threads, k, max_tokens, tasks, prompts_
     if csv_path:
         csv_path.write_text(render_csv(s))
         _log(f"wrote {csv_path}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def hw(as_json):
+    """Show the CPU: cores, SMT, affinity, P-/E-cores, memory, governor and turbo.
+
+    \b
+    Examples:
+      cpuspec hw
+      taskset -c 0-3 cpuspec hw --json
+    """
+    from .hardware import detect_hardware
+    info = detect_hardware()
+    if as_json:
+        click.echo(json.dumps(info.to_dict(), indent=1))
+        return
+    kinds = "; ".join(f"{k}: {','.join(map(str, v))}" for k, v in info.cores_by_kind.items())
+    mem = f"{info.memory_total_bytes / 2**30:.1f} GiB" if info.memory_total_bytes else "?"
+    for label, value in [
+            ("CPU", info.cpu_model), ("logical CPUs", info.logical_cpus),
+            ("physical cores", info.physical_cores),
+            ("SMT", f"{info.smt_siblings} threads per core"),
+            ("affinity", f"{','.join(map(str, info.affinity))} "
+                         f"({info.physical_cores_in_affinity} physical cores)"),
+            ("hybrid", info.hybrid), ("cores by kind", kinds), ("memory", mem),
+            ("governor", info.governor or "not readable"),
+            ("turbo", info.turbo or "not readable")]:
+        click.echo(f"{label:>15}: {value}")
+
+
+@main.command()
+@click.option("--pair", help="Model pair from models.toml.")
+@click.option("--target", "target_path", type=click.Path(path_type=Path))
+@click.option("--draft", "draft_path", type=click.Path(path_type=Path))
+@click.option("--p-cores", type=click.IntRange(min=0), default=0,
+              help="Use N P-cores [default: one CPU per physical core in the affinity].")
+@click.option("--e-cores", type=click.IntRange(min=0), default=0, help="Use M E-cores.")
+@click.option("--smt", is_flag=True, help="Use every SMT sibling of the chosen cores.")
+@click.option("-t", "--threads", type=int, callback=_positive,
+              help="llama.cpp threads, on the first chosen CPUs; background streams use the "
+                   "rest [default: all chosen CPUs but one].")
+@click.option("-k", "--draft-len", "k", type=int, default=4, show_default=True,
+              callback=_positive, help="Verify batch is k + 1 tokens.")
+@click.option("-n", "--n-tokens", type=int, default=32, show_default=True, callback=_positive)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k, n_tokens,
+               json_path):
+    """Memory bandwidth, rooflines and contention: why the draft is not free on a CPU.
+
+    \b
+    Examples:
+      cpuspec contention
+      cpuspec contention --p-cores 4 --threads 2 --json contention.json
+    """
+    from .bench import BenchConfig, resolve_models
+    from .contention import ContentionConfig, render_contention, run_contention
+    from .engine import EngineError
+    from .hardware import HardwareError, detect_hardware, select_cpus
+    from .report import write_json
+    hw = detect_hardware()
+    try:
+        if p_cores or e_cores:
+            cpus = select_cpus(hw, p_cores, e_cores, smt)
+        else:
+            cpus = select_cpus(hw, p_cores=hw.physical_cores_in_affinity, smt=smt) \
+                if hw.hybrid == "not hybrid" else sorted(hw.affinity)
+    except HardwareError as exc:
+        raise click.ClickException(str(exc))
+    threads = threads or max(1, len(cpus) - 1)
+    if threads > len(cpus):
+        raise click.ClickException(f"--threads {threads} is more than the {len(cpus)} chosen "
+                                   "CPUs")
+    if json_path is not None and not json_path.parent.exists():
+        raise click.ClickException(f"folder does not exist for output file {json_path}")
+    try:
+        target_f, draft_f, _ = resolve_models(
+            BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
+                        draft_path=draft_path), _log)
+        res = run_contention(ContentionConfig(target_f.path, draft_f.path, cpus, threads, k,
+                                              n_tokens), _log)
+    except (ModelError, EngineError) as exc:
+        raise click.ClickException(str(exc))
+    res["hardware"] = hw.to_dict()
+    click.echo(render_contention(res))
+    if json_path:
+        write_json(res, json_path)
+        _log(f"wrote {json_path}")
 
 
 @main.group()

@@ -1,26 +1,78 @@
-"""What machine a result came from: CPU model, cores, affinity, memory.
+"""What machine a result came from, and which cores the work runs on.
 
-The sysfs/procfs root is a parameter so tests can point it at fake trees.
+Topology comes from sysfs: per logical CPU its package, core and max frequency; hybrid Intel
+parts list their P-cores and E-cores in /sys/devices/cpu_core/cpus and /sys/devices/cpu_atom/cpus
+(also under /sys/bus/event_source/devices/). Without those, cores are grouped by
+cpufreq/cpuinfo_max_freq; one group means "not hybrid". The filesystem root is a parameter so
+tests can use fake trees. Nothing here writes to sysfs: governor and turbo are reported only.
 """
 from __future__ import annotations
 
 import os
 import platform
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+ROOT = Path("/")
+# Cores whose max frequencies differ by less than this fraction are one class (frequency
+# tables of one core type differ by a bin or two at most).
+FREQ_GROUP_TOLERANCE = 0.05
+
+
+class HardwareError(ValueError):
+    """A core selection cannot be satisfied; the message says what exists."""
 
 
 @dataclass(frozen=True)
+class Core:
+    package: str
+    core: str
+    cpus: tuple[int, ...]      # logical CPUs (SMT siblings), ascending
+    kind: str                  # "P", "E" or "LPE"; "P" on non-hybrid parts
+    max_freq_khz: int | None
+
+
+@dataclass
 class HardwareInfo:
     cpu_model: str
     logical_cpus: int
+    physical_cores: int
+    smt_siblings: int           # logical CPUs per core (max)
     affinity: list[int]
     physical_cores_in_affinity: int
+    hybrid: str                 # "intel-sysfs", "frequency-groups" or "not hybrid"
+    cores_by_kind: dict[str, list[int]]   # kind → logical CPUs
     memory_total_bytes: int | None
+    governor: str | None
+    turbo: str | None
     machine: str
+    cores: list[Core] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["cores"] = [asdict(c) for c in self.cores]
+        return d
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """'0-3,8,10-11' → [0, 1, 2, 3, 8, 10, 11]."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-")
+            out += range(int(lo), int(hi) + 1)
+        else:
+            out.append(int(part))
+    return sorted(set(out))
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
 
 
 def current_affinity() -> list[int]:
@@ -30,28 +82,79 @@ def current_affinity() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def cpu_model(root: Path = Path("/")) -> str:
-    try:
-        for line in (root / "proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+def cpu_model(root: Path = ROOT) -> str:
+    text = _read(root / "proc/cpuinfo") or ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine() or "unknown"
 
 
-def core_id(cpu: int, root: Path = Path("/")) -> tuple[str, str]:
-    """(package, core) of a logical CPU; SMT siblings share it."""
-    topo = root / f"sys/devices/system/cpu/cpu{cpu}/topology"
-    try:
-        return ((topo / "physical_package_id").read_text().strip(),
-                (topo / "core_id").read_text().strip())
-    except OSError:
-        return ("?", str(cpu))  # no topology: count every logical CPU as a core
+def logical_cpus(root: Path = ROOT) -> list[int]:
+    online = _read(root / "sys/devices/system/cpu/online")
+    if online:
+        return parse_cpu_list(online)
+    return list(range(os.cpu_count() or 1))
 
 
-def physical_cores(cpus: list[int], root: Path = Path("/")) -> int:
-    return len({core_id(c, root) for c in cpus})
+def _hybrid_sets(root: Path) -> dict[str, list[int]] | None:
+    for base in ("sys/devices", "sys/bus/event_source/devices"):
+        p, e = _read(root / base / "cpu_core/cpus"), _read(root / base / "cpu_atom/cpus")
+        if p and e:
+            return {"P": parse_cpu_list(p), "E": parse_cpu_list(e)}
+    return None
+
+
+def _freq_classes(freqs: list[int]) -> list[list[int]]:
+    """Distinct max frequencies grouped within FREQ_GROUP_TOLERANCE, highest group first."""
+    groups: list[list[int]] = []
+    for f in sorted(set(freqs), reverse=True):
+        if groups and f >= groups[-1][0] * (1 - FREQ_GROUP_TOLERANCE):
+            groups[-1].append(f)
+        else:
+            groups.append([f])
+    return groups
+
+
+def _classify(cores: list[tuple[str, str, tuple[int, ...], int | None]], root: Path
+              ) -> tuple[str, dict[tuple[str, str], str]]:
+    hybrid = _hybrid_sets(root)
+    kinds: dict[tuple[str, str], str] = {}
+    if hybrid:
+        e_cores = [c for c in cores if c[2][0] in hybrid["E"]]
+        # Low-power E-cores (Meteor Lake's SoC tile) are atom cores with a lower max frequency.
+        e_groups = _freq_classes([c[3] for c in e_cores if c[3]])
+        for pkg, core, cpus, freq in cores:
+            if cpus[0] in hybrid["P"]:
+                kinds[(pkg, core)] = "P"
+            elif len(e_groups) > 1 and freq is not None and freq not in e_groups[0]:
+                kinds[(pkg, core)] = "LPE"
+            else:
+                kinds[(pkg, core)] = "E"
+        return "intel-sysfs", kinds
+    groups = _freq_classes([c[3] for c in cores if c[3]])
+    if len(groups) > 1 and all(c[3] for c in cores):
+        for pkg, core, cpus, freq in cores:
+            kinds[(pkg, core)] = "P" if freq in groups[0] else "E"
+        return "frequency-groups", kinds
+    return "not hybrid", {(c[0], c[1]): "P" for c in cores}
+
+
+def topology(root: Path = ROOT) -> tuple[str, list[Core]]:
+    by_core: dict[tuple[str, str], list[int]] = {}
+    freq: dict[tuple[str, str], int | None] = {}
+    for cpu in logical_cpus(root):
+        base = root / f"sys/devices/system/cpu/cpu{cpu}"
+        pkg = _read(base / "topology/physical_package_id") or "0"
+        core = _read(base / "topology/core_id")
+        key = (pkg, core if core is not None else f"cpu{cpu}")
+        by_core.setdefault(key, []).append(cpu)
+        f = _read(base / "cpufreq/cpuinfo_max_freq")
+        freq[key] = int(f) if f else freq.get(key)
+    raw = [(k[0], k[1], tuple(sorted(v)), freq[k]) for k, v in by_core.items()]
+    raw.sort(key=lambda c: c[2][0])
+    hybrid, kinds = _classify(raw, root)
+    return hybrid, [Core(p, c, cpus, kinds[(p, c)], f) for p, c, cpus, f in raw]
 
 
 def memory_total_bytes() -> int | None:
@@ -62,13 +165,104 @@ def memory_total_bytes() -> int | None:
         return None
 
 
-def detect_hardware(root: Path = Path("/")) -> HardwareInfo:
-    aff = current_affinity()
-    return HardwareInfo(cpu_model=cpu_model(root), logical_cpus=os.cpu_count() or len(aff),
-                        affinity=aff, physical_cores_in_affinity=physical_cores(aff, root),
-                        memory_total_bytes=memory_total_bytes(), machine=platform.machine())
+def _governor_turbo(root: Path) -> tuple[str | None, str | None]:
+    gov = _read(root / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    no_turbo = _read(root / "sys/devices/system/cpu/intel_pstate/no_turbo")
+    boost = _read(root / "sys/devices/system/cpu/cpufreq/boost")
+    turbo = ("off" if no_turbo == "1" else "on") if no_turbo is not None else \
+        (("on" if boost == "1" else "off") if boost is not None else None)
+    return gov, turbo
+
+
+def detect_hardware(root: Path = ROOT, affinity: list[int] | None = None) -> HardwareInfo:
+    aff = current_affinity() if affinity is None else sorted(affinity)
+    hybrid, cores = topology(root)
+    kinds: dict[str, list[int]] = {}
+    for c in cores:
+        kinds.setdefault(c.kind, []).extend(c.cpus)
+    kinds = {k: sorted(v) for k, v in kinds.items()}
+    gov, turbo = _governor_turbo(root)
+    return HardwareInfo(
+        cpu_model=cpu_model(root), logical_cpus=sum(len(c.cpus) for c in cores),
+        physical_cores=len(cores), smt_siblings=max((len(c.cpus) for c in cores), default=1),
+        affinity=aff, physical_cores_in_affinity=sum(1 for c in cores
+                                                     if set(c.cpus) & set(aff)),
+        hybrid=hybrid, cores_by_kind=kinds, memory_total_bytes=memory_total_bytes(),
+        governor=gov, turbo=turbo, machine=platform.machine(), cores=cores)
+
+
+def physical_cores(cpus: list[int], root: Path = ROOT) -> int:
+    _, cores = topology(root)
+    return sum(1 for c in cores if set(c.cpus) & set(cpus)) or len(cpus)
 
 
 def default_threads() -> int:
     """llama.cpp decodes fastest with one thread per physical core it may run on."""
     return max(1, physical_cores(current_affinity()))
+
+
+def select_cpus(hw: HardwareInfo, p_cores: int = 0, e_cores: int = 0, smt: bool = False
+                ) -> list[int]:
+    """Logical CPUs for N P-cores and M E-cores inside the allowed affinity: one per physical
+    core (its first allowed sibling) unless smt. On a non-hybrid CPU every core is a P-core."""
+    if p_cores < 0 or e_cores < 0 or p_cores + e_cores == 0:
+        raise HardwareError("ask for at least one core (--p-cores N and/or --e-cores M)")
+    allowed = set(hw.affinity)
+    chosen: list[int] = []
+    for kind, n in (("P", p_cores), ("E", e_cores)):
+        if n == 0:
+            continue
+        if kind == "E" and hw.hybrid == "not hybrid":
+            raise HardwareError(f"--e-cores {n}: this CPU ({hw.cpu_model}) is not hybrid; it "
+                                f"has {hw.physical_cores} cores of one kind: use --p-cores")
+        of_kind = [c for c in hw.cores if c.kind == kind]
+        usable = [c for c in of_kind if set(c.cpus) & allowed]
+        if n > len(usable):
+            outside = len(of_kind) - len(usable)
+            raise HardwareError(
+                f"--{kind.lower()}-cores {n}: only {len(usable)} {kind}-cores are available"
+                + (f" ({outside} more are outside this process's CPU affinity "
+                   f"{_fmt_list(hw.affinity)})" if outside else ""))
+        for c in usable[:n]:
+            mine = [cpu for cpu in c.cpus if cpu in allowed]
+            chosen += mine if smt else mine[:1]
+    return sorted(chosen)
+
+
+def check_cpus(hw: HardwareInfo, cpus: list[int]) -> list[int]:
+    """An explicit CPU list (e.g. --draft-cores 4-7) must lie inside the allowed affinity."""
+    outside = sorted(set(cpus) - set(hw.affinity))
+    if outside:
+        raise HardwareError(f"CPUs {_fmt_list(outside)} are outside this process's CPU "
+                            f"affinity {_fmt_list(hw.affinity)}")
+    if not cpus:
+        raise HardwareError("empty CPU list")
+    return sorted(set(cpus))
+
+
+def _fmt_list(cpus: list[int]) -> str:
+    return ",".join(map(str, cpus))
+
+
+class CorePinner:
+    """Moves every thread of this process (llama.cpp's workers included) onto a CPU set.
+
+    llama.cpp built with OpenMP shares one worker pool between contexts, so the draft cannot
+    get its own threads' affinity the way llama.cpp's -Cd does; instead, the whole process is
+    moved before each phase (a few sched_setaffinity calls, microseconds, against decodes of
+    tens of milliseconds)."""
+
+    def __init__(self) -> None:
+        self.current: frozenset[int] | None = None
+
+    def pin(self, cpus: list[int]) -> None:
+        want = frozenset(cpus)
+        if want == self.current:
+            return
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), want)
+            except (ProcessLookupError, PermissionError):
+                pass  # a thread that ended meanwhile
+        os.sched_setaffinity(0, want)
+        self.current = want

@@ -185,3 +185,59 @@ def test_lookup_drafter_needs_no_draft_model(tiny_models, tmp_path):
     assert data["models"]["draft"]["drafter"] == "lookup"
     assert data["settings"]["drafter"] == "lookup"
     assert all(a["identical"] for a in data["audit"])
+
+
+def test_hw_command():
+    res = run("hw", "--json")
+    assert res.exit_code == 0
+    data = json.loads(res.output)
+    assert data["physical_cores"] >= 1 and data["affinity"] and data["hybrid"]
+    res = run("hw")
+    assert res.exit_code == 0 and "physical cores" in res.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--e-cores", "1"], "not hybrid"),
+    (["--p-cores", "512"], "P-cores are available"),
+    (["--draft-cores", "4000"], "outside this process's CPU affinity"),
+    (["--draft-cores", "x-y"], "is not a CPU list"),
+    (["--draft-threads", "0"], "must be at least 1"),
+])
+def test_bad_core_selection(args, message):
+    res = run("bench", *args)
+    assert res.exit_code != 0 and message in res.output
+
+
+def test_bench_pinned_with_draft_cores(tiny_models, tmp_path):
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
+    out = tmp_path / "pinned.json"
+    try:
+        res = run(*tiny_args(tiny_models, "--tasks", "code", "--p-cores", "1",
+                             "--draft-cores", str(cpu), "--draft-threads", "1",
+                             "--json", str(out)))
+    finally:
+        from cpuspec.hardware import CorePinner
+        CorePinner().pin(sorted(before))  # every thread, llama.cpp's workers included
+    assert res.exit_code == 0, res.output
+    assert "pinned to CPUs" in res.output
+    s = json.loads(out.read_text())["settings"]
+    assert len(s["cpus"]) == 1 and s["draft_cpus"] == [cpu] and s["draft_threads"] == 1
+
+
+def test_contention_on_tiny_models(tiny_models, tmp_path):
+    out = tmp_path / "cont.json"
+    before = os.sched_getaffinity(0)
+    try:
+        res = run("contention", "--target", str(tiny_models["target"]), "--draft",
+                  str(tiny_models["draft"]), "-n", "4", "--threads", "1", "--json", str(out))
+    finally:
+        from cpuspec.hardware import CorePinner
+        CorePinner().pin(sorted(before))
+    assert res.exit_code == 0, res.output
+    assert "roofline" in res.output and "background streams" in res.output
+    data = json.loads(out.read_text())
+    assert data["bandwidth"]["single"]["gbps"]["copy"] > 0
+    assert [r["streams"] for r in data["curve"]] == list(range(len(data["stream_cpus"]) + 1))
+    assert set(data["phases"]) == {"raw", "draft", "verify"}
+    assert data["c_bytes"] == pytest.approx(1.0)  # same-size tiny models
