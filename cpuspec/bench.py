@@ -43,6 +43,8 @@ class BenchConfig:
     draft_path: Path | None = None
     policies: list[str] = field(default_factory=lambda: ["static", "adaptive"])
     drafter: str = "model"  # or "lookup": prompt lookup, no draft model
+    n_gpu_layers: int = 0
+    draft_gpu_layers: int = 0
     cpus: list[int] | None = None          # pin the process here before any context exists
     draft_cpus: list[int] | None = None    # move to these CPUs for each draft phase
     draft_threads: int | None = None
@@ -147,15 +149,52 @@ def environment(threads: int) -> dict:
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def run_bench(cfg: BenchConfig, log: Log = lambda _: None) -> dict:
-    from .engine import Model, Session, check_same_tokenizer
+@dataclass
+class LoadedPair:
+    """Fetched files and loaded models, shared by every point of a sweep that has the same
+    offload settings."""
+    target_f: FetchedModel
+    draft_f: FetchedModel | None
+    pair_name: str
+    target_m: object
+    draft_m: object | None
+
+
+@contextlib.contextmanager
+def load_pair(cfg: BenchConfig, log: Log, fetched=None):
+    from .engine import Model, check_same_tokenizer
+    target_f, draft_f, pair_name = fetched or resolve_models(cfg, log)
+    log(f"loading target {target_f.path.name}"
+        + (f" and draft {draft_f.path.name}" if draft_f else " (prompt-lookup drafter)")
+        + (f" (GPU layers: target {cfg.n_gpu_layers}, draft {cfg.draft_gpu_layers})"
+           if cfg.n_gpu_layers or cfg.draft_gpu_layers else ""))
+    with contextlib.ExitStack() as stack:
+        target_m = stack.enter_context(Model(target_f.path, cfg.n_gpu_layers))
+        draft_m = stack.enter_context(Model(draft_f.path, cfg.draft_gpu_layers)) \
+            if draft_f else None
+        if draft_m:
+            check_same_tokenizer(target_m, draft_m)
+        yield LoadedPair(target_f, draft_f, pair_name, target_m, draft_m)
+
+
+def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
+              loaded: LoadedPair | None = None) -> dict:
+    """One bench point; loads the pair unless a sweep passes it in already loaded."""
+    if loaded is None:
+        from .hardware import CorePinner
+        if cfg.cpus:  # before any llama.cpp thread exists: its workers inherit it
+            CorePinner().pin(cfg.cpus)
+        with load_pair(cfg, log) as pair:
+            return run_bench(cfg, log, pair)
+    from .engine import Session
     from .hardware import CorePinner
-    target_f, draft_f, pair_name = resolve_models(cfg, log)
     pinner = CorePinner()
     if cfg.cpus:
-        pinner.pin(cfg.cpus)  # before any llama.cpp thread exists: its workers inherit it
+        pinner.pin(cfg.cpus)
+    target_f, draft_f, target_m, draft_m = (loaded.target_f, loaded.draft_f, loaded.target_m,
+                                            loaded.draft_m)
     results = {"schema_version": SCHEMA_VERSION, "meta": environment(cfg.threads),
-               "settings": {"pair": pair_name, "k": cfg.k, "max_tokens": cfg.max_tokens,
+               "settings": {"pair": loaded.pair_name, "k": cfg.k, "max_tokens": cfg.max_tokens,
                             "repetitions": cfg.repetitions, "warmup": cfg.warmup,
                             "threads": cfg.threads, "tasks": list(dict.fromkeys(
                                 p.task for p in cfg.prompts)),
@@ -163,22 +202,18 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None) -> dict:
                             "policies": cfg.policies, "drafter": cfg.drafter,
                             "cpus": cfg.cpus, "draft_cpus": cfg.draft_cpus,
                             "draft_threads": cfg.draft_threads or cfg.threads,
+                            "n_gpu_layers": cfg.n_gpu_layers,
+                            "draft_gpu_layers": cfg.draft_gpu_layers,
                             "verification": "greedy"},
                "models": {"target": target_f.to_dict(),
                           "draft": draft_f.to_dict() if draft_f else
                           {"drafter": "lookup", "ngram_max": NGRAM_MAX, "ngram_min": NGRAM_MIN}},
                "prompts": [asdict(p) for p in cfg.prompts], "runs": [], "audit": []}
-    log(f"loading target {target_f.path.name}"
-        + (f" and draft {draft_f.path.name}" if draft_f else " (prompt-lookup drafter)"))
+    for role, m in (("target", target_m), ("draft", draft_m)):
+        if m:
+            results["models"][role].update(desc=m.desc, n_params=m.n_params,
+                                           weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
     with contextlib.ExitStack() as stack:
-        target_m = stack.enter_context(Model(target_f.path))
-        draft_m = stack.enter_context(Model(draft_f.path)) if draft_f else None
-        if draft_m:
-            check_same_tokenizer(target_m, draft_m)
-        for role, m in (("target", target_m), ("draft", draft_m)):
-            if m:
-                results["models"][role].update(desc=m.desc, n_params=m.n_params,
-                                               weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
         encoded = [target_m.tokenize(target_m.format_chat(p.text)) for p in cfg.prompts]
         n_ctx = max(map(len, encoded)) + cfg.max_tokens + cfg.k + CTX_SLACK_TOKENS
         target_session = stack.enter_context(Session(target_m, n_ctx, cfg.threads))

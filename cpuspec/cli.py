@@ -1,8 +1,8 @@
 """Click commands only: parse, build a config, call the core, hand results to a printer."""
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -34,6 +34,19 @@ def _positive(ctx, param, value):
     if value is not None and value < 1:
         raise click.BadParameter("must be at least 1")
     return value
+
+
+def _values(minimum):
+    """Click callback: a llama-bench style list/range (1,2,4 / 1-8 / 1-8+2 / 1-16*2)."""
+    def parse(ctx, param, value):
+        if value is None:
+            return None
+        from .sweep import SweepError, parse_values
+        try:
+            return parse_values(value, minimum, max(param.opts, key=len))
+        except SweepError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return parse
 
 
 POLICIES = ("static", "adaptive", "off")
@@ -80,20 +93,25 @@ def _task_list(ctx, param, value):
               help="Use this local GGUF as the target instead of the pair's.")
 @click.option("--draft", "draft_path", type=click.Path(path_type=Path),
               help="Use this local GGUF as the draft instead of the pair's.")
-@click.option("-t", "--threads", type=int, callback=_positive,
-              help="Threads for both models [default: the chosen cores, else the physical "
-                   "cores in this process's affinity].")
-@click.option("--p-cores", type=click.IntRange(min=0), default=0,
+@click.option("-t", "--threads", callback=_values(1),
+              help="Threads for both models; a list or range sweeps [default: the chosen "
+                   "cores, else the physical cores in this process's affinity].")
+@click.option("--p-cores", default="0", callback=_values(0),
               help="Pin to N P-cores (every core of a non-hybrid CPU counts as a P-core).")
-@click.option("--e-cores", type=click.IntRange(min=0), default=0,
+@click.option("--e-cores", default="0", callback=_values(0),
               help="Pin to M E-cores (hybrid Intel CPUs).")
+@click.option("-ngl", "--n-gpu-layers", default="0", callback=_values(0),
+              help="Target layers offloaded to the GPU (needs a GPU build of "
+                   "llama-cpp-python); e.g. 0,16,99.")
+@click.option("-ngld", "--draft-gpu-layers", default="0", callback=_values(0),
+              help="Draft layers offloaded to the GPU.")
 @click.option("--smt", is_flag=True, help="Use every SMT sibling of the chosen cores.")
 @click.option("--draft-threads", type=int, callback=_positive,
               help="Threads for the draft model [default: --threads] (llama.cpp's -td).")
 @click.option("--draft-cores", callback=lambda c, p, v: _cpu_list(v),
               help="CPU list for the draft phase, e.g. 12-15 (llama.cpp's -Cd).")
-@click.option("-k", "--draft-len", "k", type=int, default=4, show_default=True,
-              callback=_positive, help="Draft tokens per round.")
+@click.option("-k", "--draft-len", "k", default="4", show_default=True, callback=_values(1),
+              help="Draft tokens per round; a list or range sweeps.")
 @click.option("-n", "--max-tokens", type=int, default=128, show_default=True,
               callback=_positive, help="Tokens generated per prompt.")
 @click.option("--tasks", callback=_task_list,
@@ -120,8 +138,8 @@ def _task_list(ctx, param, value):
               help="Write every raw sample, the settings and the environment here.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path),
               help="Write the summary table as CSV here.")
-def bench(pair, target_path, draft_path, threads, p_cores, e_cores, smt, draft_threads,
-          draft_cores, k, max_tokens, tasks, prompts_file,
+def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
+          draft_gpu_layers, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, policies, drafter, json_path, csv_path):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
@@ -132,6 +150,8 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, smt, draft_t
       cpuspec bench --prompts mine.jsonl --json results.json
       cpuspec bench --target big.gguf --draft small.gguf
       cpuspec bench --drafter lookup --tasks grounded
+      cpuspec bench --threads 1,2 --draft-len 1,2,4       # one sweep, one table
+      cpuspec bench --n-gpu-layers 0,99 --draft-gpu-layers 0,99
     """
     from .bench import BenchConfig, run_bench
     from .engine import EngineError
@@ -154,25 +174,38 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, smt, draft_t
     for p in (json_path, csv_path):
         if p is not None and not p.parent.exists():
             raise click.ClickException(f"folder does not exist for output file {p}")
+    from .sweep import Point, expand
     hw = detect_hardware()
-    try:
-        cpus = select_cpus(hw, p_cores, e_cores, smt) if (p_cores or e_cores) else None
+    axes = {"n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
+            "p_cores": p_cores, "e_cores": e_cores, "threads": threads or [0], "k": k}
+    points = expand(axes)
+    try:  # every point's core selection is checked before anything runs
+        cpus_of = {(p.p_cores, p.e_cores): select_cpus(hw, p.p_cores, p.e_cores, smt)
+                   if (p.p_cores or p.e_cores) else None for p in points}
         if draft_cores:
             draft_cores = check_cpus(hw, draft_cores)
     except HardwareError as exc:
         raise click.ClickException(str(exc))
-    n_cpus = len(cpus or current_affinity())
-    if threads is None:
-        threads = len(cpus) if cpus else default_threads()
-    elif threads > n_cpus:
-        _log(f"WARNING: --threads {threads} is more than the {n_cpus} CPUs this process may "
-             f"use; threads will share cores and decode slower (try --threads {n_cpus})")
-    cfg = BenchConfig(prompts=prompts, threads=threads, k=k, max_tokens=max_tokens,
-                      repetitions=repetitions, warmup=warmup, pair=pair,
-                      target_path=target_path, draft_path=draft_path, policies=policies,
-                      drafter=drafter, cpus=cpus, draft_cpus=draft_cores,
-                      draft_threads=draft_threads,
-                      argv=["cpuspec", *sys.argv[1:]])
+
+    def point_cfg(base: BenchConfig, p: Point) -> BenchConfig:
+        cpus = cpus_of[(p.p_cores, p.e_cores)]
+        n_cpus = len(cpus or current_affinity())
+        n_threads = p.threads or (len(cpus) if cpus else default_threads())
+        if n_threads > n_cpus:
+            _log(f"WARNING: --threads {n_threads} is more than the {n_cpus} CPUs this process "
+                 f"may use; threads will share cores and decode slower "
+                 f"(try --threads {n_cpus})")
+        return dataclasses.replace(base, threads=n_threads, k=p.k, cpus=cpus)
+
+    base = BenchConfig(prompts=prompts, threads=1, max_tokens=max_tokens,
+                       repetitions=repetitions, warmup=warmup, pair=pair,
+                       target_path=target_path, draft_path=draft_path, policies=policies,
+                       drafter=drafter, draft_cpus=draft_cores, draft_threads=draft_threads,
+                       argv=["cpuspec", *sys.argv[1:]])
+    if len(points) > 1 or points[0].n_gpu_layers or points[0].draft_gpu_layers:
+        return _sweep(base, points, point_cfg, json_path, csv_path)
+    cfg = point_cfg(base, points[0])
+    threads, k, cpus = cfg.threads, cfg.k, cfg.cpus
     _log(f"cpuspec bench: {len(prompts)} prompts, k = {k}, {max_tokens} tokens, "
          f"{threads} threads" + (f", pinned to CPUs {','.join(map(str, cpus))}" if cpus else ""))
     try:
@@ -203,6 +236,57 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, smt, draft_t
     if csv_path:
         csv_path.write_text(render_csv(s))
         _log(f"wrote {csv_path}")
+
+
+def _sweep(base, points, point_cfg, json_path, csv_path):
+    """Run a sweep: a row per point as soon as it finishes (and the JSON rewritten with every
+    finished point, so an interrupted sweep keeps them), then one table of what varies."""
+    from .engine import EngineError, supports_gpu_offload
+    from .report import SCHEMA_VERSION, write_json
+    from .sweep import GPU_SKIP_REASON, headline, render_sweep, run_sweep, sweep_row, varying
+    axes = varying(points) or ["threads"]
+    gpu_ok = supports_gpu_offload()
+    doc = {"schema_version": SCHEMA_VERSION, "kind": "sweep", "axes": axes,
+           "gpu_offload_supported": gpu_ok, "rows": [], "points": []}
+    _log(f"cpuspec bench: sweep of {len(points)} points over {', '.join(axes)}")
+
+    def on_point(point, results, skip):
+        row = sweep_row(point, results, skip)
+        doc["rows"].append(row)
+        doc["points"].append(results or {"point": point.as_dict(), "skipped": skip})
+        if skip:
+            _log(f"point {point.as_dict()}: {skip}")
+        else:
+            click.echo(f"point {', '.join(f'{a}={row[a]}' for a in axes)}: raw "
+                       f"{row['raw_tok_s']:.1f} t/s, SD {row['sd_tok_s']:.1f} t/s "
+                       f"({row['measured_speedup']:.2f}×), a {row['a'] or 0:.2f}, "
+                       f"SD {row['verdict']}")
+        if json_path:
+            write_json(doc, json_path)
+
+    try:
+        run_sweep(base, points, point_cfg, on_point, gpu_ok, _log)
+    except (ModelError, EngineError) as exc:
+        raise click.ClickException(str(exc))
+    click.echo("")
+    click.echo(render_sweep(doc["rows"], axes))
+    if any("skipped" in r for r in doc["rows"]):
+        click.echo(f"\nGPU points {GPU_SKIP_REASON}. Install a GPU build of llama-cpp-python "
+                   "(see the README: CUDA, Metal or Vulkan) to measure them.")
+    line = headline(doc["rows"])
+    if line:
+        click.echo(line)
+    if csv_path:
+        import csv
+        import io
+        buf = io.StringIO()
+        fields = list(dict.fromkeys(k for r in doc["rows"] for k in r))
+        w = csv.DictWriter(buf, fields)
+        w.writeheader()
+        w.writerows(doc["rows"])
+        csv_path.write_text(buf.getvalue())
+    if json_path:
+        _log(f"wrote {json_path}")
 
 
 @main.command()

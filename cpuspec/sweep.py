@@ -1,0 +1,173 @@
+"""llama-bench-style sweeps: comma lists and ranges expand to a cartesian product of points,
+ordered so each model pair loads as rarely as possible; every finished point is handed to a
+callback at once (the CLI prints its row and rewrites the JSON), so an interrupted sweep keeps
+what it measured.
+
+Value syntax (as llama-bench): `4`, `1,2,4`, `1-8` (1..8), `1-8+2` (1,3,5,7), `1-16*2`
+(1,2,4,8,16), and comma lists of those.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from .bench import BenchConfig, load_pair, resolve_models, run_bench
+
+_RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
+GPU_SKIP_REASON = "skipped: this llama-cpp-python build has no GPU offload"
+# Axes in loading order: the GPU layers decide which models are loaded, cores are re-pinned,
+# threads and k change only the contexts.
+AXES = ("n_gpu_layers", "draft_gpu_layers", "p_cores", "e_cores", "threads", "k")
+
+
+class SweepError(ValueError):
+    """A value list cannot be parsed; the message quotes it."""
+
+
+def parse_values(text: str, minimum: int = 1, name: str = "value") -> list[int]:
+    out: list[int] = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if item.isdigit():
+            values = [int(item)]
+        else:
+            m = _RANGE.match(item)
+            if not m:
+                raise SweepError(f"{name}: {item!r} is not a number or a range like 1-8, "
+                                 "1-8+2 or 1-16*2")
+            lo, hi, op, step = int(m[1]), int(m[2]), m[3], int(m[4] or 1)
+            if hi < lo:
+                raise SweepError(f"{name}: range {item!r} runs backwards")
+            if op == "*":
+                if lo < 1 or step < 2:
+                    raise SweepError(f"{name}: {item!r}: a *-range needs a start ≥ 1 and a "
+                                     "factor ≥ 2")
+                values, v = [], lo
+                while v <= hi:
+                    values.append(v)
+                    v *= step
+            else:
+                if step < 1:
+                    raise SweepError(f"{name}: {item!r}: the step must be ≥ 1")
+                values = list(range(lo, hi + 1, step))
+        for v in values:
+            if v < minimum:
+                raise SweepError(f"{name}: {v}: must be at least {minimum}")
+        out += values
+    return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class Point:
+    n_gpu_layers: int = 0
+    draft_gpu_layers: int = 0
+    p_cores: int = 0
+    e_cores: int = 0
+    threads: int = 0
+    k: int = 4
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, a) for a in AXES)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def expand(axes: dict[str, list[int]]) -> list[Point]:
+    """Cartesian product, ordered by AXES (GPU layers outermost: one model load per pair)."""
+    names = [a for a in AXES if a in axes]
+    points = [Point(**dict(zip(names, combo)))
+              for combo in itertools.product(*(axes[a] for a in names))]
+    return sorted(points, key=Point.key)
+
+
+def varying(points: list[Point]) -> list[str]:
+    return [a for a in AXES if len({getattr(p, a) for p in points}) > 1]
+
+
+def run_sweep(base: BenchConfig, points: list[Point],
+              point_cfg: Callable[[BenchConfig, Point], BenchConfig],
+              on_point: Callable[[Point, dict | None, str | None], None],
+              gpu_ok: bool, log: Callable[[str], None] = lambda _: None) -> None:
+    """Run every point; on_point(point, results, skip_reason) after each one."""
+    fetched = resolve_models(base, log)
+    for (ngl, dgl), group in itertools.groupby(points, lambda p: (p.n_gpu_layers,
+                                                                  p.draft_gpu_layers)):
+        group = list(group)
+        if (ngl or dgl) and not gpu_ok:
+            for p in group:
+                on_point(p, None, GPU_SKIP_REASON)
+            continue
+        load_cfg = dataclasses.replace(base, n_gpu_layers=ngl, draft_gpu_layers=dgl)
+        with load_pair(load_cfg, log, fetched) as loaded:
+            for p in group:
+                cfg = point_cfg(load_cfg, p)
+                log(f"point {p.as_dict()}")
+                on_point(p, run_bench(cfg, log, loaded), None)
+
+
+
+def sweep_row(point: Point, results: dict | None, skip: str | None) -> dict:
+    """One row per point: its coordinates and the overall figures (or why it was skipped)."""
+    row = point.as_dict()
+    if skip:
+        return row | {"skipped": skip}
+    s = results["summary"]["overall"]
+    cost = s.get("cost", {})
+    return row | {"threads": results["settings"]["threads"],
+                  "raw_tok_s": s["raw_tok_s"], "sd_tok_s": s["sd_tok_s"],
+                  "measured_speedup": s["measured_speedup"], "a": s.get("a"),
+                  "c": cost.get("c"), "alpha": cost.get("alpha"), "beta": cost.get("beta"),
+                  "break_even_a": cost.get("break_even_a"),
+                  "verdict": ("ON" if cost.get("pays") else "OFF") if cost else None,
+                  "adaptive_speedup": s.get("adaptive_speedup")}
+
+
+METRIC_COLUMNS = [("raw_tok_s", "raw t/s", ".1f"), ("sd_tok_s", "SD t/s", ".1f"),
+                  ("measured_speedup", "SD ×raw", ".2f"), ("a", "a", ".2f"), ("c", "c", ".2f"),
+                  ("alpha", "α", ".2f"), ("beta", "β", ".2f"), ("break_even_a", "1+α+β", ".2f"),
+                  ("verdict", "SD", ""), ("adaptive_speedup", "adaptive ×raw", ".2f")]
+
+
+def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") -> str:
+    """Markdown table: the axes that vary, then the metrics; with GPU points, each point's raw
+    tok/s relative to the CPU-only point of the same threads/k/cores."""
+    from tabulate import tabulate
+    gpu = any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows)
+    cpu_raw = {(r["p_cores"], r["e_cores"], r["threads"], r["k"]): r.get("raw_tok_s")
+               for r in rows if not r["n_gpu_layers"] and not r["draft_gpu_layers"]}
+    headers = list(axes) + [h for _, h, _ in METRIC_COLUMNS] + (["raw ×CPU"] if gpu else [])
+    out = []
+    for r in rows:
+        line = [r[a] for a in axes]
+        if "skipped" in r:
+            out.append(line + [r["skipped"]] + [""] * (len(headers) - len(line) - 1))
+            continue
+        line += ["-" if r.get(k) is None else format(r[k], f) for k, _, f in METRIC_COLUMNS]
+        if gpu:
+            base = cpu_raw.get((r["p_cores"], r["e_cores"], r["threads"], r["k"]))
+            line.append(f"{r['raw_tok_s'] / base:.2f}" if base else "-")
+        out.append(line)
+    return tabulate(out, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def headline(rows: list[dict]) -> str | None:
+    """Where SD flips from OFF on the CPU to ON with offload, and why (c and β)."""
+    cpu = [r for r in rows if "skipped" not in r and not r["n_gpu_layers"]
+           and not r["draft_gpu_layers"]]
+    gpu = [r for r in rows if "skipped" not in r and (r["n_gpu_layers"] or
+                                                      r["draft_gpu_layers"])]
+    if not cpu or not gpu:
+        return None
+    lines = []
+    for g in gpu:
+        for c in cpu:
+            if (c["threads"], c["k"]) == (g["threads"], g["k"]) and c["verdict"] != g["verdict"]:
+                lines.append(f"SD flips {c['verdict']} → {g['verdict']} with target/draft GPU "
+                             f"layers {g['n_gpu_layers']}/{g['draft_gpu_layers']} (k = {g['k']}):"
+                             f" c {c['c']:.2f} → {g['c']:.2f}, β {c['beta']:.2f} → "
+                             f"{g['beta']:.2f}")
+    return "\n".join(lines) or "SD's verdict is the same on the CPU and with offload."

@@ -1,0 +1,102 @@
+"""Sweeps: value parsing, point order, the skip path without GPU offload (the build installed
+here), and a sweep killed mid-way that keeps its finished points."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.cli import main
+from cpuspec.sweep import GPU_SKIP_REASON, Point, SweepError, expand, parse_values, varying
+
+
+@pytest.mark.parametrize("text, values", [
+    ("4", [4]), ("1,2,4", [1, 2, 4]), ("1-4", [1, 2, 3, 4]), ("1-8+2", [1, 3, 5, 7]),
+    ("1-16*2", [1, 2, 4, 8, 16]), ("2-20*3", [2, 6, 18]), ("1,1-3", [1, 2, 3]),
+    (" 1 , 2 ", [1, 2]),
+])
+def test_parse_values(text, values):
+    assert parse_values(text) == values
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1-", "not a number or a range"), ("8-1", "runs backwards"), ("0", "must be at least 1"),
+    ("two", "not a number"), ("1-8+0", "step must be"), ("0-8*2", "start ≥ 1"),
+    ("1-8*1", "factor ≥ 2"), ("", "not a number"), ("-1", "not a number"),
+])
+def test_parse_values_rejects(text, message):
+    with pytest.raises(SweepError, match=message):
+        parse_values(text)
+
+
+def test_zero_allowed_where_minimum_is_zero():
+    assert parse_values("0,16,99", minimum=0) == [0, 16, 99]
+
+
+def test_points_ordered_so_models_load_once_per_offload_setting():
+    pts = expand({"threads": [2, 1], "k": [4, 1], "n_gpu_layers": [99, 0]})
+    assert len(pts) == 8
+    loads = [(p.n_gpu_layers, p.draft_gpu_layers) for p in pts]
+    assert loads == [(0, 0)] * 4 + [(99, 0)] * 4  # two loads, not eight
+    assert [(p.threads, p.k) for p in pts[:4]] == [(1, 1), (1, 4), (2, 1), (2, 4)]
+    assert varying(pts) == ["n_gpu_layers", "threads", "k"]
+    assert varying([Point(threads=2)]) == []
+
+
+def tiny(tiny_models, *extra):
+    return ["bench", "--target", str(tiny_models["target"]), "--draft",
+            str(tiny_models["draft"]), "--max-tokens", "16", "--prompts-per-task", "1",
+            "--tasks", "json", "--warmup", "0", *extra]
+
+
+def test_sweep_threads_and_k_one_table(tiny_models, tmp_path):
+    out = tmp_path / "sweep.json"
+    res = CliRunner().invoke(main, tiny(tiny_models, "--threads", "1,2", "--draft-len", "1,2",
+                                        "--json", str(out)))
+    assert res.exit_code == 0, res.output
+    assert res.output.count("point threads=") == 4
+    table = [l for l in res.output.splitlines() if l.startswith("|")]
+    assert table[0].split("|")[1].strip() == "threads" and "n_gpu_layers" not in table[0]
+    assert len(table) == 2 + 4
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "sweep" and doc["axes"] == ["threads", "k"]
+    assert [(r["threads"], r["k"]) for r in doc["rows"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert all(p["settings"]["k"] == r["k"] for p, r in zip(doc["points"], doc["rows"]))
+
+
+def test_gpu_points_are_skipped_without_offload(tiny_models, tmp_path):
+    from cpuspec.engine import supports_gpu_offload
+    if supports_gpu_offload():
+        pytest.skip("this llama-cpp-python build can offload: the skip path does not apply")
+    out = tmp_path / "gpu.json"
+    res = CliRunner().invoke(main, tiny(tiny_models, "--n-gpu-layers", "0,99",
+                                        "--json", str(out)))
+    assert res.exit_code == 0, res.output
+    assert res.output.count(GPU_SKIP_REASON) >= 1
+    doc = json.loads(out.read_text())
+    assert doc["gpu_offload_supported"] is False
+    assert [r.get("skipped") for r in doc["rows"]] == [None, GPU_SKIP_REASON]
+    assert doc["rows"][0]["raw_tok_s"] > 0
+
+
+def test_killed_sweep_keeps_finished_points(tiny_models, tmp_path):
+    out = tmp_path / "killed.json"
+    cmd = [sys.executable, "-m", "cpuspec", *tiny(tiny_models, "--threads", "1",
+                                                    "--draft-len", "1-40", "--json", str(out))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # wait until at least two points are written
+            if out.exists() and len(json.loads(out.read_text())["rows"]) >= 2:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    doc = json.loads(out.read_text())  # valid JSON despite the kill
+    assert 2 <= len(doc["rows"]) < 40
+    assert all(r["raw_tok_s"] > 0 for r in doc["rows"])
