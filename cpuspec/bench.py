@@ -13,13 +13,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from . import __version__
 from .hardware import detect_hardware
 from .models import FetchedModel, fetch_model, load_registry, local_model
 from .report import SCHEMA_VERSION, summarize
 from .lookup import NGRAM_MAX, NGRAM_MIN, LookupDrafter
 from .policy import AdaptivePolicy
-from .speculative import Generation, generate_raw, generate_speculative
+from .sampling import RejectionVerify, SamplingDecoder
+from .speculative import Generation, generate_raw, generate_speculative, verify_greedy
 from .tasks import Prompt
 
 Log = Callable[[str], None]
@@ -48,6 +51,8 @@ class BenchConfig:
     cpus: list[int] | None = None          # pin the process here before any context exists
     draft_cpus: list[int] | None = None    # move to these CPUs for each draft phase
     draft_threads: int | None = None
+    temperature: float = 0.0   # 0: greedy; > 0: sampling with speculative-sampling verification
+    seed: int = 0
     argv: list[str] = field(default_factory=list)
 
 
@@ -81,6 +86,13 @@ class PinnedDecoder:
     def eval(self, tokens, pos, n_out):
         self.pinner.pin(self.cpus)
         return self.decoder.eval(tokens, pos, n_out)
+
+    def decode(self, tokens, pos, n_out):
+        self.pinner.pin(self.cpus)
+        self.decoder.decode(tokens, pos, n_out)
+
+    def logits(self, n_out):
+        return self.decoder.logits(n_out)
 
     def truncate(self, pos):
         self.decoder.truncate(pos)
@@ -204,7 +216,9 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                             "draft_threads": cfg.draft_threads or cfg.threads,
                             "n_gpu_layers": cfg.n_gpu_layers,
                             "draft_gpu_layers": cfg.draft_gpu_layers,
-                            "verification": "greedy"},
+                            "verification": "greedy" if cfg.temperature <= 0 else
+                            "speculative sampling (min(1, p/q), residual max(0, p - q))",
+                            "temperature": cfg.temperature, "seed": cfg.seed},
                "models": {"target": target_f.to_dict(),
                           "draft": draft_f.to_dict() if draft_f else
                           {"drafter": "lookup", "ngram_max": NGRAM_MAX, "ngram_min": NGRAM_MIN}},
@@ -228,12 +242,19 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         probe = probe_costs(target, draft, encoded[0], cfg.k)
         results["cost_probe"] = probe
 
-        def generate(mode, tokens, max_tokens):
+        def generate(mode, tokens, max_tokens, seed_key=(0,)):
+            t, d, verify = target, draft, verify_greedy
+            if cfg.temperature > 0:  # seeded per generation: reruns draw the same tokens
+                rng = np.random.default_rng([cfg.seed, *seed_key, modes.index(mode)])
+                t = SamplingDecoder(target, cfg.temperature, rng)
+                d = draft if isinstance(draft, LookupDrafter) else \
+                    SamplingDecoder(draft, cfg.temperature, rng)
+                verify = RejectionVerify(rng)
             if mode == "raw":
-                return generate_raw(target, tokens, max_tokens)
+                return generate_raw(t, tokens, max_tokens)
             policy = cfg.k if mode == "static" else AdaptivePolicy(
                 cfg.k, probe["draft_s"], {int(n): v for n, v in probe["verify_s"].items()})
-            return generate_speculative(target, draft, tokens, max_tokens, policy)
+            return generate_speculative(t, d, tokens, max_tokens, policy, verify=verify)
 
         modes = ["raw", *cfg.policies]
         for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
@@ -247,13 +268,14 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 # Rotate which mode goes first, so a drifting machine biases none of them.
                 order = modes[done % len(modes):] + modes[:done % len(modes)]
                 done += 1
-                gens = {mode: generate(mode, tokens, cfg.max_tokens) for mode in order}
+                gens = {mode: generate(mode, tokens, cfg.max_tokens, (rep, done))
+                        for mode in order}
                 for mode in modes:
                     g = gens[mode]
                     results["runs"].append(_run_record(
                         p, rep, mode, g, target_m.detokenize(g.tokens)))
                 same = []
-                for mode in cfg.policies:
+                for mode in cfg.policies if cfg.temperature <= 0 else []:
                     audit = audit_pair(target_session, tokens, gens["raw"].tokens,
                                        gens[mode].tokens)
                     results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,

@@ -130,6 +130,10 @@ def _task_list(ctx, param, value):
               help="SD policies run beside raw decoding: static (k every round), adaptive "
                    "(k chosen per round by the cost model, off when it does not pay), or off "
                    "(raw only).")
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="0: greedy. > 0: sample, and verify with the speculative-sampling rule "
+                   "(lossless in distribution; the token-for-token audit is skipped).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling.")
 @click.option("--drafter", type=click.Choice(["model", "lookup"]), default="model",
               show_default=True,
               help="Draft with the pair's draft model, or by prompt lookup (n-gram match "
@@ -140,7 +144,8 @@ def _task_list(ctx, param, value):
               help="Write the summary table as CSV here.")
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
-          prompts_per_task, repetitions, warmup, policies, drafter, json_path, csv_path):
+          prompts_per_task, repetitions, warmup, policies, temperature, seed, drafter,
+          json_path, csv_path):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
     \b
@@ -201,6 +206,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        repetitions=repetitions, warmup=warmup, pair=pair,
                        target_path=target_path, draft_path=draft_path, policies=policies,
                        drafter=drafter, draft_cpus=draft_cores, draft_threads=draft_threads,
+                       temperature=temperature, seed=seed,
                        argv=["cpuspec", *sys.argv[1:]])
     if len(points) > 1 or points[0].n_gpu_layers or points[0].draft_gpu_layers:
         return _sweep(base, points, point_cfg, json_path, csv_path)
@@ -510,11 +516,22 @@ def report(results_json, fmt):
     Examples:
       cpuspec report results.json --format markdown
     """
-    from .report import ResultsError, read_json, render_csv, render_details, render_table, summarize
+    from .report import (ResultsError, advise as advise_results, read_json, render_advice,
+                         render_csv, render_details, render_table, summarize)
     try:
         results = read_json(results_json)
     except ResultsError as exc:
         raise click.ClickException(str(exc))
+    if results.get("kind") == "sweep":
+        from .sweep import headline, render_sweep
+        click.echo(render_sweep(results["rows"], results["axes"],
+                                "github" if fmt == "markdown" else "simple"))
+        line = headline(results["rows"])
+        if line:
+            click.echo(line)
+        return
+    if results.get("kind") or "runs" not in results:
+        raise click.ClickException(f"{results_json}: not a bench results file")
     s = summarize(results)
     if fmt == "json":
         click.echo(json.dumps(s, indent=1))
@@ -524,6 +541,9 @@ def report(results_json, fmt):
         click.echo(render_table(s, "github" if fmt == "markdown" else "simple"))
         click.echo("")
         click.echo(render_details(s, results["settings"]["k"]))
+        if results.get("cost_probe") and any(r["mode"] == "static" for r in results["runs"]):
+            click.echo("")
+            click.echo(render_advice(advise_results(results), results["settings"]["k"]))
 
 
 if __name__ == "__main__":  # pragma: no cover

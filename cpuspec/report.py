@@ -213,11 +213,15 @@ def render_details(summary: dict, k: int) -> str:
                      f"{pos}; accepted-count histogram {hist}; Python overhead "
                      f"{s['python_overhead_ms_per_round']:.2f} ms/round "
                      f"({s['python_overhead_pct']:.1f}%)")
-        lines.append(f"[{task}] lossless audit: {au['identical']}/{au['n']} outputs identical "
-                     "to target-only decoding"
-                     + (f"; smallest top-2 logit margin at a divergence "
-                        f"{au['min_margin_at_divergence']:.3f}"
-                        if au["min_margin_at_divergence"] is not None else ""))
+        if au["n"] == 0:
+            lines.append(f"[{task}] lossless audit: none token for token (sampling is lossless "
+                         "in distribution only; tests/test_sampling.py checks that)")
+        else:
+            lines.append(f"[{task}] lossless audit: {au['identical']}/{au['n']} outputs "
+                         "identical to target-only decoding"
+                         + (f"; smallest top-2 logit margin at a divergence "
+                            f"{au['min_margin_at_divergence']:.3f}"
+                            if au["min_margin_at_divergence"] is not None else ""))
         if "cost" in s:
             cm = CostModel(**s["cost"])
             lines.append(verdict_line(task, cm, s["measured_speedup"]))

@@ -109,6 +109,15 @@ def draft_tokens(draft: Decoder, pending: Sequence[int], pos: int, k: int
     return drafts, pos
 
 
+def verify_greedy(target: Decoder, draft: Decoder, last: int, drafts: list[int], pos: int
+                  ) -> tuple[int, int]:
+    """One target decode of [last, *drafts] at pos; keep drafts while they equal the target's
+    argmax. Returns (n_accepted, the target's next token after them)."""
+    choice = target.eval([last, *drafts], pos, len(drafts) + 1)
+    n_accepted = count_accepted(drafts, choice)
+    return n_accepted, choice[n_accepted]
+
+
 def count_accepted(drafts: Sequence[int], target_choice: Sequence[int]) -> int:
     """Greedy verification: the longest prefix of drafts equal to the target's argmax choices."""
     n_accepted = 0
@@ -138,11 +147,16 @@ class _FixedK:
         pass
 
 
+Verify = Callable[[Decoder, Decoder, int, list[int], int], tuple[int, int]]
+
+
 def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
                          max_tokens: int, k: int | KPolicy,
-                         clock: Clock = time.perf_counter) -> Generation:
-    """Greedy speculative decoding; with exact arithmetic its output equals generate_raw's.
-    `k` is a fixed draft length or a policy that picks one per round (policy.py).
+                         clock: Clock = time.perf_counter,
+                         verify: Verify = verify_greedy) -> Generation:
+    """Speculative decoding. Greedy by default: with exact arithmetic its output equals
+    generate_raw's. `k` is a fixed draft length or a policy that picks one per round
+    (policy.py); `verify` is the acceptance rule (sampling.py has the stochastic one).
 
     Invariant at the start of a round, with n = len(prompt) + len(tokens): the target's KV holds
     positions [0, n - 1) and tokens[-1] (at position n - 1) is emitted but not yet decoded; the
@@ -173,10 +187,9 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
         drafts, draft_kv = draft_tokens(draft, pending, n_draft_kv, k_round) \
             if k_round > 0 else ([], n_draft_kv)
         t_drafted = clock()
-        target_choice = target.eval([tokens[-1], *drafts], n - 1, len(drafts) + 1)
+        n_accepted, next_token = verify(target, draft, tokens[-1], drafts, n - 1)
         t_verified = clock()
-        n_accepted = count_accepted(drafts, target_choice)
-        emitted = drafts[:n_accepted] + [target_choice[n_accepted]]
+        emitted = drafts[:n_accepted] + [next_token]
         # Roll back rejected positions. Target: keep tokens[-1] and the accepted drafts.
         if n_accepted < len(drafts):
             target.truncate(n + n_accepted)

@@ -244,3 +244,17 @@ def test_contention_on_tiny_models(tiny_models, tmp_path):
     assert [r["streams"] for r in data["curve"]] == list(range(len(data["stream_cpus"]) + 1))
     assert set(data["phases"]) == {"raw", "draft", "verify"}
     assert data["c_bytes"] == pytest.approx(1.0)  # same-size tiny models
+
+
+def test_sampling_bench_is_seeded(tiny_models, tmp_path):
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"t{i}.json"
+        res = run(*tiny_args(tiny_models, "--tasks", "story", "--temperature", "0.8",
+                             "--seed", "7", "--json", str(out)))
+        assert res.exit_code == 0, res.output
+        assert "in distribution only" in res.output
+        outs.append(json.loads(out.read_text()))
+    assert outs[0]["settings"]["temperature"] == 0.8 and outs[0]["audit"] == []
+    tokens = [[r["tokens"] for r in o["runs"]] for o in outs]
+    assert tokens[0] == tokens[1]  # same seed, same draws
