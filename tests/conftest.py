@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -7,6 +8,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_gguf import make_weights, perturb, write_model  # noqa: E402
 
+# The real-model tests keep the fetched Qwen GGUFs in the user's cpuspec cache (or
+# CPUSPEC_HOME as set before the tests), so a second run does not download 1.6 GB again; every
+# file is checked against its sha256 pin before use, so reuse is safe.
+REAL_MODELS_HOME = os.environ.get("CPUSPEC_HOME") or str(Path.home() / ".cache" / "cpuspec")
 TARGET_SEED = 1
 DRAFT_NOISE = 0.1  # the draft agrees often, not always: zero, partial and full rounds all occur
 

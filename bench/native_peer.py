@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""cpuspec's loop side by side with llama.cpp's own C++ tools, in one run, same GGUF files,
+threads and prompts.
+
+Builds `llama-bench` and `llama-speculative-simple` from the llama.cpp vendored in the sdist of
+the installed llama-cpp-python version (pip download, cmake, CPU backend, no curl; cached under
+$CPUSPEC_HOME/native), then alternates the two sides (A B A B) and reports medians and ratios:
+  1. raw decode:  cpuspec generate_raw tok/s     vs  llama-bench -p 0 -n N (tg t/s)
+  2. verify cost: cpuspec (k+1)-token batch t/s  vs  llama-bench -p k+1 -n 0 (pp t/s)
+  3. SD:          cpuspec generate_speculative   vs  llama-speculative-simple --spec-type
+                  draft-simple --spec-draft-n-max k --temp 0 ("decoded … t/s", "accept")
+
+Usage: python bench/native_peer.py [--threads 2] [--k 1,2,4] [--n-tokens 64] [--reps 3]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime as dt
+import io
+import json
+import os
+import pstats
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import llama_cpp
+
+from cpuspec.bench import environment
+from cpuspec.engine import Model, Session
+from cpuspec.models import cpuspec_home, fetch_model, load_registry
+from cpuspec.speculative import generate_raw, generate_speculative
+from cpuspec.tasks import builtin_prompts
+
+HERE = Path(__file__).resolve().parent
+TARGETS = ["llama-bench", "llama-speculative-simple"]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def build_native() -> Path:
+    """Return the folder holding the native binaries, building them on first use."""
+    version = llama_cpp.__version__
+    root = cpuspec_home() / "native" / f"llama-cpp-python-{version}"
+    bin_dir = root / "build" / "bin"
+    if all((bin_dir / t).is_file() for t in TARGETS):
+        return bin_dir
+    root.mkdir(parents=True, exist_ok=True)
+    src = root / f"llama_cpp_python-{version}"
+    if not src.is_dir():
+        log(f"native: pip download llama-cpp-python=={version} (sdist)")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+                        ":all:", "-q", "-d", str(root), f"llama-cpp-python=={version}"],
+                       check=True)
+        with tarfile.open(next(root.glob("llama_cpp_python-*.tar.gz"))) as tar:
+            tar.extractall(root, filter="data")
+    llama_src = src / "vendor" / "llama.cpp"
+    log("native: cmake configure + build (CPU backend; first run only, ~10 min on 2 cores)")
+    subprocess.run(["cmake", "-S", str(llama_src), "-B", str(root / "build"),
+                    "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+                    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+                    "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(root / "build"), "--config", "Release", "-j",
+                    str(os.cpu_count() or 2), "--target", *TARGETS],
+                   check=True, stdout=subprocess.DEVNULL)
+    return bin_dir
+
+
+def native_bench(bin_dir: Path, model: Path, threads: int, n_prompt: int, n_gen: int,
+                 reps: int) -> float:
+    out = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(threads),
+                          "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "-o", "json"],
+                         check=True, capture_output=True, text=True).stdout
+    return float(json.loads(out)[0]["avg_ts"])
+
+
+def native_spec(bin_dir: Path, target: Path, draft: Path, threads: int, prompt: str, n: int,
+                k: int, n_ctx: int) -> dict:
+    proc = subprocess.run(
+        [str(bin_dir / "llama-speculative-simple"), "-m", str(target), "-md", str(draft),
+         "-p", prompt, "-n", str(n), "--temp", "0", "--top-k", "1", "--seed", "1",
+         "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min",
+         "0", "--spec-draft-p-min", "0", "-t", str(threads), "-tb", str(threads),
+         "-c", str(n_ctx), "-ngl", "0", "-ngld", "0"],
+        capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    speed = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s",
+                      text)
+    accept = re.search(r"accept\s+=\s+([\d.]+)%", text)
+    if proc.returncode != 0 or not speed:
+        raise RuntimeError(f"llama-speculative-simple failed:\n{text[-2000:]}")
+    return {"tok_s": float(speed.group(3)), "tokens": int(speed.group(1)),
+            "acceptance_pct": float(accept.group(1)) if accept else None}
+
+
+class NoStop:
+    """Decode past end-of-generation tokens, as llama-bench's tg test does."""
+
+    def __init__(self, session: Session):
+        self.s = session
+
+    def eval(self, tokens, pos, n_out):
+        return self.s.eval(tokens, pos, n_out)
+
+    def truncate(self, pos):
+        self.s.truncate(pos)
+
+    def is_eog(self, token):
+        return False
+
+
+def cpuspec_raw(target: Session, n_gen: int) -> float:
+    g = generate_raw(NoStop(target), [0], n_gen + 1)  # one token of context, like tg
+    return g.decode_tokens / g.decode_s
+
+
+def cpuspec_verify(target: Session, n_tokens: int, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        target.clear()
+        t0 = time.perf_counter()
+        target.eval(list(range(100, 100 + n_tokens)), 0, n_tokens)
+        times.append(time.perf_counter() - t0)
+    return n_tokens / statistics.median(times)
+
+
+def cpuspec_spec(target: Session, draft: Session, tokens: list[int], n: int, k: int) -> dict:
+    g = generate_speculative(target, draft, tokens, n, k)
+    drafted = sum(r.k for r in g.rounds)
+    return {"tok_s": g.decode_tokens / g.decode_s, "tokens": len(g.tokens),
+            "acceptance_pct": 100.0 * sum(r.n_accepted for r in g.rounds) / max(drafted, 1),
+            "python_overhead_pct": 100.0 * sum(r.round_s - r.draft_s - r.verify_s
+                                               for r in g.rounds)
+            / sum(r.round_s for r in g.rounds)}
+
+
+def profile_round(target: Session, draft: Session, tokens: list[int], k: int, path: Path):
+    """cProfile of speculative generation: where a round's time goes."""
+    prof = cProfile.Profile()
+    prof.enable()
+    generate_speculative(target, draft, tokens, 64, k)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(25)
+    path.write_text(buf.getvalue())
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--k", default="1,2,4", help="comma list of draft lengths")
+    ap.add_argument("--n-tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3, help="A/B alternations")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "native_peer.json")
+    args = ap.parse_args()
+    ks = [int(x) for x in args.k.split(",")]
+
+    bin_dir = build_native()
+    reg = load_registry()
+    pair = reg.pair(None)
+    tpath = fetch_model(reg.model(pair.target), log).path
+    dpath = fetch_model(reg.model(pair.draft), log).path
+    prompts = builtin_prompts(["json", "code", "story"], 1)
+    res = {"schema_version": 1, "kind": "native_peer", "meta": environment(args.threads),
+           "settings": vars(args) | {"out": str(args.out), "k": ks},
+           "raw": {"cpuspec": [], "native": []}, "verify": {}, "sd": {}}
+    with Model(tpath) as tm, Model(dpath) as dm:
+        texts = [tm.format_chat(p.text) for p in prompts]
+        encoded = [tm.tokenize(t) for t in texts]
+        n_ctx = max(map(len, encoded)) + args.n_tokens + max(ks) + 16
+        n_ctx = max(n_ctx, 256)
+        with Session(tm, n_ctx, args.threads) as target, Session(dm, n_ctx, args.threads) as draft:
+            cpuspec_raw(target, 8)  # warm-up
+            for rep in range(args.reps):
+                log(f"rep {rep + 1}/{args.reps}: raw decode")
+                res["raw"]["native"].append(
+                    native_bench(bin_dir, tpath, args.threads, 0, args.n_tokens, 1))
+                res["raw"]["cpuspec"].append(cpuspec_raw(target, args.n_tokens))
+                for k in ks:
+                    v = res["verify"].setdefault(str(k + 1), {"cpuspec": [], "native": []})
+                    v["native"].append(native_bench(bin_dir, tpath, args.threads, k + 1, 0, 5))
+                    v["cpuspec"].append(cpuspec_verify(target, k + 1, 5))
+                for k in ks:
+                    log(f"rep {rep + 1}/{args.reps}: SD k = {k}")
+                    sd = res["sd"].setdefault(str(k), {"cpuspec": [], "native": []})
+                    for p, text, toks in zip(prompts, texts, encoded):
+                        nat = native_spec(bin_dir, tpath, dpath, args.threads, text,
+                                          args.n_tokens, k, n_ctx)
+                        ours = cpuspec_spec(target, draft, toks, args.n_tokens, k)
+                        sd["native"].append(nat | {"prompt_id": p.prompt_id})
+                        sd["cpuspec"].append(ours | {"prompt_id": p.prompt_id})
+            profile_round(target, draft, encoded[0], max(ks), HERE / "results" /
+                          "profile_sd_round.txt")
+
+    rows = [["raw decode t/s", med(res["raw"]["cpuspec"]), med(res["raw"]["native"])]]
+    for n, v in res["verify"].items():
+        rows.append([f"verify {n} tokens t/s", med(v["cpuspec"]), med(v["native"])])
+    for k, sd in res["sd"].items():
+        rows.append([f"SD k={k} t/s", med([x["tok_s"] for x in sd["cpuspec"]]),
+                     med([x["tok_s"] for x in sd["native"]])])
+        rows.append([f"SD k={k} accept %", med([x["acceptance_pct"] for x in sd["cpuspec"]]),
+                     med([x["acceptance_pct"] for x in sd["native"] if x["acceptance_pct"]
+                          is not None])])
+    overhead = [x["python_overhead_pct"] for sd in res["sd"].values() for x in sd["cpuspec"]]
+    res["table"] = [{"metric": m, "cpuspec": a, "native": b, "ratio": a / b}
+                    for m, a, b in rows]
+    res["python_overhead_pct_median"] = med(overhead)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1))
+    from tabulate import tabulate
+    print(tabulate([[r["metric"], f"{r['cpuspec']:.2f}", f"{r['native']:.2f}",
+                     f"{r['ratio']:.3f}"] for r in res["table"]],
+                   headers=["metric (median)", "cpuspec", "native llama.cpp", "cpuspec ÷ native"],
+                   tablefmt="github"))
+    print(f"\nPython overhead per SD round (median over generations): "
+          f"{res['python_overhead_pct_median']:.2f}% of round time")
+    print(f"{args.threads} threads, {args.n_tokens} tokens, {args.reps} A/B repetitions, "
+          f"llama-cpp-python {llama_cpp.__version__}; written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
