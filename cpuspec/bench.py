@@ -31,6 +31,8 @@ CTX_SLACK_TOKENS = 16
 WARMUP_MAX_TOKENS = 16
 # Timed repetitions of each cost-probe decode (median taken).
 PROBE_REPS = 5
+# Tokens in the probe of the draft's catch-up batch (the adaptive policy's probe cost).
+CATCHUP_PROBE_TOKENS = 32
 
 
 @dataclass
@@ -114,6 +116,8 @@ def probe_costs(target, draft, prompt: list[int], k_max: int, reps: int = PROBE_
         d.truncate(0)
         d.eval(prompt, 0, 1)
     batch = (prompt * (k_max + 2))[:k_max + 1]
+    catchup = (prompt * (CATCHUP_PROBE_TOKENS // max(len(prompt), 1) + 1))[:CATCHUP_PROBE_TOKENS]
+    catchup_samples: list[float] = []
     for _ in range(reps):
         for n in samples:
             t0 = time.perf_counter()
@@ -124,11 +128,17 @@ def probe_costs(target, draft, prompt: list[int], k_max: int, reps: int = PROBE_
         draft.eval(batch[:1], pos, 1)
         draft_samples.append(time.perf_counter() - t0)
         draft.truncate(pos)
+        t0 = time.perf_counter()  # the draft catching up after plain steps: one batch
+        draft.eval(catchup, pos, 1)
+        catchup_samples.append((time.perf_counter() - t0) / len(catchup))
+        draft.truncate(pos)
     return {"position": pos, "reps": reps,
             "verify_samples_s": {str(n): v for n, v in samples.items()},
             "draft_samples_s": draft_samples,
             "verify_s": {str(n): statistics.median(v) for n, v in samples.items()},
-            "draft_s": statistics.median(draft_samples)}
+            "draft_s": statistics.median(draft_samples),
+            "draft_catchup_samples_s_per_token": catchup_samples,
+            "draft_catchup_s_per_token": statistics.median(catchup_samples)}
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -253,7 +263,8 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             if mode == "raw":
                 return generate_raw(t, tokens, max_tokens)
             policy = cfg.k if mode == "static" else AdaptivePolicy(
-                cfg.k, probe["draft_s"], {int(n): v for n, v in probe["verify_s"].items()})
+                cfg.k, probe["draft_s"], {int(n): v for n, v in probe["verify_s"].items()},
+                catchup_s=probe["draft_catchup_s_per_token"])
             return generate_speculative(t, d, tokens, max_tokens, policy, verify=verify)
 
         modes = ["raw", *cfg.policies]

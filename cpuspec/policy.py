@@ -26,6 +26,11 @@ PROBE_K = 2
 # When the costs alone rule speculation out (even 100 % acceptance would not pay), acceptance
 # cannot change the verdict: probe this many times less often, just to refresh the draft cost.
 COSTS_RULE_OUT_PROBE_FACTOR = 8
+# A probe after s plain steps first makes the draft catch up on those s tokens (one batch).
+# Probing is allowed only while that costs at most this fraction of the target decodes it
+# spans: measured here, a 0.5B draft catches up at ~0.2 target decodes per token, so on such a
+# CPU a probe would cost more than speculation could win back, and adaptive stays off.
+PROBE_BUDGET = 0.03
 # Optimistic prior for acceptance before anything is observed, so that speculation is tried.
 PRIOR_SURVIVAL = 0.8
 
@@ -35,11 +40,6 @@ class StaticPolicy:
         if k < 1:
             raise ValueError("k must be ≥ 1")
         self.k = k
-
-    def costs_rule_out(self) -> bool:
-        """True when no k pays even if every draft were accepted."""
-        _, table = choose_k([1.0] * self.k_max, self.draft_s, self.verify_s)
-        return max(c.predicted_speedup for c in table[1:]) < SWITCH_OFF_SPEEDUP
 
     def next_k(self) -> int:
         return self.k
@@ -53,6 +53,7 @@ class AdaptivePolicy:
     k_max: int
     draft_s: float                      # prior: draft time per token (cost probe)
     verify_s: dict[int, float]          # prior: target decode time of n tokens, n = 1..k_max+1
+    catchup_s: float = 0.0              # prior: draft time per token of a catch-up batch
     survival: list[float] = field(default_factory=list)
     on: bool = True
     steps_off: int = 0
@@ -65,6 +66,7 @@ class AdaptivePolicy:
         if not self.survival:
             self.survival = [PRIOR_SURVIVAL ** i for i in range(1, self.k_max + 1)]
         self._after_off = False
+        self._steps_before = 0
 
     def best(self) -> tuple[int, float]:
         k, table = choose_k(self.survival, self.draft_s, self.verify_s)
@@ -75,6 +77,10 @@ class AdaptivePolicy:
         _, table = choose_k([1.0] * self.k_max, self.draft_s, self.verify_s)
         return max(c.predicted_speedup for c in table[1:]) < SWITCH_OFF_SPEEDUP
 
+    def probes_pay(self) -> bool:
+        """Catching the draft up after plain steps is cheap enough to probe at all."""
+        return self.catchup_s <= PROBE_BUDGET * self.verify_s[1]
+
     def next_k(self) -> int:
         k, speedup = self.best()
         if self.on and (k == 0 or speedup < SWITCH_OFF_SPEEDUP):
@@ -83,7 +89,7 @@ class AdaptivePolicy:
             self.on = True
         if self.on:
             choice = k
-        elif self.steps_off >= PROBE_EVERY_STEPS * (
+        elif self.probes_pay() and self.steps_off >= PROBE_EVERY_STEPS * (
                 COSTS_RULE_OUT_PROBE_FACTOR if self.costs_rule_out() else 1):
             choice, self.steps_off = min(PROBE_K, self.k_max), 0
         else:
@@ -95,6 +101,7 @@ class AdaptivePolicy:
         w = EWMA_WEIGHT
         if r.k == 0:
             self.steps_off += 1
+            self._steps_before = self.steps_off
             self.verify_s[1] += w * (r.verify_s - self.verify_s[1])
             self._after_off = True
             return
@@ -102,7 +109,12 @@ class AdaptivePolicy:
             self.survival[i - 1] += w * (float(r.n_accepted >= i) - self.survival[i - 1])
         for i in range(r.k + 1, self.k_max + 1):  # keep survival non-increasing in i
             self.survival[i - 1] = min(self.survival[i - 1], self.survival[r.k - 1])
-        if not self._after_off:  # after plain steps the draft also caught up: not per-token
+        if self._after_off:  # the draft caught up on the plain steps first: learn that cost
+            caught_up = max(self._steps_before, 1)
+            spent = max(r.draft_s - r.k * self.draft_s, 0.0) / caught_up
+            self.catchup_s += w * (spent - self.catchup_s)
+        else:
             self.draft_s += w * (r.draft_s / r.k - self.draft_s)
         self._after_off = False
+        self.steps_off = 0
         self.verify_s[r.k + 1] += w * (r.verify_s - self.verify_s[r.k + 1])

@@ -212,7 +212,11 @@ def render_details(summary: dict, k: int) -> str:
         lines.append(f"[{task}] rounds {s['n_rounds']}; acceptance by draft position 1..{k}: "
                      f"{pos}; accepted-count histogram {hist}; Python overhead "
                      f"{s['python_overhead_ms_per_round']:.2f} ms/round "
-                     f"({s['python_overhead_pct']:.1f}%)")
+                     f"({s['python_overhead_pct']:.1f}%); median wall time per prompt: raw "
+                     f"{s['raw_prompt_wall_s']:.2f} s, SD {s['sd_prompt_wall_s']:.2f} s; "
+                     f"p50/p95/p99 ms per token: raw "
+                     + "/".join(f"{v:.0f}" for v in s["raw_latency_ms"].values()) + ", SD "
+                     + "/".join(f"{v:.0f}" for v in s["sd_latency_ms"].values()))
         if au["n"] == 0:
             lines.append(f"[{task}] lossless audit: none token for token (sampling is lossless "
                          "in distribution only; tests/test_sampling.py checks that)")

@@ -127,14 +127,8 @@ def test_user_prompts_file_and_threads_warning(tiny_models, tmp_path):
 
 def test_tokenizer_mismatch_exits_with_message(tiny_models, tmp_path):
     import tiny_gguf
-    tokens, types, merges = tiny_gguf.vocab()
-    orig = tiny_gguf.vocab
-    tiny_gguf.vocab = lambda: (tokens[:50] + [tokens[51], tokens[50]] + tokens[52:], types,
-                               merges)
-    try:
-        other = tiny_gguf.write_model(tmp_path / "other.gguf", tiny_gguf.make_weights(3))
-    finally:
-        tiny_gguf.vocab = orig
+    other = tiny_gguf.write_model(tmp_path / "other.gguf", tiny_gguf.make_weights(3),
+                                  swap_tokens=50)
     res = run("bench", "--target", str(tiny_models["target"]), "--draft", str(other),
               "--max-tokens", "8", "--prompts-per-task", "1", "--warmup", "0")
     assert res.exit_code != 0 and "tokenizer differs" in res.output

@@ -111,15 +111,8 @@ def test_top2_margin_replays_raw_decoding(models, sessions):
 
 def test_tokenizer_mismatch_is_refused(tmp_path, models):
     import tiny_gguf
-    w = tiny_gguf.make_weights(1)
-    tokens, types, merges = tiny_gguf.vocab()
-    orig = tiny_gguf.vocab
-    tiny_gguf.vocab = lambda: (tokens[:100] + [tokens[101], tokens[100]] + tokens[102:],
-                               types, merges)
-    try:
-        path = tiny_gguf.write_model(tmp_path / "other.gguf", w)
-    finally:
-        tiny_gguf.vocab = orig
+    path = tiny_gguf.write_model(tmp_path / "other.gguf", tiny_gguf.make_weights(1),
+                                 swap_tokens=100)
     with Model(path) as other:
         with pytest.raises(EngineError, match="token 100"):
             check_same_tokenizer(models["target"], other)

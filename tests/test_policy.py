@@ -1,7 +1,7 @@
 """The adaptive draft-length controller on scripted costs and acceptance, and in the loop."""
 import pytest
 
-from cpuspec.policy import (PROBE_EVERY_STEPS, AdaptivePolicy, StaticPolicy)
+from cpuspec.policy import PROBE_EVERY_STEPS, AdaptivePolicy, StaticPolicy
 from cpuspec.speculative import RoundStats, generate_raw, generate_speculative
 from fakes import FakeClock, FakeDecoder, flaky_draft_rule, target_rule
 
@@ -102,3 +102,24 @@ def test_adaptive_in_the_loop(draft_cost, beta, name):
     else:               # static SD wins; adaptive must keep most of it
         assert best_static > 1.5 * tok_s(raw)
         assert tok_s(ad) >= 0.95 * best_static
+
+
+def test_no_probes_when_catching_up_the_draft_costs_too_much():
+    """A probe after s plain steps makes the draft decode those s tokens first; at 0.2 target
+    decodes per token (a 0.5B draft on this CPU) that costs more than speculation can win."""
+    p = AdaptivePolicy(k_max=4, catchup_s=0.2 * T, **GPU_LIKE)
+    ks = feed(p, 30, False, GPU_LIKE) + feed(p, 4 * PROBE_EVERY_STEPS, False, GPU_LIKE)
+    assert not p.probes_pay()
+    assert all(k == 0 for k in ks[ks.index(0):])  # off, and stays off
+
+
+def test_catchup_cost_is_learned_from_a_probe():
+    p = AdaptivePolicy(k_max=4, **GPU_LIKE)
+    feed(p, 30, False, GPU_LIKE)  # off by now
+    while p.next_k() == 0:        # plain steps until the probe
+        p.observe(RoundStats(0, 0, 1, 0.0, T, T))
+    steps = p._steps_before
+    # the probe round: k = 2 drafts plus catching up `steps` tokens at 0.5 decodes each
+    p.observe(RoundStats(2, 0, 1, 2 * GPU_LIKE["draft_s"] + steps * 0.5 * T,
+                         GPU_LIKE["verify_s"][3], 0.0))
+    assert p.catchup_s == pytest.approx(0.1 * 0.5 * T)  # one EWMA step from 0 towards 0.5 T

@@ -86,10 +86,16 @@ def perturb(weights: dict[str, np.ndarray], seed: int, scale: float) -> dict[str
     return out
 
 
-def write_model(path: Path, weights: dict[str, np.ndarray], name: str = "tiny") -> Path:
+def write_model(path: Path, weights: dict[str, np.ndarray], name: str = "tiny",
+                swap_tokens: int | None = None) -> Path:
+    """swap_tokens=i swaps the texts of tokens i and i + 1: same vocabulary size, another
+    tokenizer (for the draft/target mismatch check)."""
     import gguf
     path = Path(path)
     tokens, types, merges = vocab()
+    if swap_tokens is not None:
+        i = swap_tokens
+        tokens[i], tokens[i + 1] = tokens[i + 1], tokens[i]
     wr = gguf.GGUFWriter(str(path), "llama")
     wr.add_name(name)
     wr.add_context_length(N_CTX_TRAIN)
