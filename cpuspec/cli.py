@@ -30,6 +30,16 @@ def main() -> None:
     """
 
 
+def _check_output(path: Path | None) -> None:
+    """Refuse an output path that cannot be written before spending minutes measuring."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise click.ClickException(f"output file {path} is a folder")
+    if not path.parent.exists():
+        raise click.ClickException(f"folder does not exist for output file {path}")
+
+
 def _positive(ctx, param, value):
     if value is not None and value < 1:
         raise click.BadParameter("must be at least 1")
@@ -177,8 +187,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
         if p is not None and not p.is_file():
             raise click.ClickException(f"model file not found: {p}")
     for p in (json_path, csv_path):
-        if p is not None and not p.parent.exists():
-            raise click.ClickException(f"folder does not exist for output file {p}")
+        _check_output(p)
     from .sweep import Point, expand
     hw = detect_hardware()
     axes = {"n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
@@ -366,8 +375,7 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
     if threads > len(cpus):
         raise click.ClickException(f"--threads {threads} is more than the {len(cpus)} chosen "
                                    "CPUs")
-    if json_path is not None and not json_path.parent.exists():
-        raise click.ClickException(f"folder does not exist for output file {json_path}")
+    _check_output(json_path)
     try:
         target_f, draft_f, _ = resolve_models(
             BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,

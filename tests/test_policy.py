@@ -123,3 +123,14 @@ def test_catchup_cost_is_learned_from_a_probe():
     p.observe(RoundStats(2, 0, 1, 2 * GPU_LIKE["draft_s"] + steps * 0.5 * T,
                          GPU_LIKE["verify_s"][3], 0.0))
     assert p.catchup_s == pytest.approx(0.1 * 0.5 * T)  # one EWMA step from 0 towards 0.5 T
+
+
+def test_machine_slowdown_while_off_does_not_switch_speculation_on():
+    """Plain steps that get 2× slower (other load) must not make drafting look cheap."""
+    p = AdaptivePolicy(k_max=4, **CPU_LIKE)
+    assert p.next_k() == 0
+    for _ in range(200):
+        p.observe(RoundStats(0, 0, 1, 0.0, 2 * T, 2 * T))
+        assert p.next_k() == 0
+    assert p.verify_s[1] == pytest.approx(2 * T, rel=1e-3)
+    assert p.draft_s / p.verify_s[1] == pytest.approx(CPU_LIKE["draft_s"] / T)  # c unchanged
