@@ -45,7 +45,9 @@ def test_real_metrics_are_in_range(bench_json):
         assert 0 <= s["acceptance_pct"] <= 100
         assert s["cost"]["c"] > 0 and s["cost"]["beta"] > -1
         assert f"{task}: SD " in stdout
-    assert len(data["audit"]) == 3
+    assert len(data["audit"]) == 6  # 3 prompts, static and adaptive each against raw
+    assert sorted(a["mode"] for a in data["audit"]) == ["adaptive"] * 3 + ["static"] * 3
+    assert "adaptive_speedup" in summary["overall"]
     for a in data["audit"]:
         assert a["identical"] or (a["first_divergence"] is not None
                                   and a["raw_top2_margin"] is not None)
