@@ -251,5 +251,7 @@ def test_sampling_bench_is_seeded(tiny_models, tmp_path):
         assert "in distribution only" in res.output
         outs.append(json.loads(out.read_text()))
     assert outs[0]["settings"]["temperature"] == 0.8 and outs[0]["audit"] == []
-    tokens = [[r["tokens"] for r in o["runs"]] for o in outs]
-    assert tokens[0] == tokens[1]  # same seed, same draws
+    # Same seed, same draws for raw and static. Adaptive picks k from measured timings, so
+    # how many random numbers it uses (and so its tokens) can differ from run to run.
+    tokens = [[r["tokens"] for r in o["runs"] if r["mode"] != "adaptive"] for o in outs]
+    assert len(tokens[0]) == 4 and tokens[0] == tokens[1]
