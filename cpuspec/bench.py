@@ -252,7 +252,20 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         probe = probe_costs(target, draft, encoded[0], cfg.k)
         results["cost_probe"] = probe
 
-        def generate(mode, tokens, max_tokens, seed_key=(0,)):
+        policies: dict[str, AdaptivePolicy] = {}
+
+        def adaptive_policy(task: str) -> AdaptivePolicy:
+            """One controller per task type, carried across that task's prompts: what it
+            learned (acceptance, costs, on/off) from one prompt serves the next, as a server's
+            would, instead of re-learning from the prior every generation."""
+            if task not in policies:
+                policies[task] = AdaptivePolicy(
+                    cfg.k, probe["draft_s"], {int(n): v for n, v in probe["verify_s"].items()},
+                    catchup_s=probe["draft_catchup_s_per_token"])
+            policies[task].new_generation()
+            return policies[task]
+
+        def generate(mode, tokens, max_tokens, seed_key=(0,), task=""):
             t, d, verify = target, draft, verify_greedy
             if cfg.temperature > 0:  # seeded per generation: reruns draw the same tokens
                 rng = np.random.default_rng([cfg.seed, *seed_key, modes.index(mode)])
@@ -262,16 +275,14 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 verify = RejectionVerify(rng)
             if mode == "raw":
                 return generate_raw(t, tokens, max_tokens)
-            policy = cfg.k if mode == "static" else AdaptivePolicy(
-                cfg.k, probe["draft_s"], {int(n): v for n, v in probe["verify_s"].items()},
-                catchup_s=probe["draft_catchup_s_per_token"])
+            policy = cfg.k if mode == "static" else adaptive_policy(task)
             return generate_speculative(t, d, tokens, max_tokens, policy, verify=verify)
 
         modes = ["raw", *cfg.policies]
         for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
             log(f"warm-up {i + 1}/{cfg.warmup}")
             for mode in modes:
-                generate(mode, encoded[0], WARMUP_MAX_TOKENS)
+                generate(mode, encoded[0], WARMUP_MAX_TOKENS, task="(warm-up)")
         total = cfg.repetitions * len(cfg.prompts)
         done = 0
         for rep in range(cfg.repetitions):
@@ -279,7 +290,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 # Rotate which mode goes first, so a drifting machine biases none of them.
                 order = modes[done % len(modes):] + modes[:done % len(modes)]
                 done += 1
-                gens = {mode: generate(mode, tokens, cfg.max_tokens, (rep, done))
+                gens = {mode: generate(mode, tokens, cfg.max_tokens, (rep, done), p.task)
                         for mode in order}
                 for mode in modes:
                     g = gens[mode]

@@ -77,6 +77,13 @@ class AdaptivePolicy:
         _, table = choose_k([1.0] * self.k_max, self.draft_s, self.verify_s)
         return max(c.predicted_speedup for c in table[1:]) < SWITCH_OFF_SPEEDUP
 
+    def new_generation(self) -> None:
+        """A new prompt: the draft starts in step with the target (both prefill the prompt),
+        so no catch-up is pending; what was learned is kept."""
+        self.steps_off = 0
+        self._after_off = False
+        self._steps_before = 0
+
     def probes_pay(self) -> bool:
         """Catching the draft up after plain steps is cheap enough to probe at all."""
         return self.catchup_s <= PROBE_BUDGET * self.verify_s[1]

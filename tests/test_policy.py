@@ -134,3 +134,13 @@ def test_machine_slowdown_while_off_does_not_switch_speculation_on():
         assert p.next_k() == 0
     assert p.verify_s[1] == pytest.approx(2 * T, rel=1e-3)
     assert p.draft_s / p.verify_s[1] == pytest.approx(CPU_LIKE["draft_s"] / T)  # c unchanged
+
+
+def test_policy_carried_across_generations_starts_where_it_left_off():
+    p = AdaptivePolicy(k_max=4, **GPU_LIKE)
+    feed(p, 60, False, GPU_LIKE)
+    assert not p.on
+    survival = list(p.survival)
+    p.new_generation()
+    assert not p.on and p.survival == survival and p.steps_off == 0
+    assert p.next_k() == 0  # no optimistic restart from the prior
