@@ -156,7 +156,7 @@ def test_measured_cost_model_matches_closed_form_when_beta_is_zero():
 def test_choose_k_and_break_even_by_hand():
     from cpuspec.costs import break_even_acceptance, choose_k, expected_tokens
     survival = [0.9, 0.8, 0.6, 0.3]
-    t, d = 0.010, 0.001
+    d = 0.001  # draft time per token; the target decode V(1) is verify[1]
     verify = {1: 0.010, 2: 0.011, 3: 0.012, 4: 0.014, 5: 0.018}
     assert expected_tokens(survival, 2) == pytest.approx(2.7)
     k_best, table = choose_k(survival, d, verify)

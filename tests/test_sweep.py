@@ -1,7 +1,6 @@
 """Sweeps: value parsing, point order, the skip path without GPU offload (the build installed
 here), and a sweep killed mid-way that keeps its finished points."""
 import json
-import os
 import signal
 import subprocess
 import sys
