@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .models import ModelError, fetch_model, load_registry, cached_path, _read_stamp
+from .models import ModelError, cached_path, fetch_model, is_cached, load_registry
 from .tasks import DEFAULT_TASKS, SUITES, PromptsFileError, builtin_prompts, read_prompts_file
 
 
@@ -417,14 +417,10 @@ def models_list(as_json):
     reg = _registry()
     rows = []
     for spec in reg.models.values():
-        path = cached_path(spec)
-        stamp = _read_stamp(path) if path.is_file() else None
         rows.append({"name": spec.name, "repo": spec.repo, "file": spec.file,
                      "size_bytes": spec.size_bytes, "sha256": spec.sha256,
-                     "mirror": bool(spec.mirror),
-                     "cached": bool(stamp and (spec.sha256 is None
-                                               or stamp["sha256"] == spec.sha256)),
-                     "path": str(path)})
+                     "mirror": bool(spec.mirror), "cached": is_cached(spec),
+                     "path": str(cached_path(spec))})
     pairs = [{"name": p.name, "target": p.target, "draft": p.draft, "note": p.note,
               "default": p.name == reg.default_pair} for p in reg.pairs.values()]
     if as_json:

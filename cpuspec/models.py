@@ -180,6 +180,13 @@ def cached_path(spec: ModelSpec) -> Path:
     return models_dir() / spec.file
 
 
+def is_cached(spec: ModelSpec) -> bool:
+    """A verified copy is in the cache (its stamp matches the file and the pin)."""
+    path = cached_path(spec)
+    stamp = _read_stamp(path) if path.is_file() else None
+    return bool(stamp and (spec.sha256 is None or stamp["sha256"] == spec.sha256))
+
+
 def _check_pins(spec: ModelSpec, size: int, digest: str, where: str) -> None:
     if spec.size_bytes is not None and size != spec.size_bytes:
         raise ModelError(f"{spec.name}: {where} has {size} bytes, expected {spec.size_bytes}")
