@@ -30,14 +30,22 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(probs) - 1))
 
 
+# Rows kept for earlier positions: a round's drafts are sampled one eval at a time, and the
+# verify needs q for every one of them, so at least k rows must survive (cpuspec caps k at 32).
+# A row of Qwen's 151936-token vocabulary is 1.2 MB in float64.
+KEEP_ROWS = 33
+
+
 class SamplingDecoder:
     """A Decoder that samples at `temperature`; `probs_at[pos]` is the distribution it sampled
-    the token at position `pos` from."""
+    the token at position `pos` from (the draft's q for RejectionVerify)."""
 
-    def __init__(self, session, temperature: float, rng: np.random.Generator):
+    def __init__(self, session, temperature: float, rng: np.random.Generator,
+                 keep_rows: int = KEEP_ROWS):
         if temperature <= 0:
             raise ValueError("temperature must be > 0 for sampling")
         self.session, self.temperature, self.rng = session, temperature, rng
+        self.keep_rows = keep_rows
         self.probs_at: dict[int, np.ndarray] = {}
 
     def distributions(self, tokens: Sequence[int], pos: int, n_out: int) -> np.ndarray:
@@ -46,9 +54,12 @@ class SamplingDecoder:
 
     def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
         rows = self.distributions(tokens, pos, n_out)
-        for old in [p for p in self.probs_at if p <= pos]:  # earlier rounds' rows: ~1 MB each
-            del self.probs_at[old]
         first = pos + len(tokens) - n_out + 1  # position the first output row predicts
+        # Drop rows of positions long decided (memory), never this round's: an earlier version
+        # dropped every row at ≤ pos, i.e. q of all but the last draft, so RejectionVerify
+        # accepted with p(d) instead of min(1, p(d)/q(d)).
+        for old in [p for p in self.probs_at if p < first - self.keep_rows]:
+            del self.probs_at[old]
         out = []
         for i, row in enumerate(rows):
             self.probs_at[first + i] = row
@@ -74,8 +85,11 @@ class RejectionVerify:
     def __call__(self, target: SamplingDecoder, draft, last: int, drafts: list[int], pos: int
                  ) -> tuple[int, int]:
         p = target.distributions([last, *drafts], pos, len(drafts) + 1)
+        q_rows = getattr(draft, "probs_at", None)
         for i, d in enumerate(drafts):
-            q = getattr(draft, "probs_at", {}).get(pos + 1 + i)
+            q = None if q_rows is None else q_rows.get(pos + 1 + i)
+            if q is None and q_rows is not None:
+                raise RuntimeError(f"no draft distribution for position {pos + 1 + i}")
             q_d = 1.0 if q is None else q[d]
             if self.rng.random() * q_d < p[i][d]:  # accept with probability min(1, p/q)
                 continue

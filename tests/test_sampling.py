@@ -106,3 +106,22 @@ def test_lookup_drafter_with_sampling(sessions):
     prompt = model.tokenize("abc abc abc abc abc")
     g = generate_speculative(target, LookupDrafter(), prompt, 20, 3, verify=RejectionVerify(rng))
     assert len(g.tokens) == 20
+
+
+def test_identical_draft_is_accepted_at_temperature(tiny_models):
+    """With the target's own weights as the draft, p == q at every position, so the rule
+    min(1, p/q) accepts every draft. (A bug that lost q of all but the last draft accepted with
+    probability p(d) instead: about sum(p²), far below 95 % at T = 1.5.)"""
+    with Model(tiny_models["target"]) as t, Model(tiny_models["same"]) as d, \
+            Session(t, 128, 1) as ts, Session(d, 128, 1) as ds:
+        rng = np.random.default_rng(11)
+        target = SamplingDecoder(ts, TEMPERATURE, rng)
+        draft = SamplingDecoder(ds, TEMPERATURE, rng)
+        prompt = t.tokenize("The quick brown fox")
+        accepted = drafted = 0
+        for _ in range(40):
+            g = generate_speculative(target, draft, prompt, 24, 4, verify=RejectionVerify(rng))
+            accepted += sum(r.n_accepted for r in g.rounds)
+            drafted += sum(r.k for r in g.rounds)
+    assert drafted > 300
+    assert accepted / drafted >= 0.95, f"acceptance {accepted / drafted:.1%}"
