@@ -20,6 +20,7 @@ from .hardware import detect_hardware
 from .models import FetchedModel, fetch_model, load_registry, local_model
 from .report import SCHEMA_VERSION, summarize
 from .lookup import NGRAM_MAX, NGRAM_MIN, LookupDrafter
+from .measure import CATCHUP_PROBE_TOKENS, NoiseProbe, NoiseSample, probe_costs
 from .policy import AdaptivePolicy
 from .sampling import RejectionVerify, SamplingDecoder
 from .speculative import Generation, generate_raw, generate_speculative, verify_greedy
@@ -29,10 +30,9 @@ Log = Callable[[str], None]
 # Tokens of slack in the context beyond prompt + max_tokens + k (the verify batch overshoots).
 CTX_SLACK_TOKENS = 16
 WARMUP_MAX_TOKENS = 16
-# Timed repetitions of each cost-probe decode (median taken).
-PROBE_REPS = 5
-# Tokens in the probe of the draft's catch-up batch (the adaptive policy's probe cost).
-CATCHUP_PROBE_TOKENS = 32
+# With --max-noise, a prompt whose generations were disturbed is measured again at most this
+# many times; the disturbed runs are kept in the results under "discarded_runs".
+MAX_NOISE_RERUNS = 3
 
 
 @dataclass
@@ -55,6 +55,7 @@ class BenchConfig:
     draft_threads: int | None = None
     temperature: float = 0.0   # 0: greedy; > 0: sampling with speculative-sampling verification
     seed: int = 0
+    max_noise: float | None = None  # rerun a prompt while others used more CPUs than this
     argv: list[str] = field(default_factory=list)
 
 
@@ -71,12 +72,15 @@ def resolve_models(cfg: BenchConfig, log: Log
     return target, draft, pair.name
 
 
-def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str) -> dict:
+def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str,
+                noise: NoiseSample) -> dict:
     return {"task": p.task, "prompt_id": p.prompt_id, "repetition": rep, "mode": mode,
             "prompt_tokens": g.prompt_tokens, "tokens": g.tokens, "text": text,
-            "prefill_s": g.prefill_s, "decode_s": g.decode_s,
+            "prefill_s": g.prefill_s, "draft_prefill_s": g.draft_prefill_s,
+            "decode_s": g.decode_s, "e2e_s": g.e2e_s,
             "token_latencies_s": g.token_latencies_s,
-            "rounds": [r.as_row() for r in g.rounds], "stop": g.stop}
+            "rounds": [r.as_row() for r in g.rounds], "stop": g.stop,
+            "noise": noise.to_dict()}
 
 
 class PinnedDecoder:
@@ -101,44 +105,6 @@ class PinnedDecoder:
 
     def is_eog(self, token):
         return self.decoder.is_eog(token)
-
-
-def probe_costs(target, draft, prompt: list[int], k_max: int, reps: int = PROBE_REPS) -> dict:
-    """Median time of a target decode of n = 1..k_max+1 tokens and of one draft decode, at the
-    position a generation starts from (after the prompt). The cost model needs the verify cost at
-    every batch size: on a CPU it grows with the batch instead of staying flat."""
-    import statistics
-    import time
-    pos = len(prompt)
-    samples: dict[int, list[float]] = {n: [] for n in range(1, k_max + 2)}
-    draft_samples: list[float] = []
-    for d in (target, draft):  # prefill both, then decode on top and roll back
-        d.truncate(0)
-        d.eval(prompt, 0, 1)
-    batch = (prompt * (k_max + 2))[:k_max + 1]
-    catchup = (prompt * (CATCHUP_PROBE_TOKENS // max(len(prompt), 1) + 1))[:CATCHUP_PROBE_TOKENS]
-    catchup_samples: list[float] = []
-    for _ in range(reps):
-        for n in samples:
-            t0 = time.perf_counter()
-            target.eval(batch[:n], pos, n)
-            samples[n].append(time.perf_counter() - t0)
-            target.truncate(pos)
-        t0 = time.perf_counter()
-        draft.eval(batch[:1], pos, 1)
-        draft_samples.append(time.perf_counter() - t0)
-        draft.truncate(pos)
-        t0 = time.perf_counter()  # the draft catching up after plain steps: one batch
-        draft.eval(catchup, pos, 1)
-        catchup_samples.append((time.perf_counter() - t0) / len(catchup))
-        draft.truncate(pos)
-    return {"position": pos, "reps": reps,
-            "verify_samples_s": {str(n): v for n, v in samples.items()},
-            "draft_samples_s": draft_samples,
-            "verify_s": {str(n): statistics.median(v) for n, v in samples.items()},
-            "draft_s": statistics.median(draft_samples),
-            "draft_catchup_samples_s_per_token": catchup_samples,
-            "draft_catchup_s_per_token": statistics.median(catchup_samples)}
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -199,23 +165,11 @@ def load_pair(cfg: BenchConfig, log: Log, fetched=None):
         yield LoadedPair(target_f, draft_f, pair_name, target_m, draft_m)
 
 
-def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
-              loaded: LoadedPair | None = None) -> dict:
-    """One bench point; loads the pair unless a sweep passes it in already loaded."""
-    if loaded is None:
-        from .hardware import CorePinner
-        if cfg.cpus:  # before any llama.cpp thread exists: its workers inherit it
-            CorePinner().pin(cfg.cpus)
-        with load_pair(cfg, log) as pair:
-            return run_bench(cfg, log, pair)
-    from .engine import Session
-    from .hardware import CorePinner
-    pinner = CorePinner()
-    if cfg.cpus:
-        pinner.pin(cfg.cpus)
-    target_f, draft_f, target_m, draft_m = (loaded.target_f, loaded.draft_f, loaded.target_m,
-                                            loaded.draft_m)
-    results = {"schema_version": SCHEMA_VERSION, "meta": environment(cfg.threads),
+
+def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
+    """The results file's header: what was measured, with what, where. Runs are added later."""
+    results = {"schema_version": SCHEMA_VERSION, "kind": "bench", "complete": False,
+               "meta": environment(cfg.threads),
                "settings": {"pair": loaded.pair_name, "k": cfg.k, "max_tokens": cfg.max_tokens,
                             "repetitions": cfg.repetitions, "warmup": cfg.warmup,
                             "threads": cfg.threads, "tasks": list(dict.fromkeys(
@@ -228,86 +182,156 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                             "draft_gpu_layers": cfg.draft_gpu_layers,
                             "verification": "greedy" if cfg.temperature <= 0 else
                             "speculative sampling (min(1, p/q), residual max(0, p - q))",
-                            "temperature": cfg.temperature, "seed": cfg.seed},
-               "models": {"target": target_f.to_dict(),
-                          "draft": draft_f.to_dict() if draft_f else
+                            "temperature": cfg.temperature, "seed": cfg.seed,
+                            "max_noise": cfg.max_noise,
+                            "windows": {"e2e": "target prefill + draft prefill + every round",
+                                        "decode": "after both prefills"}},
+               "models": {"target": loaded.target_f.to_dict(),
+                          "draft": loaded.draft_f.to_dict() if loaded.draft_f else
                           {"drafter": "lookup", "ngram_max": NGRAM_MAX, "ngram_min": NGRAM_MIN}},
-               "prompts": [asdict(p) for p in cfg.prompts], "runs": [], "audit": []}
-    for role, m in (("target", target_m), ("draft", draft_m)):
+               "prompts": [asdict(p) for p in cfg.prompts], "runs": [], "audit": [],
+               "discarded_runs": []}
+    for role, m in (("target", loaded.target_m), ("draft", loaded.draft_m)):
         if m:
             results["models"][role].update(desc=m.desc, n_params=m.n_params,
                                            weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
+    return results
+
+
+class Generator:
+    """Runs one mode (raw, static, adaptive) on one prompt with the loaded sessions."""
+
+    def __init__(self, cfg: BenchConfig, target, draft, probe: dict | None):
+        self.cfg, self.target, self.draft, self.probe = cfg, target, draft, probe
+        self.modes = ["raw", *cfg.policies]
+        self.policies: dict[str, AdaptivePolicy] = {}
+
+    def adaptive_policy(self, task: str) -> AdaptivePolicy:
+        """One controller per task type, carried across that task's prompts: what it learned
+        (acceptance, costs, on/off) from one prompt serves the next, as a server's would,
+        instead of re-learning from the prior every generation."""
+        if task not in self.policies:
+            p = self.probe
+            self.policies[task] = AdaptivePolicy(
+                self.cfg.k, p["draft_s"], {int(n): v for n, v in p["verify_s"].items()},
+                catchup_s=p["draft_catchup_s_per_token"])
+        self.policies[task].new_generation()
+        return self.policies[task]
+
+    def __call__(self, mode: str, tokens: list[int], max_tokens: int, seed_key=(0,),
+                 task: str = "") -> Generation:
+        cfg = self.cfg
+        t, d, verify = self.target, self.draft, verify_greedy
+        if cfg.temperature > 0:  # seeded per generation: reruns draw the same tokens
+            rng = np.random.default_rng([cfg.seed, *seed_key, self.modes.index(mode)])
+            t = SamplingDecoder(self.target, cfg.temperature, rng)
+            d = self.draft if isinstance(self.draft, LookupDrafter) else \
+                SamplingDecoder(self.draft, cfg.temperature, rng)
+            verify = RejectionVerify(rng)
+        if mode == "raw":
+            return generate_raw(t, tokens, max_tokens)
+        policy = cfg.k if mode == "static" else self.adaptive_policy(task)
+        return generate_speculative(t, d, tokens, max_tokens, policy, verify=verify)
+
+
+def measure_prompt(gen: Generator, p: Prompt, tokens: list[int], rep: int, index: int,
+                   seed_key: tuple) -> tuple[dict[str, Generation], dict[str, NoiseSample]]:
+    """Every mode once on one prompt, each inside a noise probe. The mode that goes first
+    rotates with `index`, so a drifting machine biases none of them."""
+    modes = gen.modes
+    order = modes[index % len(modes):] + modes[:index % len(modes)]
+    gens, noise = {}, {}
+    for mode in order:
+        with NoiseProbe() as probe:
+            gens[mode] = gen(mode, tokens, gen.cfg.max_tokens, seed_key, p.task)
+        noise[mode] = probe.sample
+    return gens, noise
+
+
+def context_size(prompt_lengths: list[int], cfg: BenchConfig) -> int:
+    """KV positions one session needs: the longest prompt, then the longest of the generation
+    (max_tokens plus a verify's k overshoot) and the cost probe's catch-up batch."""
+    return (max(prompt_lengths) + max(cfg.max_tokens + cfg.k, CATCHUP_PROBE_TOKENS, cfg.k + 1)
+            + CTX_SLACK_TOKENS)
+
+
+def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
+              loaded: LoadedPair | None = None,
+              on_update: Callable[[dict], None] | None = None) -> dict:
+    """One bench point; loads the pair unless a sweep passes it in already loaded.
+    `on_update(results)` is called after every prompt with the results so far (marked
+    "complete": false), so a caller can save them before the run ends."""
+    if loaded is None:
+        from .hardware import CorePinner
+        if cfg.cpus:  # before any llama.cpp thread exists: its workers inherit it
+            CorePinner().pin(cfg.cpus)
+        with load_pair(cfg, log) as pair:
+            return run_bench(cfg, log, pair, on_update)
+    from .engine import Session
+    from .hardware import CorePinner
+    pinner = CorePinner()
+    if cfg.cpus:
+        pinner.pin(cfg.cpus)
+    results = describe_run(cfg, loaded)
+    target_m = loaded.target_m
     with contextlib.ExitStack() as stack:
         encoded = [target_m.tokenize(target_m.format_chat(p.text)) for p in cfg.prompts]
-        n_ctx = max(map(len, encoded)) + cfg.max_tokens + cfg.k + CTX_SLACK_TOKENS
+        n_ctx = context_size([len(e) for e in encoded], cfg)
         target_session = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
         target = target_session
-        draft = stack.enter_context(Session(draft_m, n_ctx, cfg.draft_threads or cfg.threads)) \
-            if draft_m else LookupDrafter(target_m.is_eog)
+        draft = stack.enter_context(Session(loaded.draft_m, n_ctx,
+                                            cfg.draft_threads or cfg.threads)) \
+            if loaded.draft_m else LookupDrafter(target_m.is_eog)
         if cfg.draft_cpus:
             target_cpus = cfg.cpus or sorted(os.sched_getaffinity(0))
             target = PinnedDecoder(target, pinner, target_cpus)
             draft = PinnedDecoder(draft, pinner, cfg.draft_cpus)
-        log("cost probe: target decode of 1.." f"{cfg.k + 1} tokens, draft decode")
-        probe = probe_costs(target, draft, encoded[0], cfg.k)
-        results["cost_probe"] = probe
-
-        policies: dict[str, AdaptivePolicy] = {}
-
-        def adaptive_policy(task: str) -> AdaptivePolicy:
-            """One controller per task type, carried across that task's prompts: what it
-            learned (acceptance, costs, on/off) from one prompt serves the next, as a server's
-            would, instead of re-learning from the prior every generation."""
-            if task not in policies:
-                policies[task] = AdaptivePolicy(
-                    cfg.k, probe["draft_s"], {int(n): v for n, v in probe["verify_s"].items()},
-                    catchup_s=probe["draft_catchup_s_per_token"])
-            policies[task].new_generation()
-            return policies[task]
-
-        def generate(mode, tokens, max_tokens, seed_key=(0,), task=""):
-            t, d, verify = target, draft, verify_greedy
-            if cfg.temperature > 0:  # seeded per generation: reruns draw the same tokens
-                rng = np.random.default_rng([cfg.seed, *seed_key, modes.index(mode)])
-                t = SamplingDecoder(target, cfg.temperature, rng)
-                d = draft if isinstance(draft, LookupDrafter) else \
-                    SamplingDecoder(draft, cfg.temperature, rng)
-                verify = RejectionVerify(rng)
-            if mode == "raw":
-                return generate_raw(t, tokens, max_tokens)
-            policy = cfg.k if mode == "static" else adaptive_policy(task)
-            return generate_speculative(t, d, tokens, max_tokens, policy, verify=verify)
-
-        modes = ["raw", *cfg.policies]
+        gen = Generator(cfg, target, draft, None)
         for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
             log(f"warm-up {i + 1}/{cfg.warmup}")
-            for mode in modes:
-                generate(mode, encoded[0], WARMUP_MAX_TOKENS, task="(warm-up)")
+            for mode in ["raw", "static"] if cfg.policies else ["raw"]:
+                gen(mode, encoded[0], WARMUP_MAX_TOKENS, task="(warm-up)")
+        log(f"cost probe: prefills, target decode of 1..{cfg.k + 1} tokens, draft decode")
+        gen.probe = results["cost_probe"] = probe_costs(target, draft, encoded[0], cfg.k)
         total = cfg.repetitions * len(cfg.prompts)
         done = 0
         for rep in range(cfg.repetitions):
             for p, tokens in zip(cfg.prompts, encoded):
-                # Rotate which mode goes first, so a drifting machine biases none of them.
-                order = modes[done % len(modes):] + modes[:done % len(modes)]
                 done += 1
-                gens = {mode: generate(mode, tokens, cfg.max_tokens, (rep, done), p.task)
-                        for mode in order}
-                for mode in modes:
-                    g = gens[mode]
-                    results["runs"].append(_run_record(
-                        p, rep, mode, g, target_m.detokenize(g.tokens)))
-                same = []
+                for attempt in range(MAX_NOISE_RERUNS + 1):
+                    gens, noise = measure_prompt(gen, p, tokens, rep, done, (rep, done))
+                    busiest = max(n.other_cpus for n in noise.values())
+                    worst = max(noise.values(), key=lambda n: (len(n.reasons()),
+                                                               n.other_cpus))
+                    reasons = worst.reasons()
+                    records = [_run_record(p, rep, mode, gens[mode],
+                                           target_m.detokenize(gens[mode].tokens), noise[mode])
+                               for mode in gen.modes]
+                    pressured = any("waited for a CPU" in r for n in noise.values()
+                                    for r in n.reasons())
+                    if cfg.max_noise is None or attempt == MAX_NOISE_RERUNS or not (
+                            busiest > cfg.max_noise or pressured):
+                        break
+                    log(f"[{done}/{total}] {p.prompt_id}: disturbed (other programs used "
+                        f"{busiest:.2f} CPUs; --max-noise {cfg.max_noise}"
+                        + (", CPU pressure" if pressured else "") + "); measuring it again")
+                    results["discarded_runs"] += records
+                results["runs"] += records
+                audited = []
                 for mode in cfg.policies if cfg.temperature <= 0 else []:
                     audit = audit_pair(target_session, tokens, gens["raw"].tokens,
                                        gens[mode].tokens)
                     results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
                                              "repetition": rep, "mode": mode, **audit})
-                    same.append(audit["identical"])
-                speeds = ", ".join(f"{m} {gens[m].decode_tokens / gens[m].decode_s:.1f}"
-                                   for m in modes)
-                log(f"[{done}/{total}] {p.prompt_id}: t/s {speeds}; "
-                    f"{'same output' if all(same) else 'output differs'}")
+                    audited.append(audit["identical"])
+                speeds = ", ".join(f"{m} {len(gens[m].tokens) / gens[m].e2e_s:.1f}"
+                                   for m in gen.modes)
+                same = ("" if not audited else
+                        "; same output" if all(audited) else "; output differs")
+                busy = f"; BUSY: {'; '.join(reasons)}" if reasons else ""
+                log(f"[{done}/{total}] {p.prompt_id}: end-to-end t/s {speeds}{same}{busy}")
+                if on_update:
+                    on_update(results)
     results["summary"] = summarize(results)
+    results["complete"] = True
     return results
-
-

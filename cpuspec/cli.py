@@ -148,6 +148,10 @@ def _task_list(ctx, param, value):
               show_default=True,
               help="Draft with the pair's draft model, or by prompt lookup (n-gram match "
                    "against the prompt and output so far; no draft model, c ≈ 0).")
+@click.option("--max-noise", type=click.FloatRange(min=0), metavar="CPUS",
+              help="Measure a prompt again (up to 3 times) while other programs used more "
+                   "than CPUS CPUs during it, or tasks waited for a CPU over 10% of the time "
+                   "(Linux PSI); e.g. 0.1. Disturbed runs are kept under discarded_runs.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path),
               help="Write every raw sample, the settings and the environment here.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path),
@@ -155,7 +159,7 @@ def _task_list(ctx, param, value):
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, policies, temperature, seed, drafter,
-          json_path, csv_path):
+          max_noise, json_path, csv_path):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
     \b
@@ -172,8 +176,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     from .engine import EngineError
     from .hardware import (HardwareError, check_cpus, current_affinity, default_threads,
                            detect_hardware, select_cpus)
-    from .report import (advise, render_advice, render_audit, render_csv, render_details,
-                         render_table, write_json)
+    from .report import render_csv, write_json
 
     prompts = []
     try:
@@ -215,7 +218,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        repetitions=repetitions, warmup=warmup, pair=pair,
                        target_path=target_path, draft_path=draft_path, policies=policies,
                        drafter=drafter, draft_cpus=draft_cores, draft_threads=draft_threads,
-                       temperature=temperature, seed=seed,
+                       temperature=temperature, seed=seed, max_noise=max_noise,
                        argv=["cpuspec", *sys.argv[1:]])
     if len(points) > 1 or points[0].n_gpu_layers or points[0].draft_gpu_layers:
         return _sweep(base, points, point_cfg, json_path, csv_path)
@@ -233,24 +236,44 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                   else "prompt-lookup drafter")
     click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
                f"k = {k}, {threads} threads, {max_tokens} tokens/prompt")
-    click.echo(render_table(s))
-    click.echo("")
-    click.echo(render_details(s, k))
-    diverged = render_audit(results["audit"])
-    if diverged:
-        click.echo("Outputs that differ from target-only decoding (batched verify logits differ "
-                   "slightly from one-token decoding; flips happen at near-ties):")
-        click.echo(diverged)
-    if "static" in policies:
-        click.echo("\nAdvice from the cost model (every k up to the one measured):")
-        click.echo(render_advice(advise(results), k))
-    click.echo(f"\nllama.cpp: {results['meta']['llama_system_info']}")
+    _print_bench(results)
     if json_path:
         write_json(results, json_path)
         _log(f"wrote {json_path}")
     if csv_path:
         csv_path.write_text(render_csv(s))
         _log(f"wrote {csv_path}")
+
+
+def _print_bench(results: dict, fmt: str = "text") -> None:
+    """The bench's report: table (end-to-end headline, decode-only detail), details, audit,
+    advice, noise warning and the build it ran on. `cpuspec bench` and `cpuspec report` share
+    it."""
+    from .report import (advise, noise_report, render_advice, render_audit, render_details,
+                         render_noise, render_table, summarize)
+    s = summarize(results)
+    k = results["settings"]["k"]
+    click.echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
+               "decode-only = after the prefills. [95% CI] = bootstrap over prompts.")
+    click.echo(render_table(s, "github" if fmt == "markdown" else "simple"))
+    click.echo("")
+    click.echo(render_details(s, k))
+    diverged = render_audit(results.get("audit", []))
+    if diverged:
+        click.echo("Outputs that differ from target-only decoding (batched verify logits differ "
+                   "slightly from one-token decoding; flips happen at near-ties):")
+        click.echo(diverged)
+    if results.get("cost_probe") and any(r["mode"] == "static" for r in results["runs"]):
+        click.echo("\nAdvice from the cost model (every k up to the one measured; decode "
+                   "window):")
+        click.echo(render_advice(advise(results), k))
+    info = results.get("meta", {}).get("llama_system_info")
+    if info:
+        click.echo(f"\nllama.cpp: {info}")
+    warning = render_noise(noise_report(results["runs"]))
+    if warning:
+        click.echo("")
+        click.echo(warning)
 
 
 def _sweep(base, points, point_cfg, json_path, csv_path):
@@ -274,7 +297,7 @@ def _sweep(base, points, point_cfg, json_path, csv_path):
         else:
             click.echo(f"point {', '.join(f'{a}={row[a]}' for a in axes)}: raw "
                        f"{row['raw_tok_s']:.1f} t/s, SD {row['sd_tok_s']:.1f} t/s "
-                       f"({row['measured_speedup']:.2f}×), a {row['a'] or 0:.2f}, "
+                       f"({row['sd_speedup']:.2f}× end-to-end), a {row['a'] or 0:.2f}, "
                        f"SD {row['verdict']}")
         if json_path:
             write_json(doc, json_path)
@@ -520,8 +543,7 @@ def report(results_json, fmt):
     Examples:
       cpuspec report results.json --format markdown
     """
-    from .report import (ResultsError, advise as advise_results, read_json, render_advice,
-                         render_csv, render_details, render_table, summarize)
+    from .report import ResultsError, read_json, render_csv, render_rows_json, summarize
     try:
         results = read_json(results_json)
     except ResultsError as exc:
@@ -534,20 +556,15 @@ def report(results_json, fmt):
         if line:
             click.echo(line)
         return
-    if results.get("kind") or "runs" not in results:
+    if results.get("kind") != "bench":
         raise click.ClickException(f"{results_json}: not a bench results file")
     s = summarize(results)
     if fmt == "json":
-        click.echo(json.dumps(s, indent=1))
+        click.echo(render_rows_json(s))
     elif fmt == "csv":
         click.echo(render_csv(s), nl=False)
     else:
-        click.echo(render_table(s, "github" if fmt == "markdown" else "simple"))
-        click.echo("")
-        click.echo(render_details(s, results["settings"]["k"]))
-        if results.get("cost_probe") and any(r["mode"] == "static" for r in results["runs"]):
-            click.echo("")
-            click.echo(render_advice(advise_results(results), results["settings"]["k"]))
+        _print_bench(results, fmt)
 
 
 if __name__ == "__main__":  # pragma: no cover

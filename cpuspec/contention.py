@@ -11,12 +11,11 @@
 """
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .measure import decode_tok_s, verify_tok_s
 from .membw import BackgroundStreams, Sampler, probe_bandwidth
 
 
@@ -31,29 +30,6 @@ class ContentionConfig:
     max_streams: int | None = None
 
 
-def decode_tok_s(session, n_tokens: int) -> float:
-    """Plain one-token decodes from a near-empty context, as llama-bench's tg test."""
-    session.clear()
-    session.eval([0], 0, 1)
-    t0 = time.perf_counter()
-    for i in range(n_tokens):
-        session.eval([100 + i % 50], 1 + i, 1)
-    return n_tokens / (time.perf_counter() - t0)
-
-
-def verify_tok_s(session, n_batch: int, rounds: int) -> float:
-    """(k+1)-token batches as a verify does, rolled back after each."""
-    session.clear()
-    session.eval([0], 0, 1)
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        session.eval(list(range(100, 100 + n_batch)), 1, n_batch)
-        times.append(time.perf_counter() - t0)
-        session.truncate(1)
-    return n_batch / statistics.median(times)
-
-
 def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _: None) -> dict:
     from .engine import Model, Session
     from .hardware import CorePinner
@@ -61,7 +37,11 @@ def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _:
     stream_cpus = [c for c in cfg.cpus if c not in llama_cpus]
     if cfg.max_streams is not None:
         stream_cpus = stream_cpus[:cfg.max_streams]
-    out: dict = {"llama_cpus": llama_cpus, "stream_cpus": stream_cpus, "threads": cfg.threads,
+    from .report import SCHEMA_VERSION
+    out: dict = {"schema_version": SCHEMA_VERSION, "kind": "contention",
+                 "measured_at": "decodes from KV position 1 (llama-bench's tg), verifies of "
+                                f"k + 1 = {cfg.k + 1} tokens with all rows at position 1",
+                 "llama_cpus": llama_cpus, "stream_cpus": stream_cpus, "threads": cfg.threads,
                  "k": cfg.k, "n_tokens": cfg.n_tokens}
     log(f"bandwidth probe on CPUs {cfg.cpus[:1]} and {cfg.cpus}")
     out["bandwidth"] = {"single": probe_bandwidth(cfg.cpus[:1]).to_dict(),
@@ -81,7 +61,8 @@ def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _:
         phases = {}
         for phase, fn in (("raw", lambda: decode_tok_s(target, cfg.n_tokens)),
                           ("draft", lambda: decode_tok_s(draft, cfg.n_tokens)),
-                          ("verify", lambda: verify_tok_s(target, cfg.k + 1, cfg.n_tokens // 2))):
+                          ("verify", lambda: verify_tok_s(target, cfg.k + 1,
+                                                        max(1, cfg.n_tokens // 2)))):
             log(f"phase {phase}")
             with Sampler() as s:
                 tok_s = fn()

@@ -48,7 +48,7 @@ def verdict_line(task: str, cm: CostModel, measured_speedup: float | None = None
     sign = ">" if cm.pays else "<"
     line = (f"{task}: SD {'ON ' if cm.pays else 'OFF'}: a = {cm.a:.2f} {sign} 1 + α + β = "
             f"{cm.break_even_a:.2f} (α = {cm.alpha:.2f}, β = {cm.beta:.2f}, c = {cm.c:.2f}); "
-            f"predicted {cm.predicted_speedup:.2f}×")
+            f"a ÷ (1 + α + β) = {cm.predicted_speedup:.2f}×")
     if measured_speedup is not None:
         line += f", measured {measured_speedup:.2f}×"
     return line
@@ -128,3 +128,23 @@ def choose_k(survival: list[float], draft_s: float, verify_s: dict[int, float]
                              break_even_acceptance(k, draft_s, verify_s)))
     best = max(table, key=lambda c: c.predicted_speedup)
     return best.k, table
+
+
+# --- an end-to-end prediction from the cost probe (measured apart from any generation) ---
+
+def predict_generation_s(probe: dict, survival: list[float], k: int, prompt_tokens: int,
+                         n_tokens: int) -> tuple[float, float]:
+    """Predicted seconds of one generation of n_tokens after a prompt of prompt_tokens, raw and
+    with SD at draft length k, from the probe's costs: prefills scaled per prompt token, then
+    n_tokens − 1 decode steps (the first token comes from the prefill) at V(1) each for raw, or
+    at (k·d + V(k + 1)) per round of E[tokens] for SD. Probes without prefill timings (results
+    of schema 1) give the decode-only window."""
+    verify = {int(n): v for n, v in probe["verify_s"].items()}
+    per_token = prompt_tokens / probe["prompt_tokens"] if probe.get("prompt_tokens") else 0.0
+    target_prefill = probe.get("target_prefill_s", 0.0) * per_token
+    draft_prefill = probe.get("draft_prefill_s", 0.0) * per_token
+    steps = max(n_tokens - 1, 0)
+    raw = target_prefill + steps * verify[1]
+    rounds = steps / expected_tokens(survival, k)
+    sd = target_prefill + draft_prefill + rounds * (k * probe["draft_s"] + verify[k + 1])
+    return raw, sd

@@ -17,16 +17,21 @@ from typing import Any, Callable
 import numpy as np
 
 from .costs import CostModel, cost_model, verdict_line
+from .speculative import ROUND_FIELDS
 
-SCHEMA_VERSION = 1
+# 2: end-to-end windows (e2e_s, draft_prefill_s), noise samples per run, "kind" on every file,
+#    prefill timings in the cost probe. Files of schema_version 1 are still read (see read_json).
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 OVERALL = "overall"
 # Fewer full rounds than this and a (and acceptance) carry a sampling error of several percent.
 MIN_ROUNDS_FOR_STABLE_A = 30
 # Per-token latency spread (p95 / p50) beyond which a run is called noisy: on a quiet machine,
 # decode steps of one model differ by a few percent at most.
 NOISY_P95_OVER_P50 = 1.5
-
-ROUND_FIELDS = ("k", "n_accepted", "n_emitted", "draft_s", "verify_s", "round_s")
+# Bootstrap resamples for the 95 % intervals (fixed seed: a report reads the same every time).
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
 
 
 class ResultsError(ValueError):
@@ -41,9 +46,25 @@ def _rounds(runs: list[dict]) -> list[dict]:
     return [dict(zip(ROUND_FIELDS, r)) for run in runs for r in run.get("rounds", [])]
 
 
-def _tok_per_s(runs: list[dict]) -> float:
-    tokens = sum(len(r["token_latencies_s"]) for r in runs)
+def run_e2e_s(run: dict) -> float:
+    """End-to-end seconds of one generation. Files of schema 1 have no e2e_s; there prefill_s
+    held the target's and (for SD) the draft's prefill together, so the sum is the same window."""
+    if "e2e_s" in run:
+        return run["e2e_s"]
+    return run["prefill_s"] + run.get("draft_prefill_s", 0.0) + run["decode_s"]
+
+
+def e2e_tok_s(runs: list[dict]) -> float:
+    """End-to-end: every generated token (the first one comes from the prefill) over the whole
+    window, the prefills included."""
+    seconds = sum(run_e2e_s(r) for r in runs)
+    return sum(len(r["tokens"]) for r in runs) / seconds if seconds > 0 else float("nan")
+
+
+def decode_tok_s(runs: list[dict]) -> float:
+    """Decode-only: the tokens after the first over the time after both prefills."""
     seconds = sum(r["decode_s"] for r in runs)
+    tokens = sum(len(r["token_latencies_s"]) for r in runs)
     return tokens / seconds if seconds > 0 else float("nan")
 
 
@@ -52,20 +73,95 @@ def _latency_ms(runs: list[dict]) -> dict[str, float]:
     return {f"p{q}": percentile(lat, q) * 1e3 for q in (50, 95, 99)}
 
 
-def summarize_group(runs: list[dict], k: int) -> dict[str, Any]:
+def _unit(r: dict) -> tuple:
+    return r["prompt_id"], r.get("repetition", 0)
+
+
+def paired_units(raw: list[dict], sd: list[dict]) -> np.ndarray:
+    """One row per (prompt, repetition) measured in both modes: raw tokens, raw seconds,
+    SD tokens, SD seconds (end-to-end)."""
+    by_unit = {_unit(r): r for r in raw}
+    rows = [(len(by_unit[_unit(s)]["tokens"]), run_e2e_s(by_unit[_unit(s)]),
+             len(s["tokens"]), run_e2e_s(s)) for s in sd if _unit(s) in by_unit]
+    return np.array(rows, dtype=float).reshape(-1, 4)
+
+
+def bootstrap_speedup_ci(units: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
+                         seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
+    """95 % percentile-bootstrap interval of the speedup (SD t/s ÷ raw t/s over the resampled
+    prompts), resampling (prompt, repetition) pairs so raw and SD stay paired. None with fewer
+    than 2 pairs: one prompt says nothing about the spread."""
+    n = len(units)
+    if n < 2:
+        return None
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    s = units[idx].sum(axis=1)  # (resamples, 4)
+    ratios = (s[:, 2] / s[:, 3]) / (s[:, 0] / s[:, 1])
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def significance(ci: tuple[float, float] | None) -> str | None:
+    if ci is None:
+        return None
+    if ci[0] > 1.0:
+        return "faster"
+    if ci[1] < 1.0:
+        return "slower"
+    return "not significant"
+
+
+def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
+    units = paired_units(raw, sd)
+    ci = bootstrap_speedup_ci(units)
+    out = {f"{prefix}tok_s": e2e_tok_s(sd), f"{prefix}decode_tok_s": decode_tok_s(sd),
+           f"{prefix}speedup": e2e_tok_s(sd) / e2e_tok_s(raw) if raw and sd else float("nan"),
+           f"{prefix}speedup_ci": list(ci) if ci else None,
+           f"{prefix}significance": significance(ci),
+           f"{prefix}decode_speedup": decode_tok_s(sd) / decode_tok_s(raw)
+           if raw and sd else float("nan")}
+    reps = sorted({r.get("repetition", 0) for r in sd})
+    if len(reps) > 1:  # run-to-run spread: the speedup of each repetition over its prompts
+        by_rep = [e2e_tok_s([r for r in sd if r.get("repetition", 0) == j])
+                  / e2e_tok_s([r for r in raw if r.get("repetition", 0) == j]) for j in reps]
+        out[f"{prefix}speedup_by_repetition"] = by_rep
+    return out
+
+
+def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict]
+                       ) -> tuple[float, str] | None:
+    """An independent prediction of the SD run's end-to-end speedup: costs from the cost probe
+    (measured apart from every generation) and the acceptance observed, applied to the prompts
+    and token counts the run had. None when the probe lacks a batch size."""
+    from .costs import predict_generation_s
+    if str(k + 1) not in probe.get("verify_s", {}):
+        return None
+    raw_s = sd_s = 0.0
+    window = "end-to-end" if "target_prefill_s" in probe else "decode-only"
+    for r in sd:
+        t_raw, t_sd = predict_generation_s(probe, survival, k, r["prompt_tokens"],
+                                           len(r["tokens"]))
+        raw_s, sd_s = raw_s + t_raw, sd_s + t_sd
+    return (raw_s / sd_s, window) if sd_s > 0 else None
+
+
+def summarize_group(runs: list[dict], k: int, probe: dict | None = None) -> dict[str, Any]:
     """Metrics of one task (or of all runs) from its raw and speculative runs."""
     raw = [r for r in runs if r["mode"] == "raw"]
     sd = [r for r in runs if r["mode"] == "static"]
     ad = [r for r in runs if r["mode"] == "adaptive"]
     out: dict[str, Any] = {"n_generations": len(sd) or len(raw), "warnings": []}
-    out["raw_tok_s"] = _tok_per_s(raw) if raw else float("nan")
-    out["sd_tok_s"] = _tok_per_s(sd) if sd else float("nan")
-    out["measured_speedup"] = out["sd_tok_s"] / out["raw_tok_s"] if raw and sd else float("nan")
+    out["raw_tok_s"] = e2e_tok_s(raw) if raw else float("nan")
+    out["raw_decode_tok_s"] = decode_tok_s(raw) if raw else float("nan")
+    if sd:
+        out.update(_speedups(raw, sd, "sd_"))
+    else:
+        out["sd_tok_s"] = out["sd_speedup"] = float("nan")
     out["raw_latency_ms"] = _latency_ms(raw)
     out["sd_latency_ms"] = _latency_ms(sd)
-    out["raw_prompt_wall_s"] = statistics.median([r["prefill_s"] + r["decode_s"] for r in raw]) \
+    out["raw_prompt_wall_s"] = statistics.median([run_e2e_s(r) for r in raw]) \
         if raw else float("nan")
-    out["sd_prompt_wall_s"] = statistics.median([r["prefill_s"] + r["decode_s"] for r in sd]) \
+    out["sd_prompt_wall_s"] = statistics.median([run_e2e_s(r) for r in sd]) \
         if sd else float("nan")
     # Full rounds only (k drafted): rounds shortened by max_tokens or an end token would bias a.
     full = [r for r in _rounds(sd) if r["k"] == k]
@@ -84,13 +180,19 @@ def summarize_group(runs: list[dict], k: int) -> dict[str, Any]:
         out["python_overhead_pct"] = 100.0 * sum(overhead) / sum(r["round_s"] for r in full)
         raw_lat = [x for r in raw for x in r["token_latencies_s"]]
         if raw_lat:
+            # Accounting, not prediction: the same rounds' own medians, a ÷ (1 + α + β).
             cm = cost_model(k, out["a"], statistics.median(raw_lat),
                             statistics.median(r["draft_s"] / k for r in full),
                             statistics.median(r["verify_s"] for r in full))
             out["cost"] = cm.to_dict()
+        if probe:
+            survival = [p / 100.0 for p in out["per_position_acceptance_pct"]]
+            pred = predict_from_probe(probe, survival, k, sd)
+            if pred:
+                out["predicted_speedup"], out["predicted_window"] = pred
+                out["prediction_error_pct"] = 100.0 * (out["sd_speedup"] / pred[0] - 1.0)
     if ad:
-        out["adaptive_tok_s"] = _tok_per_s(ad)
-        out["adaptive_speedup"] = out["adaptive_tok_s"] / out["raw_tok_s"] if raw else None
+        out.update(_speedups(raw, ad, "adaptive_"))
         out["adaptive_vs_static"] = out["adaptive_tok_s"] / out["sd_tok_s"] if sd else None
         out["adaptive_latency_ms"] = _latency_ms(ad)
         ks = [r["k"] for r in _rounds(ad)]
@@ -100,11 +202,65 @@ def summarize_group(runs: list[dict], k: int) -> dict[str, Any]:
     if 0 < len(full) < MIN_ROUNDS_FOR_STABLE_A:
         out["warnings"].append(f"only {len(full)} full rounds: a and acceptance are rough; "
                                "raise --max-tokens or --repetitions")
+    if sd and raw and out.get("sd_speedup_ci") is None:
+        out["warnings"].append("one prompt only: no interval for the speedup; use more "
+                               "prompts or --repetitions")
     lat = out["raw_latency_ms"]
     if raw and lat["p95"] > NOISY_P95_OVER_P50 * lat["p50"]:
         out["warnings"].append(f"noisy machine: raw token latency p95/p50 = "
                                f"{lat['p95'] / lat['p50']:.2f}; close other programs and rerun")
     return out
+
+
+def noise_report(runs: list[dict]) -> dict[str, Any]:
+    """Generations measured while other programs were busy, and speed outliers: a run slower
+    than half its task's median (same mode). Computed when reading, from the raw samples."""
+    from .measure import MIN_JUDGED_WINDOW_S, OUTLIER_FRACTION_OF_MEDIAN, noise_reasons
+    flags = []
+    other = [r["noise"]["other_cpus"] for r in runs if r.get("noise")]
+    pressure = [r["noise"]["cpu_pressure"] for r in runs
+                if r.get("noise") and r["noise"].get("cpu_pressure") is not None]
+    for r in runs:
+        reasons = noise_reasons(r["noise"]) if r.get("noise") else []
+        if reasons:
+            flags.append({**_flag_id(r), "reason": "; ".join(reasons)})
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["task"], r["mode"]), []).append(r)
+    for (task, mode), group in groups.items():
+        if len(group) < 3:
+            continue
+        speeds = [len(r["tokens"]) / run_e2e_s(r) for r in group]
+        median = statistics.median(speeds)
+        for r, v in zip(group, speeds):
+            if v < OUTLIER_FRACTION_OF_MEDIAN * median and run_e2e_s(r) >= MIN_JUDGED_WINDOW_S:
+                flags.append({**_flag_id(r), "reason": f"{v:.1f} t/s, under half the "
+                              f"{task}/{mode} median {median:.1f} t/s"})
+    return {"flags": flags,
+            "median_other_cpus": statistics.median(other) if other else None,
+            "max_other_cpus": max(other) if other else None,
+            "median_cpu_pressure": statistics.median(pressure) if pressure else None,
+            "max_cpu_pressure": max(pressure) if pressure else None,
+            "prompts": sorted({f["prompt_id"] for f in flags})}
+
+
+def _flag_id(r: dict) -> dict:
+    return {"prompt_id": r["prompt_id"], "repetition": r.get("repetition", 0),
+            "mode": r["mode"]}
+
+
+def render_noise(report: dict) -> str:
+    """The end-of-run warning: which prompts were disturbed, and what to do. Empty when quiet."""
+    if not report["flags"]:
+        return ""
+    lines = [f"WARNING: noisy measurements in {len(report['prompts'])} prompt(s): "
+             + ", ".join(report["prompts"]) + "."]
+    lines += [f"  {f['prompt_id']} rep {f['repetition']} {f['mode']}: {f['reason']}"
+              for f in report["flags"]]
+    lines.append("  Their speedups are not trustworthy. Close other programs (see `top`), pin "
+                 "cores (--p-cores), and rerun with --repetitions 3, or --max-noise 0.1 to "
+                 "measure disturbed prompts again.")
+    return "\n".join(lines)
 
 
 def summarize_audit(audit: list[dict]) -> dict[str, Any]:
@@ -118,9 +274,10 @@ def summarize_audit(audit: list[dict]) -> dict[str, Any]:
 def summarize(results: dict) -> dict[str, Any]:
     k = results["settings"]["k"]
     runs = results["runs"]
+    probe = results.get("cost_probe")
     tasks = list(dict.fromkeys(r["task"] for r in runs))
-    summary = {t: summarize_group([r for r in runs if r["task"] == t], k) for t in tasks}
-    summary[OVERALL] = summarize_group(runs, k)
+    summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe) for t in tasks}
+    summary[OVERALL] = summarize_group(runs, k, probe)
     for t in tasks + [OVERALL]:
         audit = [a for a in results.get("audit", []) if t == OVERALL or a["task"] == t]
         summary[t]["audit"] = summarize_audit([a for a in audit
@@ -133,47 +290,75 @@ def summarize(results: dict) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Field:
+    """One column: its machine name (CSV, JSON), its header (text, markdown), how to get it
+    from a summary row, its format, and whether text tables show it (an interval's bounds are
+    shown inside the speedup's cell; CSV and JSON keep them as numbers)."""
     name: str
     header: str
     get: Callable[[dict], Any]
     fmt: str = ""
+    text: bool = True
 
 
 def _cost(key: str) -> Callable[[dict], Any]:
     return lambda s: s.get("cost", {}).get(key)
 
 
+def _ci(key: str, i: int) -> Callable[[dict], Any]:
+    return lambda s: s[key][i] if s.get(key) else None
+
+
+def _with_ci(value: Any, ci: list | None) -> str | None:
+    if value is None or value != value:
+        return None
+    return f"{value:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
 FIELDS = [
     Field("task", "task", lambda s: s["task"]),
-    Field("raw_tok_s", "raw t/s", lambda s: s["raw_tok_s"], ".1f"),
-    Field("sd_tok_s", "SD t/s", lambda s: s["sd_tok_s"], ".1f"),
-    Field("measured_speedup", "speedup", lambda s: s["measured_speedup"], ".2f"),
-    Field("predicted_speedup", "predicted", _cost("predicted_speedup"), ".2f"),
+    Field("raw_tok_s", "raw t/s e2e", lambda s: s["raw_tok_s"], ".1f"),
+    Field("sd_tok_s", "SD t/s e2e", lambda s: s["sd_tok_s"], ".1f"),
+    Field("sd_speedup", "SD ×raw e2e [95% CI]", lambda s: s["sd_speedup"], ".2f"),
+    Field("sd_speedup_ci_low", "", _ci("sd_speedup_ci", 0), ".3f", text=False),
+    Field("sd_speedup_ci_high", "", _ci("sd_speedup_ci", 1), ".3f", text=False),
+    Field("sd_significance", "", lambda s: s.get("sd_significance"), text=False),
+    Field("predicted_speedup", "predicted", lambda s: s.get("predicted_speedup"), ".2f"),
+    Field("prediction_error_pct", "error %", lambda s: s.get("prediction_error_pct"), "+.0f"),
+    Field("sd_decode_speedup", "decode-only ×raw", lambda s: s.get("sd_decode_speedup"),
+          ".2f"),
     Field("a", "a", lambda s: s.get("a"), ".2f"),
     Field("break_even_a", "1+α+β", _cost("break_even_a"), ".2f"),
     Field("acceptance_pct", "accept %", lambda s: s.get("acceptance_pct"), ".1f"),
     Field("zero_accept_pct", "zero-acc %", lambda s: s.get("zero_accept_pct"), ".1f"),
     Field("c", "c", _cost("c"), ".2f"),
+    Field("alpha", "α", _cost("alpha"), ".2f", text=False),
     Field("beta", "β", _cost("beta"), ".2f"),
     Field("raw_p99_ms", "raw p99 ms", lambda s: s["raw_latency_ms"]["p99"], ".1f"),
     Field("sd_p99_ms", "SD p99 ms", lambda s: s["sd_latency_ms"]["p99"], ".1f"),
     Field("lossless", "same output", lambda s: f"{s['audit']['identical']}/{s['audit']['n']}"),
-    Field("adaptive_tok_s", "adapt t/s", lambda s: s.get("adaptive_tok_s"), ".1f"),
-    Field("adaptive_speedup", "adapt ×raw", lambda s: s.get("adaptive_speedup"), ".2f"),
+    Field("adaptive_tok_s", "adapt t/s e2e", lambda s: s.get("adaptive_tok_s"), ".1f"),
+    Field("adaptive_speedup", "adapt ×raw e2e [95% CI]", lambda s: s.get("adaptive_speedup"),
+          ".2f"),
+    Field("adaptive_speedup_ci_low", "", _ci("adaptive_speedup_ci", 0), ".3f", text=False),
+    Field("adaptive_speedup_ci_high", "", _ci("adaptive_speedup_ci", 1), ".3f", text=False),
     Field("adaptive_p99_ms", "adapt p99 ms",
           lambda s: s["adaptive_latency_ms"]["p99"] if "adaptive_latency_ms" in s else None,
           ".1f"),
 ]
+# Text cells that show a value with its interval.
+_CI_OF = {"sd_speedup": "sd_speedup_ci", "adaptive_speedup": "adaptive_speedup_ci"}
 
 
 def table_rows(summary: dict) -> list[dict]:
+    """One row per task: every field's value, numbers unformatted (CSV and JSON use these)."""
     return [{f.name: f.get(dict(s, task=task)) for f in FIELDS} for task, s in summary.items()]
 
 
-def _fields(summary: dict) -> list[Field]:
+def _fields(summary: dict, text: bool) -> list[Field]:
     """Columns that have a value somewhere (no adaptive columns when it was not run)."""
     rows = table_rows(summary)
-    return [f for f in FIELDS if any(r[f.name] is not None for r in rows)]
+    return [f for f in FIELDS if (f.text or not text)
+            and any(r[f.name] is not None and r[f.name] == r[f.name] for r in rows)]
 
 
 def _fmt(value: Any, fmt: str) -> str:
@@ -182,10 +367,17 @@ def _fmt(value: Any, fmt: str) -> str:
     return format(value, fmt) if fmt else str(value)
 
 
+def _cell(f: Field, row: dict, s: dict) -> str:
+    if f.name in _CI_OF:
+        return _with_ci(row[f.name], s.get(_CI_OF[f.name])) or "-"
+    return _fmt(row[f.name], f.fmt)
+
+
 def render_table(summary: dict, tablefmt: str = "simple") -> str:
     from tabulate import tabulate
-    fields = _fields(summary)
-    rows = [[_fmt(r[f.name], f.fmt) for f in fields] for r in table_rows(summary)]
+    fields = _fields(summary, text=True)
+    rows = [[_cell(f, r, s) for f in fields]
+            for r, s in zip(table_rows(summary), summary.values())]
     return tabulate(rows, headers=[f.header for f in fields], tablefmt=tablefmt,
                     disable_numparse=True)
 
@@ -193,11 +385,22 @@ def render_table(summary: dict, tablefmt: str = "simple") -> str:
 def render_csv(summary: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    fields = _fields(summary)
+    fields = _fields(summary, text=False)
     w.writerow([f.name for f in fields])
     for r in table_rows(summary):
         w.writerow(["" if r[f.name] is None else r[f.name] for f in fields])
     return buf.getvalue()
+
+
+def render_rows_json(summary: dict) -> str:
+    """The same rows as CSV, as strict JSON (NaN becomes null)."""
+    fields = _fields(summary, text=False)
+    return json.dumps([{f.name: _json_safe(r[f.name]) for f in fields}
+                       for r in table_rows(summary)], indent=1, allow_nan=False)
+
+
+def _json_safe(v: Any) -> Any:
+    return None if isinstance(v, float) and v != v else v
 
 
 def render_details(summary: dict, k: int) -> str:
@@ -226,11 +429,23 @@ def render_details(summary: dict, k: int) -> str:
                          + (f"; smallest top-2 logit margin at a divergence "
                             f"{au['min_margin_at_divergence']:.3f}"
                             if au["min_margin_at_divergence"] is not None else ""))
+        lines.append(f"[{task}] end-to-end SD ×raw {_with_ci(s['sd_speedup'], s.get('sd_speedup_ci'))}"
+                     + (f" ({s['sd_significance']})" if s.get("sd_significance") else "")
+                     + f"; decode-only {s['sd_decode_speedup']:.2f}×"
+                     + (f"; by repetition " + " ".join(f"{v:.2f}" for v in
+                                                       s["sd_speedup_by_repetition"])
+                        if s.get("sd_speedup_by_repetition") else ""))
+        if "predicted_speedup" in s:
+            lines.append(f"[{task}] predicted from the cost probe and the acceptance: "
+                         f"{s['predicted_speedup']:.2f}× ({s['predicted_window']}); measured "
+                         f"{s['sd_speedup']:.2f}×, error {s['prediction_error_pct']:+.0f}%")
         if "cost" in s:
             cm = CostModel(**s["cost"])
-            lines.append(verdict_line(task, cm, s["measured_speedup"]))
+            lines.append(verdict_line(task, cm) + " (accounting: this run's own round medians)")
         if "adaptive_tok_s" in s:
-            lines.append(f"[{task}] adaptive: {s['adaptive_speedup']:.2f}× raw, "
+            lines.append(f"[{task}] adaptive: "
+                         f"{_with_ci(s['adaptive_speedup'], s.get('adaptive_speedup_ci'))}× raw "
+                         "end-to-end, "
                          f"{s['adaptive_vs_static']:.2f}× static k = {k}; speculating in "
                          f"{s['adaptive_speculating_pct']:.0f}% of rounds (k chosen: "
                          + " ".join(f"{j}:{n}" for j, n in s["adaptive_k_histogram"].items())
@@ -262,13 +477,17 @@ def write_json(results: dict, path: Path) -> None:
 
 
 def read_json(path: Path) -> dict:
+    """A results file of any schema this version reads, with its "kind" filled in (schema 1
+    bench files had none)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise ResultsError(f"cannot read results {path}: {exc}") from exc
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+    if not isinstance(data, dict) or data.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
         raise ResultsError(f"{path}: not a cpuspec results file of schema_version "
-                           f"{SCHEMA_VERSION}")
+                           + " or ".join(map(str, READABLE_SCHEMA_VERSIONS)))
+    if "kind" not in data and "runs" in data:
+        data["kind"] = "bench"
     return data
 
 
@@ -297,8 +516,9 @@ def advise(results: dict) -> dict[str, dict]:
             "verdict": "ON" if k_best > 0 else "OFF", "k_best": k_best,
             "predicted_speedup_best": table[k_best].predicted_speedup,
             "predicted_speedup_at_k": table[k].predicted_speedup if k < len(table) else None,
-            "measured_speedup_at_k": s["measured_speedup"],
-            "measured_adaptive_speedup": s.get("adaptive_speedup"),
+            "measured_speedup_at_k": s["sd_decode_speedup"],
+            "measured_e2e_speedup_at_k": s["sd_speedup"],
+            "measured_adaptive_speedup": s.get("adaptive_decode_speedup"),
             "acceptance_pct": s["acceptance_pct"],
             "needed_acceptance_pct": None if need is None else 100 * need.break_even_acceptance,
             "needed_at_k": None if need is None else need.k,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -93,7 +94,10 @@ def run_sweep(base: BenchConfig, points: list[Point],
               on_point: Callable[[Point, dict | None, str | None], None],
               gpu_ok: bool, log: Callable[[str], None] = lambda _: None) -> None:
     """Run every point; on_point(point, results, skip_reason) after each one."""
+    from .hardware import CorePinner
     fetched = resolve_models(base, log)
+    initial_cpus = sorted(os.sched_getaffinity(0))
+    pinner = CorePinner()
     for (ngl, dgl), group in itertools.groupby(points, lambda p: (p.n_gpu_layers,
                                                                   p.draft_gpu_layers)):
         group = list(group)
@@ -105,48 +109,68 @@ def run_sweep(base: BenchConfig, points: list[Point],
         with load_pair(load_cfg, log, fetched) as loaded:
             for p in group:
                 cfg = point_cfg(load_cfg, p)
+                # A point without pinning runs where the sweep started, not on the CPUs of
+                # the pinned point before it.
+                pinner.pin(cfg.cpus or initial_cpus)
                 log(f"point {p.as_dict()}")
                 on_point(p, run_bench(cfg, log, loaded), None)
 
 
 
+# The metrics of a sweep row: names from report.FIELDS, so a sweep and a bench share one list
+# of fields (header, format) and one definition of each number.
+SWEEP_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "sd_speedup_ci_low",
+                 "sd_speedup_ci_high", "predicted_speedup", "a", "c", "alpha", "beta",
+                 "break_even_a", "adaptive_speedup")
+
+
 def sweep_row(point: Point, results: dict | None, skip: str | None) -> dict:
     """One row per point: its coordinates and the overall figures (or why it was skipped)."""
+    from .report import OVERALL, table_rows
     row = point.as_dict()
     if skip:
         return row | {"skipped": skip}
-    s = results["summary"]["overall"]
+    s = results["summary"][OVERALL]
+    values = table_rows({OVERALL: s})[0]
     cost = s.get("cost", {})
-    return row | {"threads": results["settings"]["threads"],
-                  "raw_tok_s": s["raw_tok_s"], "sd_tok_s": s["sd_tok_s"],
-                  "measured_speedup": s["measured_speedup"], "a": s.get("a"),
-                  "c": cost.get("c"), "alpha": cost.get("alpha"), "beta": cost.get("beta"),
-                  "break_even_a": cost.get("break_even_a"),
-                  "verdict": ("ON" if cost.get("pays") else "OFF") if cost else None,
-                  "adaptive_speedup": s.get("adaptive_speedup")}
+    return row | {"threads": results["settings"]["threads"]} \
+        | {m: values[m] for m in SWEEP_METRICS} \
+        | {"verdict": ("ON" if cost.get("pays") else "OFF") if cost else None}
 
 
-METRIC_COLUMNS = [("raw_tok_s", "raw t/s", ".1f"), ("sd_tok_s", "SD t/s", ".1f"),
-                  ("measured_speedup", "SD ×raw", ".2f"), ("a", "a", ".2f"), ("c", "c", ".2f"),
-                  ("alpha", "α", ".2f"), ("beta", "β", ".2f"), ("break_even_a", "1+α+β", ".2f"),
-                  ("verdict", "SD", ""), ("adaptive_speedup", "adaptive ×raw", ".2f")]
+def _upgrade_row(row: dict) -> dict:
+    """Sweep rows of schema 1 called the decode-only speedup measured_speedup."""
+    if "measured_speedup" in row and "sd_speedup" not in row:
+        row = dict(row, sd_speedup=row["measured_speedup"])
+    return row
 
 
 def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") -> str:
     """Markdown table: the axes that vary, then the metrics; with GPU points, each point's raw
     tok/s relative to the CPU-only point of the same threads/k/cores."""
     from tabulate import tabulate
+    from .report import FIELDS, _with_ci
+    rows = [_upgrade_row(r) for r in rows]
+    fields = {f.name: f for f in FIELDS}
+    shown = [m for m in SWEEP_METRICS if not m.startswith("sd_speedup_ci")]
     gpu = any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows)
     cpu_raw = {(r["p_cores"], r["e_cores"], r["threads"], r["k"]): r.get("raw_tok_s")
                for r in rows if not r["n_gpu_layers"] and not r["draft_gpu_layers"]}
-    headers = list(axes) + [h for _, h, _ in METRIC_COLUMNS] + (["raw ×CPU"] if gpu else [])
+    headers = list(axes) + [fields[m].header for m in shown] + ["SD"] \
+        + (["raw ×CPU"] if gpu else [])
     out = []
     for r in rows:
         line = [r[a] for a in axes]
         if "skipped" in r:
             out.append(line + [r["skipped"]] + [""] * (len(headers) - len(line) - 1))
             continue
-        line += ["-" if r.get(k) is None else format(r[k], f) for k, _, f in METRIC_COLUMNS]
+        for m in shown:
+            if m == "sd_speedup":
+                ci = [r.get("sd_speedup_ci_low"), r.get("sd_speedup_ci_high")]
+                line.append(_with_ci(r.get(m), ci if None not in ci else None) or "-")
+            else:
+                line.append("-" if r.get(m) is None else format(r[m], fields[m].fmt))
+        line.append(r.get("verdict") or "-")
         if gpu:
             base = cpu_raw.get((r["p_cores"], r["e_cores"], r["threads"], r["k"]))
             line.append(f"{r['raw_tok_s'] / base:.2f}" if base else "-")

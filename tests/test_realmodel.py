@@ -52,3 +52,40 @@ def test_real_metrics_are_in_range(bench_json):
         assert a["identical"] or (a["first_divergence"] is not None
                                   and a["raw_top2_margin"] is not None)
     assert all(len(r["tokens"]) <= 32 for r in data["runs"])
+
+
+def test_real_run_has_windows_intervals_and_prediction(bench_json):
+    data, stdout = bench_json
+    s = data["summary"]["overall"]
+    lo, hi = s["sd_speedup_ci"]
+    assert lo <= s["sd_speedup"] <= hi
+    # The prediction comes from the probe's costs, not from the rounds it is compared with.
+    probe = data["cost_probe"]
+    assert probe["target_prefill_s"] > 0 and probe["draft_prefill_s"] > 0
+    assert s["predicted_window"] == "end-to-end" and s["predicted_speedup"] > 0
+    for r in data["runs"]:
+        assert r["e2e_s"] == pytest.approx(r["prefill_s"] + r["draft_prefill_s"] + r["decode_s"])
+        assert r["noise"]["wall_s"] >= r["e2e_s"]
+    assert "SD ×raw e2e [95% CI]" in stdout and "predicted from the cost probe" in stdout
+    assert "noisy measurements" not in stdout, stdout  # nothing else runs during the test
+
+
+def test_a_cpu_hog_is_named_in_a_warning(tmp_path):
+    """The same bench with spinning programs beside it ends with a warning naming prompts."""
+    out = tmp_path / "hog.json"
+    env = dict(os.environ, CPUSPEC_HOME=REAL_MODELS_HOME)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+            for _ in range(len(os.sched_getaffinity(0)))]
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cpuspec", "bench", "--tasks", "json", "--prompts-per-task",
+             "2", "--max-tokens", "16", "--policy", "static", "--warmup", "0", "--json",
+             str(out)], capture_output=True, text=True, env=env, timeout=1800)
+    finally:
+        for h in hogs:
+            h.kill()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "WARNING: noisy measurements in 2 prompt(s): json-1, json-2" in proc.stdout
+    assert "BUSY" in proc.stderr
+    flags = json.loads(out.read_text())
+    assert all(r["noise"]["other_cpus"] > 0.15 for r in flags["runs"])

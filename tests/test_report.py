@@ -45,11 +45,17 @@ def test_summarize_group_to_the_digit():
     assert s["zero_accept_pct"] == pytest.approx(25.0)
     assert s["per_position_acceptance_pct"] == pytest.approx([75.0, 50.0, 25.0, 25.0])
     assert s["accepted_histogram"] == [1, 1, 1, 0, 1]
-    assert s["raw_tok_s"] == pytest.approx(100.0)
+    # End-to-end: 14 tokens (the first from the prefill) over prefill + decode.
+    assert s["raw_tok_s"] == pytest.approx(14 / (0.5 + 0.13))
+    assert s["raw_decode_tok_s"] == pytest.approx(100.0)
     sd_tokens = 5 + 1 + 3 + 2 + 2
     sd_time = 4 * 0.046 + 0.031
-    assert s["sd_tok_s"] == pytest.approx(sd_tokens / sd_time)
-    assert s["measured_speedup"] == pytest.approx(sd_tokens / sd_time / 100.0)
+    assert s["sd_tok_s"] == pytest.approx((sd_tokens + 1) / (0.7 + sd_time))
+    assert s["sd_decode_tok_s"] == pytest.approx(sd_tokens / sd_time)
+    assert s["sd_speedup"] == pytest.approx(0.63 / (0.7 + sd_time))
+    assert s["sd_decode_speedup"] == pytest.approx(sd_tokens / sd_time / 100.0)
+    assert s["sd_speedup_ci"] is None  # one prompt: no interval
+    assert any("one prompt only" in w for w in s["warnings"])
     cm = s["cost"]
     assert cm["c"] == pytest.approx(0.5)
     assert cm["alpha"] == pytest.approx(2.0)
@@ -61,6 +67,7 @@ def test_summarize_group_to_the_digit():
     assert s["python_overhead_pct"] == pytest.approx(100 * 0.004 / 0.184)
     assert s["raw_latency_ms"]["p99"] == pytest.approx(10.0)
     assert s["sd_prompt_wall_s"] == pytest.approx(0.7 + sd_time)
+    assert "predicted_speedup" not in s  # no cost probe given: no prediction
     assert any("only 4 full rounds" in w for w in s["warnings"])
 
 

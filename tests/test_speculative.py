@@ -60,7 +60,59 @@ def test_round_timings_to_the_digit():
     assert r.verify_s == pytest.approx(T * (1 + BETA_PER_TOKEN * 4))
     assert r.round_s == pytest.approx(r.draft_s + r.verify_s)
     assert sd.token_latencies_s == pytest.approx([r.round_s / 5] * 5)
-    assert sd.prefill_s == pytest.approx(T * (1 + BETA_PER_TOKEN * 7) + C * T)
+    assert sd.prefill_s == pytest.approx(T * (1 + BETA_PER_TOKEN * 7))   # the target's
+    assert sd.draft_prefill_s == pytest.approx(C * T)
+    # Two windows: decode-only is the rounds; end-to-end adds both prefills.
+    assert sd.decode_s == pytest.approx(r.round_s)
+    assert sd.e2e_s == pytest.approx(clock.now)
+
+
+class NeverDraft:
+    """A policy that never speculates (adaptive on a CPU where SD does not pay)."""
+
+    def next_k(self):
+        return 0
+
+    def observe(self, r):
+        pass
+
+
+class DraftFromRound:
+    """Plain steps first, then k = 2 from round `start` on."""
+
+    def __init__(self, start):
+        self.start, self.n = start, 0
+
+    def next_k(self):
+        self.n += 1
+        return 2 if self.n > self.start else 0
+
+    def observe(self, r):
+        pass
+
+
+def test_draft_prefill_is_paid_only_when_drafting():
+    clock, target, draft = make()
+    sd = generate_speculative(target, draft, PROMPT, 12, NeverDraft(), clock)
+    assert draft.evals == [] and sd.draft_prefill_s == 0.0
+    assert all(r.k == 0 for r in sd.rounds)
+    raw_clock, raw_target, _ = make()
+    raw = generate_raw(raw_target, PROMPT, 12, raw_clock)
+    assert sd.tokens == raw.tokens
+    assert sd.e2e_s == pytest.approx(raw.e2e_s)   # the same work, the same time
+
+
+def test_late_draft_prefill_then_catch_up():
+    clock, target, draft = make()
+    sd = generate_speculative(target, draft, PROMPT, 20, DraftFromRound(3), clock)
+    raw_clock, raw_target, _ = make()
+    raw = generate_raw(raw_target, PROMPT, 20, raw_clock)
+    assert sd.tokens == raw.tokens
+    # The prompt when drafting starts, then the 4 tokens emitted by then in one batch.
+    assert draft.evals[:2] == [len(PROMPT), 4]
+    assert sd.draft_prefill_s == pytest.approx(C * T)
+    assert sd.e2e_s == pytest.approx(clock.now)
+    assert sum(r.round_s for r in sd.rounds) == pytest.approx(sd.decode_s)
 
 
 def test_raw_latencies_are_one_decode_each():

@@ -1,0 +1,113 @@
+"""Honest timing: end-to-end windows, intervals, an independent prediction, noise detection,
+and old results files that still read. Numbers to the digit where the inputs are scripted."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.cli import main
+from cpuspec.costs import predict_generation_s
+from cpuspec.measure import PSI_CPU, NoiseProbe, NoiseSample, noise_reasons, probe_costs
+from cpuspec.report import (bootstrap_speedup_ci, noise_report, read_json, render_noise,
+                            significance, summarize)
+from fakes import FakeClock, FakeDecoder, target_rule
+
+V1_RESULTS = Path(__file__).parent.parent / "bench" / "results" / "avx2-build" / \
+    "bench_2threads.json"
+
+
+def test_bootstrap_interval_brackets_the_prompts_and_collapses_without_spread():
+    # (raw tokens, raw s, SD tokens, SD s) per prompt: speedups 2.0 and 0.5.
+    units = np.array([[10, 1.0, 10, 0.5], [10, 1.0, 10, 2.0]])
+    lo, hi = bootstrap_speedup_ci(units)
+    assert 0.5 <= lo < 1.0 < hi <= 2.0
+    assert significance((lo, hi)) == "not significant"
+    same = np.array([[10, 1.0, 10, 0.8]] * 5)   # every prompt 1.25×: no spread at all
+    assert bootstrap_speedup_ci(same) == pytest.approx((1.25, 1.25))
+    assert significance((1.1, 1.3)) == "faster" and significance((0.7, 0.9)) == "slower"
+    assert bootstrap_speedup_ci(units[:1]) is None and significance(None) is None
+
+
+def test_prediction_from_the_probe_by_hand():
+    probe = {"verify_s": {"1": 0.01, "2": 0.012, "3": 0.014}, "draft_s": 0.002,
+             "target_prefill_s": 0.1, "draft_prefill_s": 0.04, "prompt_tokens": 20}
+    raw, sd = predict_generation_s(probe, [0.5, 0.25], 2, prompt_tokens=10, n_tokens=11)
+    # Prefills scale with the prompt (10 of the probe's 20 tokens): 0.05 and 0.02 s.
+    # Raw: 10 steps of 10 ms. SD: 10 / 1.75 rounds of 2 × 2 ms + 14 ms.
+    assert raw == pytest.approx(0.05 + 0.10)
+    assert sd == pytest.approx(0.05 + 0.02 + 10 / 1.75 * 0.018)
+
+
+def test_probe_states_its_conditions_and_times_with_the_given_clock():
+    clock = FakeClock()
+    target = FakeDecoder(target_rule, clock, lambda n: 0.010 * (1 + 0.5 * (n - 1)))
+    draft = FakeDecoder(target_rule, clock, lambda n: 0.003)
+    probe = probe_costs(target, draft, [1, 2, 3, 4, 5], k_max=3, reps=2, clock=clock)
+    assert probe["position"] == 5 and probe["prompt_tokens"] == 5
+    assert probe["verify_s"] == pytest.approx({"1": 0.010, "2": 0.015, "3": 0.020,
+                                               "4": 0.025})
+    assert probe["draft_s"] == pytest.approx(0.003)
+    assert probe["target_prefill_s"] == pytest.approx(0.030)   # 5 tokens in one decode
+    assert target.kv == [1, 2, 3, 4, 5]                          # rolled back after each
+
+
+def _run(prompt_id, mode, tokens, seconds, noise=None):
+    return {"task": "json", "prompt_id": prompt_id, "repetition": 0, "mode": mode,
+            "tokens": [0] * tokens, "e2e_s": seconds, "noise": noise}
+
+
+def test_noise_report_flags_busy_windows_and_outliers():
+    quiet = NoiseSample(2.0, 3.9, 0.02, 0.0, 2.0, 0.01).to_dict()
+    hog = NoiseSample(2.0, 2.6, 1.4, 0.0, 3.0, 0.5).to_dict()
+    short = NoiseSample(0.05, 0.1, 0.04, 0.0, 2.0, None).to_dict()  # ticks: not judged
+    runs = [_run("json-1", "raw", 20, 1.0, quiet), _run("json-2", "raw", 20, 1.0, hog),
+            _run("json-3", "raw", 20, 1.0, short), _run("json-4", "raw", 20, 4.0, quiet)]
+    rep = noise_report(runs)
+    assert noise_reasons(quiet) == [] and noise_reasons(short) == []
+    assert rep["prompts"] == ["json-2", "json-4"]
+    reasons = {f["prompt_id"]: f["reason"] for f in rep["flags"]}
+    assert "waited for a CPU 50%" in reasons["json-2"] and "0.70 CPUs" in reasons["json-2"]
+    assert "under half the json/raw median 20.0 t/s" in reasons["json-4"]
+    text = render_noise(rep)
+    assert "json-2, json-4" in text and "--repetitions" in text
+    assert render_noise(noise_report(runs[:1])) == ""
+
+
+@pytest.mark.skipif(not PSI_CPU.exists(), reason="no /proc/pressure/cpu on this kernel")
+def test_noise_probe_sees_a_cpu_hog():
+    """Two spinning processes on this machine's CPUs beside our own spinning thread."""
+    import os
+    n = len(os.sched_getaffinity(0)) + 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(n)]
+    try:
+        with NoiseProbe() as probe:
+            end = __import__("time").perf_counter() + 1.0
+            while __import__("time").perf_counter() < end:
+                pass
+    finally:
+        for h in hogs:
+            h.kill()
+    assert probe.sample.reasons(), probe.sample.to_dict()
+
+
+def test_schema_1_results_still_read():
+    """A real run recorded by cpuspec 0.1 (schema 1, an AVX2 build): report and advise work,
+    with end-to-end figures from its prefill + decode times."""
+    data = read_json(V1_RESULTS)
+    assert data["schema_version"] == 1 and data["kind"] == "bench"
+    s = summarize(data)
+    assert set(s) == {"json", "code", "story", "overall"}
+    assert 0.3 < s["json"]["sd_speedup"] < 1.0 and s["json"]["sd_speedup_ci"]
+    assert s["json"]["predicted_window"] == "decode-only"  # its probe had no prefill timings
+    res = CliRunner().invoke(main, ["report", str(V1_RESULTS)])
+    assert res.exit_code == 0, res.output
+    assert "SD ×raw e2e [95% CI]" in res.output and "AVX2 = 1" in res.output
+    res = CliRunner().invoke(main, ["advise", str(V1_RESULTS)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["report", str(V1_RESULTS), "--format", "json"])
+    rows = json.loads(res.output)
+    assert rows[0]["task"] == "json" and rows[0]["sd_speedup_ci_low"] < rows[0]["sd_speedup"]
