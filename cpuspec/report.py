@@ -468,12 +468,22 @@ def render_audit(audit: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _strict(value: Any) -> Any:
+    """NaN and infinities become null: a results file is strict JSON that any reader takes."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
 def write_json(results: dict, path: Path) -> None:
-    """Write atomically: a crash mid-write never leaves a truncated results file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=1, allow_nan=True))
-    tmp.replace(path)
+    """Write atomically (a crash mid-write never leaves a truncated results file), as strict
+    JSON."""
+    from .store import write_atomic
+    write_atomic(Path(path), json.dumps(_strict(results), indent=1, allow_nan=False))
 
 
 def read_json(path: Path) -> dict:
@@ -489,6 +499,60 @@ def read_json(path: Path) -> dict:
     if "kind" not in data and "runs" in data:
         data["kind"] = "bench"
     return data
+
+
+def _check(ok: bool, path: str, field: str, what: str) -> None:
+    if not ok:
+        raise ResultsError(f"{path}: field {field} is missing or not {what}; the file is damaged "
+                           "or was not written by cpuspec bench")
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def validate_bench(results: dict, path: str = "results") -> None:
+    """One clear message naming the first missing or malformed field, instead of a KeyError
+    deep in a printer."""
+    kind = results.get("kind")
+    if kind != "bench":
+        raise ResultsError(f"{path}: a {kind or 'unknown'} results file, not a bench one"
+                           + ("; `cpuspec report` prints sweeps" if kind == "sweep" else ""))
+    settings = results.get("settings")
+    _check(isinstance(settings, dict), path, "settings", "an object")
+    k = settings.get("k")
+    _check(isinstance(k, int) and not isinstance(k, bool) and k >= 1, path, "settings.k",
+           "an integer ≥ 1")
+    runs = results.get("runs")
+    _check(isinstance(runs, list), path, "runs", "a list")
+    for i, r in enumerate(runs):
+        _check(isinstance(r, dict), path, f"runs[{i}]", "an object")
+        for f in ("task", "prompt_id", "mode"):
+            _check(isinstance(r.get(f), str), path, f"runs[{i}].{f}", "a string")
+        for f in ("tokens", "token_latencies_s"):
+            _check(isinstance(r.get(f), list), path, f"runs[{i}].{f}", "a list")
+        _check(all(_num(x) for x in r["token_latencies_s"]), path,
+               f"runs[{i}].token_latencies_s", "a list of numbers")
+        for f in ("prefill_s", "decode_s"):
+            _check(_num(r.get(f)), path, f"runs[{i}].{f}", "a number")
+        _check(isinstance(r.get("rounds", []), list) and all(
+            isinstance(x, list) and len(x) == len(ROUND_FIELDS) and all(map(_num, x))
+            for x in r.get("rounds", [])), path, f"runs[{i}].rounds",
+            f"a list of {len(ROUND_FIELDS)}-number rows")
+    audit = results.get("audit", [])
+    _check(isinstance(audit, list), path, "audit", "a list")
+    for i, a in enumerate(audit):
+        _check(isinstance(a, dict) and isinstance(a.get("identical"), bool), path,
+               f"audit[{i}].identical", "true or false")
+        _check(isinstance(a.get("task"), str), path, f"audit[{i}].task", "a string")
+    probe = results.get("cost_probe")
+    if probe is not None:
+        _check(isinstance(probe, dict) and isinstance(probe.get("verify_s"), dict), path,
+               "cost_probe.verify_s", "an object")
+        for n in range(1, k + 2):
+            _check(_num(probe["verify_s"].get(str(n))), path, f"cost_probe.verify_s.{n}",
+                   f"a number (the probe must cover 1..k + 1 = {k + 1} tokens)")
+        _check(_num(probe.get("draft_s")), path, "cost_probe.draft_s", "a number")
 
 
 def advise(results: dict) -> dict[str, dict]:

@@ -24,6 +24,11 @@ GPU_SKIP_REASON = "skipped: this llama-cpp-python build has no GPU offload"
 AXES = ("n_gpu_layers", "draft_gpu_layers", "p_cores", "e_cores", "threads", "k")
 
 
+# Values one list may expand to (a sweep's size is checked against MAX_SWEEP_POINTS later; this
+# only keeps `1-1000000000` from filling memory before that check).
+MAX_VALUES = 10_000
+
+
 class SweepError(ValueError):
     """A value list cannot be parsed; the message quotes it."""
 
@@ -32,6 +37,8 @@ def parse_values(text: str, minimum: int = 1, name: str = "value") -> list[int]:
     out: list[int] = []
     for item in str(text).split(","):
         item = item.strip()
+        if re.fullmatch(r"-\d+", item):
+            raise SweepError(f"{name}: {item}: must be at least {minimum}")
         if item.isdigit():
             values = [int(item)]
         else:
@@ -53,6 +60,9 @@ def parse_values(text: str, minimum: int = 1, name: str = "value") -> list[int]:
             else:
                 if step < 1:
                     raise SweepError(f"{name}: {item!r}: the step must be ≥ 1")
+                if (hi - lo) // step + 1 > MAX_VALUES:
+                    raise SweepError(f"{name}: {item!r} has {(hi - lo) // step + 1} values, "
+                                     f"more than {MAX_VALUES}")
                 values = list(range(lo, hi + 1, step))
         for v in values:
             if v < minimum:

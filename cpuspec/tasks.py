@@ -116,9 +116,15 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
     """Read `{"task": "...", "prompt": "..."}` per line; blank lines and `#` comments skipped."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromptsFileError(f"cannot read prompts file {path}: {exc}") from exc
+        if path.is_dir():
+            raise PromptsFileError(f"prompts file {path} is a folder")
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a BOM is fine
+    except UnicodeDecodeError as exc:
+        raise PromptsFileError(f"cannot read prompts file {path}: not UTF-8 text (byte "
+                               f"{exc.start})") from None
+    except OSError as exc:
+        raise PromptsFileError(f"cannot read prompts file {path}: {exc.strerror or exc}") \
+            from None
     prompts: list[Prompt] = []
     counts: dict[str, int] = {}
     for lineno, line in enumerate(lines, 1):
@@ -126,8 +132,9 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PromptsFileError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise PromptsFileError(f"{path}:{lineno}: not valid JSON ({msg})") from None
         if not isinstance(obj, dict):
             raise PromptsFileError(f"{path}:{lineno}: expected a JSON object")
         task, text = obj.get("task", "user"), obj.get("prompt")

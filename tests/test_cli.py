@@ -35,7 +35,7 @@ def test_help_has_examples(cmd):
 @pytest.mark.parametrize("args, message", [
     (["--threads", "0"], "must be at least 1"),
     (["--draft-len", "0"], "must be at least 1"),
-    (["-k", "-3"], "--draft-len: '-3' is not a number"),
+    (["-k", "-3"], "--draft-len: -3: must be at least 1"),
     (["--max-tokens", "0"], "must be at least 1"),
     (["--threads", "two"], "is not a number or a range"),
     (["--threads", "8-1"], "runs backwards"),
@@ -120,9 +120,10 @@ def test_user_prompts_file_and_threads_warning(tiny_models, tmp_path):
     f = tmp_path / "mine.jsonl"
     f.write_text('{"task": "sql", "prompt": "SELECT name FROM users"}\n'
                  '# a comment\n{"task": "email", "prompt": "Dear team,"}\n')
-    res = run(*tiny_args(tiny_models, "--prompts", str(f), "--threads", "64"))
+    n = len(os.sched_getaffinity(0)) + 1
+    res = run(*tiny_args(tiny_models, "--prompts", str(f), "--threads", str(n)))
     assert res.exit_code == 0, res.output
-    assert "--threads 64 is more than" in res.output
+    assert f"--threads {n} is more than" in res.output
     assert "sql" in res.output and "email" in res.output and "story" not in res.output
 
 

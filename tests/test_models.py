@@ -124,5 +124,5 @@ def test_unwritable_cache_is_a_clear_error(offline_pip, monkeypatch, tmp_path):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
     monkeypatch.setenv("CPUSPEC_HOME", str(blocker))
-    with pytest.raises(ModelError, match="cannot create the model cache"):
+    with pytest.raises(ModelError, match="which is a file, not a folder"):
         fetch_model(mirror_spec())

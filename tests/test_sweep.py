@@ -25,7 +25,7 @@ def test_parse_values(text, values):
 @pytest.mark.parametrize("text, message", [
     ("1-", "not a number or a range"), ("8-1", "runs backwards"), ("0", "must be at least 1"),
     ("two", "not a number"), ("1-8+0", "step must be"), ("0-8*2", "start ≥ 1"),
-    ("1-8*1", "factor ≥ 2"), ("", "not a number"), ("-1", "not a number"),
+    ("1-8*1", "factor ≥ 2"), ("", "not a number"), ("-1", "must be at least 1"),
 ])
 def test_parse_values_rejects(text, message):
     with pytest.raises(SweepError, match=message):
@@ -85,7 +85,7 @@ def test_gpu_points_are_skipped_without_offload(tiny_models, tmp_path):
 def test_killed_sweep_keeps_finished_points(tiny_models, tmp_path):
     out = tmp_path / "killed.json"
     cmd = [sys.executable, "-m", "cpuspec", *tiny(tiny_models, "--threads", "1",
-                                                    "--draft-len", "1-40", "--json", str(out))]
+                                                    "--draft-len", "1-12", "--json", str(out))]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.time() + 120
@@ -97,5 +97,5 @@ def test_killed_sweep_keeps_finished_points(tiny_models, tmp_path):
     finally:
         proc.wait()
     doc = json.loads(out.read_text())  # valid JSON despite the kill
-    assert 2 <= len(doc["rows"]) < 40
+    assert 2 <= len(doc["rows"]) < 12
     assert all(r["raw_tok_s"] > 0 for r in doc["rows"])

@@ -1,0 +1,194 @@
+"""Where results go: output paths checked before any work starts, atomic writes, and the saved
+runs under $CPUSPEC_HOME/results/ that `cpuspec runs`, `report` and `advise` find by id.
+
+Nothing here overwrites an input (a prompts file, a GGUF model), writes two outputs to one
+path, or replaces a read-only results file without --force.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import socket
+import stat
+import tempfile
+from pathlib import Path
+
+from .models import cpuspec_home
+
+GGUF_MAGIC = b"GGUF"
+
+
+class OutputError(ValueError):
+    """An output path cannot be used; the message says why and what to do."""
+
+
+def results_dir() -> Path:
+    return cpuspec_home() / "results"
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _is_gguf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def check_output(path: Path, inputs: list[Path], force: bool = False) -> None:
+    """Refuse, before minutes of measuring, an output that cannot be written or would destroy
+    something: a folder, a missing or unwritable folder, an input of this run, a GGUF model,
+    a file that is not a regular file, or a read-only file (unless force)."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"output file {path} is a folder")
+    parent = path.parent
+    if not parent.is_dir():
+        raise OutputError(f"folder does not exist for output file {path}")
+    for inp in inputs:
+        if inp is not None and (_same(path, Path(inp)) or
+                                path.resolve() == Path(inp).resolve()):
+            raise OutputError(f"output file {path} is also an input of this run; "
+                              "choose another name")
+    if path.exists():
+        if not path.is_file():
+            raise OutputError(f"output file {path} is not a regular file")
+        if _is_gguf(path):
+            raise OutputError(f"output file {path} is a GGUF model; refusing to overwrite it")
+        if not force and not (path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP |
+                                                      stat.S_IWOTH)):
+            raise OutputError(f"output file {path} is read-only; pass --force to replace it")
+    try:  # the atomic write creates a temporary file beside the target: try exactly that
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise OutputError(f"cannot write output file {path}: {exc.strerror or exc}") from None
+
+
+def check_outputs(outputs: list[Path | None], inputs: list[Path | None],
+                  force: bool = False) -> None:
+    """check_output for each given output, and no two of them on one path."""
+    given = [Path(p) for p in outputs if p is not None]
+    for i, a in enumerate(given):
+        for b in given[:i]:
+            if a.resolve() == b.resolve():
+                raise OutputError(f"two outputs go to {a}; give each its own file")
+    for p in given:
+        check_output(p, [Path(x) for x in inputs if x is not None], force)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: a crash mid-write never leaves a
+    truncated file, and the old content stays until the new one is complete."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:40] or "unknown"
+
+
+def new_run_path(kind: str, cpu_model: str, now: dt.datetime | None = None) -> Path:
+    """$CPUSPEC_HOME/results/<UTC time>-<host>-<CPU model>-<kind>.json, created now, so
+    two runs started in the same second still get two files."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    stem = f"{now:%Y%m%dT%H%M%SZ}-{_slug(socket.gethostname())}-{_slug(cpu_model)}-{kind}"
+    folder = results_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot save the run under {folder}: {exc.strerror or exc}; set "
+                          "CPUSPEC_HOME to a writable folder or pass --no-save") from None
+    for i in range(1000):
+        path = folder / (stem + (f"-{i + 1}" if i else "") + ".json")
+        try:
+            with open(path, "x"):
+                pass
+            return path
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OutputError(f"cannot save the run under {folder}: {exc.strerror or exc}; "
+                              "set CPUSPEC_HOME to a writable folder or pass --no-save") from None
+    raise OutputError(f"too many runs named {stem} in {folder}")
+
+
+def saved_runs() -> list[Path]:
+    folder = results_dir()
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+def resolve_run(ref: str) -> Path:
+    """A results file path, or the id of a saved run (its file name without .json, or a unique
+    prefix of it, or a unique substring)."""
+    path = Path(ref)
+    if path.exists():
+        return path
+    runs = saved_runs()
+    for match in (lambda s: s == ref, lambda s: s.startswith(ref), lambda s: ref in s):
+        found = [p for p in runs if match(p.stem)]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise OutputError(f"{ref!r} matches {len(found)} saved runs: "
+                              + ", ".join(p.stem for p in found[:5])
+                              + ("…" if len(found) > 5 else "") + "; give more of the id")
+    raise OutputError(f"no results file or saved run {ref!r} (see `cpuspec runs`)")
+
+
+def run_listing(path: Path) -> dict:
+    """One line of `cpuspec runs`: id, date, machine, pair, tasks, headline speedups."""
+    row = {"id": path.stem, "path": str(path)}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return row | {"kind": "unreadable"}
+    if not isinstance(data, dict):
+        return row | {"kind": "unreadable"}
+    meta = data.get("meta") or {}
+    hw = meta.get("hardware") or data.get("hardware") or {}
+    settings = data.get("settings") or {}
+    row |= {"kind": data.get("kind", "bench" if "runs" in data else "?"),
+            "date": meta.get("started_at", ""), "machine": hw.get("cpu_model", "?"),
+            "threads": settings.get("threads"), "pair": settings.get("pair"),
+            "tasks": ",".join(settings.get("tasks") or []),
+            "complete": data.get("complete", True)}
+    summary = data.get("summary") or {}
+    row["speedups"] = " ".join(f"{t} {s['sd_speedup']:.2f}" for t, s in summary.items()
+                               if isinstance(s, dict) and isinstance(s.get("sd_speedup"), float)
+                               and s["sd_speedup"] == s["sd_speedup"])
+    return row
+
+
+class ResultsSink:
+    """Every JSON destination of one run (the saved run, --json): rewritten atomically after
+    each finished prompt or point, so an interrupted run keeps what it measured."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = [Path(p) for p in paths]
+        self.writes = 0
+
+    def __call__(self, results: dict) -> None:
+        from .report import write_json
+        for p in self.paths:
+            write_json(results, p)
+        self.writes += 1
