@@ -5,7 +5,7 @@ threads and prompts.
 Builds `llama-bench` and `llama-speculative-simple` from the llama.cpp vendored in the sdist of
 the installed llama-cpp-python version (pip download, cmake, CPU backend, no curl; cached under
 $CPUSPEC_HOME/native), then alternates the two sides (A B A B) and reports medians and ratios:
-  1. raw decode:  cpuspec generate_raw tok/s     vs  llama-bench -p 0 -n N (tg t/s)
+  1. raw decode:  cpuspec one-token decodes      vs  llama-bench -p 0 -n N (tg t/s)
   2. verify cost: cpuspec (k+1)-token batch t/s  vs  llama-bench -p k+1 -n 0 (pp t/s)
   3. SD:          cpuspec generate_speculative   vs  llama-speculative-simple --spec-type
                   draft-simple --spec-draft-n-max k --temp 0 ("decoded … t/s", "accept")

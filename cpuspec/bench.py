@@ -6,6 +6,7 @@ No printing: progress goes through the `log` callback (the CLI sends it to stder
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import os
 import platform
@@ -205,6 +206,7 @@ class Generator:
         self.cfg, self.target, self.draft, self.probe = cfg, target, draft, probe
         self.modes = ["raw", *cfg.policies]
         self.policies: dict[str, AdaptivePolicy] = {}
+        self.traces: dict[str, list] = {}
 
     def adaptive_policy(self, task: str) -> AdaptivePolicy:
         """One controller per task type, carried across that task's prompts: what it learned
@@ -230,8 +232,13 @@ class Generator:
             verify = RejectionVerify(rng)
         if mode == "raw":
             return generate_raw(t, tokens, max_tokens)
-        policy = cfg.k if mode == "static" else self.adaptive_policy(task)
-        return generate_speculative(t, d, tokens, max_tokens, policy, verify=verify)
+        if mode == "static":
+            return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify)
+        policy = self.adaptive_policy(task)
+        start = len(policy.trace)
+        g = generate_speculative(t, d, tokens, max_tokens, policy, verify=verify)
+        self.traces[mode] = policy.trace[start:]  # this generation's decisions
+        return g
 
 
 def measure_prompt(gen: Generator, p: Prompt, tokens: list[int], rep: int, index: int,
@@ -327,6 +334,9 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                     records = [_run_record(p, rep, mode, gens[mode],
                                            target_m.detokenize(gens[mode].tokens), noise[mode])
                                for mode in gen.modes]
+                    for rec in records:
+                        if rec["mode"] == "adaptive":
+                            rec["policy_trace"] = gen.traces.get("adaptive", [])
                     pressured = any("waited for a CPU" in r for n in noise.values()
                                     for r in n.reasons())
                     if cfg.max_noise is None or attempt == MAX_NOISE_RERUNS or not (
@@ -355,3 +365,35 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
     results["summary"] = summarize(results)
     results["complete"] = True
     return results
+
+
+def run_costs(cfg: BenchConfig, reps: int, log: Log = lambda _: None) -> dict:
+    """`cpuspec costs`: the cost probe alone, at batch sizes 1..cfg.k + 1, after the prompt of
+    the first built-in json task (a realistic position)."""
+    from .engine import Session
+    from .tasks import builtin_prompts
+    prompt = builtin_prompts(["json"], 1)[0]
+    cfg = dataclasses.replace(cfg, prompts=[prompt], policies=[], max_tokens=1)
+    with load_pair(cfg, log) as loaded:
+        if loaded.draft_m is None:
+            raise ValueError("cpuspec costs needs a draft model")
+        res = describe_run(cfg, loaded)
+        res["kind"] = "costs"
+        tokens = loaded.target_m.tokenize(loaded.target_m.format_chat(prompt.text))
+        n_ctx = len(tokens) + max(cfg.k + 1, CATCHUP_PROBE_TOKENS) + CTX_SLACK_TOKENS
+        with Session(loaded.target_m, n_ctx, cfg.threads) as target, \
+                Session(loaded.draft_m, n_ctx, cfg.threads) as draft:
+            probe_costs(target, draft, tokens, min(cfg.k, 3), reps=1)  # warm-up, not kept
+            log(f"cost curve: target decodes of 1..{cfg.k + 1} tokens, {reps} repetitions")
+            res["cost_probe"] = probe_costs(target, draft, tokens, cfg.k, reps=reps)
+    for key in ("runs", "audit", "discarded_runs", "prompts"):
+        res.pop(key)
+    res["complete"] = True
+    return res
+
+
+def describe_costs(res: dict) -> str:
+    m = res["models"]
+    return (f"target {m['target']['file']} ({m['target'].get('desc', '')}), draft "
+            f"{m['draft']['file']} ({m['draft'].get('desc', '')}); {res['settings']['threads']} "
+            f"threads; at KV position {res['cost_probe']['position']}")

@@ -519,6 +519,59 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
         _log(f"wrote {p}")
 
 
+@main.command()
+@click.option("--pair", help="Model pair from models.toml.")
+@click.option("--target", "target_path", type=click.Path(path_type=Path))
+@click.option("--draft", "draft_path", type=click.Path(path_type=Path))
+@click.option("-t", "--threads", type=int, callback=_positive,
+              help="Threads [default: the physical cores in this process's affinity].")
+@click.option("--max-n", type=click.IntRange(2, 33), default=16, show_default=True,
+              help="Measure target decodes of 1..N tokens (all N logit rows).")
+@click.option("--reps", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Repetitions per batch size (median taken).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@click.option("--save/--no-save", default=True, show_default=True,
+              help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`).")
+@click.option("--force", is_flag=True, help="Replace a read-only --json file.")
+def costs(pair, target_path, draft_path, threads, max_n, reps, json_path, save, force):
+    """The verify-cost curve V(n)/V(1) and the draft's cost: in seconds, no prompts to run.
+
+    On a GPU a verify of n tokens costs about one decode; on a CPU it grows with n, by steps
+    that depend on the quant types (llama.cpp multiplies repacked Q4_0/Q4_K/IQ4_NL weights in
+    blocks of 4 rows). β(k) = V(k + 1)/V(1) − 1, c = draft decode ÷ target decode, and the
+    best speedup SD could reach at each k if every draft were accepted.
+
+    \b
+    Examples:
+      cpuspec costs
+      cpuspec costs --pair qwen2.5-coder-1.5b-q4_0 --max-n 9
+    """
+    from .bench import BenchConfig, describe_costs, run_costs
+    from .costs import render_cost_curve
+    from .engine import EngineError
+    from .hardware import default_threads, detect_hardware
+    from .store import ResultsSink
+    threads = threads or default_threads()
+    _check_limits([1], 2, [threads], None)
+    for p in (target_path, draft_path):
+        _check_model_file(p)
+    hw = detect_hardware()
+    sink = ResultsSink(_prepare_outputs([json_path], [target_path, draft_path], force, save,
+                                        "costs", hw.cpu_model))
+    cfg = BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
+                      draft_path=draft_path, k=max_n - 1, argv=["cpuspec", *sys.argv[1:]])
+    try:
+        res = run_costs(cfg, reps, _log)
+    except (ModelError, EngineError) as exc:
+        raise click.ClickException(str(exc))
+    click.echo(describe_costs(res))
+    click.echo(render_cost_curve(res["cost_probe"]))
+    click.echo(f"\nllama.cpp: {res['meta']['llama_system_info']}")
+    sink(res)
+    for p in sink.paths:
+        _log(f"wrote {p}")
+
+
 @main.group()
 def models():
     """List, fetch and locate the registered GGUF models.
@@ -620,6 +673,41 @@ def models_verify(names, as_json):
     if bad:
         raise click.ClickException(f"{', '.join(bad)}: the cached file differs from its sha256 "
                                    "pin; the next run fetches it again")
+
+
+@models.command("derive")
+@click.argument("name")
+@click.option("--quant", required=True, metavar="TYPE",
+              help="llama.cpp quant type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K_S, "
+                   "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K.")
+def models_derive(name, quant):
+    """Requantize a model (registered name or GGUF file) to another quant type, cached.
+
+    What `llama-quantize --allow-requantize --pure IN OUT TYPE` writes: every tensor in TYPE,
+    the tied output too. A requantized K-quant has the official file's kernels and speed, not
+    exactly its quality; results record it as derived, with its parent's sha256.
+
+    \b
+    Examples:
+      cpuspec models derive qwen2.5-coder-1.5b-q4km --quant Q4_0
+      cpuspec bench --target "$(cpuspec models derive my.gguf --quant Q4_0)" --draft ...
+    """
+    from .models import DERIVABLE_QUANTS, derive_model, local_model
+    quant = quant.upper()
+    if quant not in DERIVABLE_QUANTS:
+        raise click.BadParameter(f"{quant} is not one of {', '.join(DERIVABLE_QUANTS)}",
+                                 param_hint="'--quant'")
+    reg = _registry()
+    try:
+        path = Path(name)
+        parent = local_model(path) if path.suffix == ".gguf" or path.exists() else \
+            fetch_model(reg.model(name), _log)
+        got = derive_model(parent, quant, _log)
+    except ModelError as exc:
+        raise click.ClickException(str(exc))
+    _log(f"{got.spec.name}: derived from {parent.path.name} (sha256 {parent.sha256[:12]}…); "
+         f"{got.derived['note']}")
+    click.echo(str(got.path))
 
 
 @models.command("path")

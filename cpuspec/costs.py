@@ -148,3 +148,33 @@ def predict_generation_s(probe: dict, survival: list[float], k: int, prompt_toke
     rounds = steps / expected_tokens(survival, k)
     sd = target_prefill + draft_prefill + rounds * (k * probe["draft_s"] + verify[k + 1])
     return raw, sd
+
+
+def cost_curve(probe: dict) -> list[dict]:
+    """Per batch size n of a probe: V(n), V(n)/V(1), β at k = n − 1, the time per token, and
+    the speedup SD would reach at k = n − 1 if every draft were accepted (an upper bound)."""
+    verify = {int(n): v for n, v in probe["verify_s"].items()}
+    t, d = verify[1], probe["draft_s"]
+    rows = []
+    for n in sorted(verify):
+        k = n - 1
+        rows.append({"n": n, "verify_ms": 1e3 * verify[n], "v_over_v1": verify[n] / t,
+                     "beta": verify[n] / t - 1, "ms_per_token": 1e3 * verify[n] / n,
+                     "ceiling_speedup": n * t / (k * d + verify[n]) if k else 1.0})
+    return rows
+
+
+def render_cost_curve(probe: dict) -> str:
+    from tabulate import tabulate
+    rows = cost_curve(probe)
+    t = probe["verify_s"]["1"]
+    best = max(rows, key=lambda r: r["ceiling_speedup"])
+    table = tabulate([[r["n"], r["n"] - 1, f"{r['verify_ms']:.1f}", f"{r['v_over_v1']:.2f}",
+                       f"{r['beta']:.2f}", f"{r['ms_per_token']:.1f}",
+                       f"{r['ceiling_speedup']:.2f}"] for r in rows],
+                     headers=["n tokens", "k = n-1", "V(n) ms", "V(n)/V(1)", "β(k)",
+                              "ms/token", "×raw if all accepted"], disable_numparse=True)
+    return (table + f"\ndraft decode {1e3 * probe['draft_s']:.1f} ms, target decode "
+            f"{1e3 * t:.1f} ms: c = {probe['draft_s'] / t:.2f}. Even with every draft accepted, "
+            f"SD is at most {best['ceiling_speedup']:.2f}× raw (at k = {best['n'] - 1}); real "
+            "acceptance lowers that.")

@@ -245,3 +245,27 @@ def top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[int]) 
     top2 = np.argpartition(row, -2)[-2:]
     first, second = sorted(top2.tolist(), key=lambda t: -row[t])
     return first, second, float(row[first] - row[second])
+
+
+# Quant types `cpuspec models derive` writes, by llama.cpp's names.
+QUANT_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K_S", "Q4_K_M", "Q5_K_S",
+               "Q5_K_M", "Q6_K")
+
+
+def quantize_gguf(src: Path, dst: Path, quant: str, pure: bool = True,
+                  threads: int | None = None) -> None:
+    """Requantize a GGUF with llama.cpp's own quantizer (what `llama-quantize
+    --allow-requantize [--pure] SRC DST QUANT` does). `pure` keeps every tensor in `quant`,
+    the tied output/embedding included, instead of the mixed K-quant recipe."""
+    import os
+    if quant not in QUANT_TYPES:
+        raise EngineError(f"unknown quant {quant!r}; choose from {', '.join(QUANT_TYPES)}")
+    init_backend()
+    params = ll.llama_model_quantize_default_params()
+    params.ftype = getattr(ll, f"LLAMA_FTYPE_MOSTLY_{quant}")
+    params.allow_requantize = True
+    params.pure = pure
+    params.nthread = threads or os.cpu_count() or 1
+    rc = ll.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise EngineError(f"llama.cpp could not quantize {src} to {quant} (code {rc})")

@@ -67,6 +67,7 @@ def time_decodes(decoder, tokens: Sequence[int], pos: int, reps: int,
                  n_out: int | None = None, clock: Clock = time.perf_counter) -> list[float]:
     """`reps` timed evals of `tokens` at `pos` (all rows unless n_out), each rolled back to pos,
     so every repetition sees the same KV length."""
+    decoder.truncate(pos)  # whatever was decoded past pos before is not part of this probe
     samples = []
     for _ in range(reps):
         samples.append(time_eval(decoder, tokens, pos, n_out or len(tokens), clock))

@@ -35,6 +35,14 @@ HUB_PROBE_TIMEOUT_S = 3.0
 # A fetch in progress writes FILE.PID.partial and wheels into cpuspec-mirror-PID-*; a later
 # fetch removes those whose PID is gone (a fetch killed with SIGKILL leaves ~0.5-1.2 GB).
 PARTIAL_SUFFIX = ".partial"
+# Quant types a registry entry may derive (engine.QUANT_TYPES; listed here so that reading
+# models.toml needs no llama.cpp).
+DERIVABLE_QUANTS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K_S", "Q4_K_M",
+                    "Q5_K_S", "Q5_K_M", "Q6_K")
+# Said wherever a derived file is used: its kernels and timings are the official file's, its
+# weights not quite (requantizing a K-quant compounds two rounding errors).
+DERIVED_NOTE = ("requantized locally from another quant: the same tensor types, kernels and "
+                "speed as the official file, but not exactly its quality")
 MIRROR_TMP_PREFIX = "cpuspec-mirror-"
 
 
@@ -60,6 +68,8 @@ class ModelSpec:
     size_bytes: int | None = None
     sha256: str | None = None
     mirror: Mirror | None = None
+    derive_from: str | None = None   # where the hub is unreachable: requantize this model
+    quant: str | None = None         # ... to this llama.cpp quant type (pure)
 
 
 @dataclass(frozen=True)
@@ -96,16 +106,18 @@ class FetchedModel:
     spec: ModelSpec
     path: Path
     sha256: str | None
-    source: str  # "cache", "hub", "pypi-mirror", "local-file"
+    source: str  # "cache", "hub", "pypi-mirror", "local-file", "derived"
     verified: bool
     warnings: list[str] = field(default_factory=list)
     verified_by: str = "sha256 of the file, computed when fetched"
+    derived: dict | None = None  # parent name, file and sha256, quant, a note on quality
 
     def to_dict(self) -> dict:
         return {"name": self.spec.name, "repo": self.spec.repo, "file": self.spec.file,
                 "path": str(self.path), "size_bytes": self.path.stat().st_size,
                 "sha256": self.sha256, "source": self.source, "verified": self.verified,
-                "verified_by": self.verified_by, "warnings": list(self.warnings)}
+                "verified_by": self.verified_by, "warnings": list(self.warnings),
+                "derived": self.derived}
 
 
 def cpuspec_home() -> Path:
@@ -149,7 +161,8 @@ def load_registry(path: Path | None = None) -> Registry:
     for name, m in raw_models.items():
         where = f"models.{name!r}"
         _want(isinstance(m, dict), path, where, "a table")
-        unknown = set(m) - {"repo", "file", "size_bytes", "sha256", "mirror"}
+        unknown = set(m) - {"repo", "file", "size_bytes", "sha256", "mirror", "derive_from",
+                            "quant"}
         _want(not unknown, path, f"{where} key {', '.join(sorted(unknown))}",
               "one of repo, file, size_bytes, sha256, mirror (quote names that contain "
               'dots, e.g. [models."qwen2.5-0.5b"])')
@@ -174,8 +187,20 @@ def load_registry(path: Path | None = None) -> Registry:
             _want(set(mm) <= {"package", "parts", "version"}, path, f"{where}.mirror",
                   "package, parts and version only")
             mirror = Mirror(mm["package"], parts, mm["version"])
+        derive_from, quant = m.get("derive_from"), m.get("quant")
+        _want(derive_from is None or _str(derive_from), path, f"{where}.derive_from",
+              "a model name")
+        _want((derive_from is None) == (quant is None), path, f"{where}",
+              "given both derive_from and quant, or neither")
+        _want(quant is None or quant in DERIVABLE_QUANTS, path, f"{where}.quant",
+              f"one of {', '.join(DERIVABLE_QUANTS)}")
         models[name] = ModelSpec(name=name, repo=m["repo"], file=m["file"], size_bytes=size,
-                                 sha256=sha, mirror=mirror)
+                                 sha256=sha, mirror=mirror, derive_from=derive_from,
+                                 quant=quant)
+    for name, m in models.items():
+        if m.derive_from is not None and m.derive_from not in models:
+            raise ModelError(f"{path}: model {name!r} derives from unknown model "
+                             f"{m.derive_from!r}")
     for name, p in raw_pairs.items():
         where = f"pairs.{name!r}"
         _want(isinstance(p, dict), path, where, "a table")
@@ -469,13 +494,58 @@ def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | 
     return FetchedModel(spec, dest, digest, "pypi-mirror", spec.sha256 is not None)
 
 
+def derived_path(parent: FetchedModel, quant: str) -> Path:
+    """Derived files are cached by their parent's bytes: a new parent gives a new file."""
+    stem = Path(parent.path.name).stem
+    return models_dir() / "derived" / f"{stem}.{quant}.from-{(parent.sha256 or 'x')[:12]}.gguf"
+
+
+def derive_model(parent: FetchedModel, quant: str, log: Callable[[str], None] = lambda _: None,
+                 spec: ModelSpec | None = None) -> FetchedModel:
+    """Requantize `parent` to `quant` (pure) with llama.cpp's quantizer, cached: what
+    `llama-quantize --allow-requantize --pure PARENT OUT QUANT` writes."""
+    from .engine import EngineError, quantize_gguf
+    dest = derived_path(parent, quant)
+    _writable_cache(dest.parent)
+    if not dest.is_file():
+        log(f"derive: quantizing {parent.path.name} to {quant} (pure); once, ~1 min per GB")
+        partial = dest.with_name(f"{dest.name}.{os.getpid()}{PARTIAL_SUFFIX}")
+        try:
+            quantize_gguf(parent.path, partial, quant)
+            os.replace(partial, dest)
+        except EngineError as exc:
+            raise ModelError(str(exc)) from None
+        finally:
+            partial.unlink(missing_ok=True)
+    spec = spec or ModelSpec(name=f"{parent.spec.name}-{quant.lower()}-derived",
+                             repo="(derived)", file=dest.name)
+    info = {"parent": parent.spec.name, "parent_file": parent.path.name,
+            "parent_sha256": parent.sha256, "quant": quant, "pure": True,
+            "note": DERIVED_NOTE}
+    return FetchedModel(spec, dest, sha256_file(dest), "derived", parent.verified,
+                        warnings=[f"{spec.name}: {DERIVED_NOTE}"],
+                        verified_by="parent verified by sha256; derived file hashed at load",
+                        derived=info)
+
+
+def _from_derivation(spec: ModelSpec, log: Callable[[str], None],
+                     registry: "Registry | None" = None) -> FetchedModel | None:
+    if spec.derive_from is None:
+        return None
+    registry = registry or load_registry()
+    parent = fetch_model(registry.model(spec.derive_from), log)
+    log(f"{spec.name}: the official file is out of reach; deriving it from {parent.spec.name}")
+    return derive_model(parent, spec.quant, log, spec)
+
+
 def fetch_model(spec: ModelSpec, log: Callable[[str], None] = lambda _: None) -> FetchedModel:
-    """Return a verified local copy of `spec`, fetching it if needed."""
+    """Return a verified local copy of `spec`, fetching it if needed (or, for an entry with
+    derive_from, deriving it where no source has the official file)."""
     home = cpuspec_home()
     if home.exists() and not home.is_dir():
         raise ModelError(f"{HOME_ENV} points to {home}, which is a file, not a folder; set it "
                          "to a folder")
-    for source in (_from_cache, _from_hub, _from_mirror):
+    for source in (_from_cache, _from_hub, _from_mirror, _from_derivation):
         got = source(spec, log)
         if got is not None:
             for w in got.warnings:

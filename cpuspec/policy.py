@@ -1,38 +1,63 @@
 """Draft-length policies: how many tokens to draft in the next round (0 = a plain target step).
 
-StaticPolicy drafts k every round. AdaptivePolicy keeps running estimates of the per-position
-acceptance (survival), the draft's cost per token and the target's decode time per batch size,
-picks the k with the best predicted speedup from the cost model each round, turns speculation
-off when no k pays, and probes now and then to see whether it pays again.
+StaticPolicy drafts k every round. AdaptivePolicy picks k each round from the cost model:
+
+* Acceptance is a Beta posterior per draft position i over "draft i is accepted when the
+  drafts before it were" (counts with forgetting, so it follows a change of regime; survival
+  is the product over positions), not a point estimate: a few
+  unlucky early rounds move the mean but not the verdict, because the policy switches
+  speculation OFF only when even an optimistic bound (mean + 1.5 sd) says no k pays.
+* Costs (the draft's time per token, the target's decode time per batch size, the draft's
+  catch-up cost per token) are running means from the cost probe on.
+* While OFF the counts slowly forget, so the optimistic bound climbs back. Re-entry happens at
+  the start of a prompt, where it costs only the draft's prompt prefill, once that bound says
+  SD may pay; mid-generation probes happen only where catching the draft up on the skipped
+  tokens is cheap.
+* Every decision is logged in `trace` (k, mean and optimistic predicted speedup, reason) for
+  the results file.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .costs import choose_k
 from .speculative import RoundStats
 
-# Weight of a new observation in the running means: ~the last 10 rounds dominate, enough to
-# follow a change of task within a generation, few enough to ride out one odd round.
+# Weight of a new observation in the running cost means: ~the last 10 rounds dominate.
 EWMA_WEIGHT = 0.1
-# Turn speculation on only when the best k is predicted this much faster than raw, and off
-# when it drops below break-even: the gap stops it from flapping between rounds.
-SWITCH_ON_SPEEDUP = 1.05
+# Acceptance prior: each position survives with probability 0.8, worth 2 observed rounds, so
+# speculation is tried before anything is known and the first rounds decide quickly.
+PRIOR_SURVIVAL = 0.8
+PRIOR_WEIGHT = 2.0
+# Forgetting of the acceptance counts: per observed round (at most ~50 rounds of memory, to
+# follow a change of task within a generation), per plain step while OFF (slow: the bound
+# reaches break-even again only after many steps), and per new prompt of the task.
+ROUND_DECAY = 0.98
+OFF_STEP_DECAY = 0.998
+GENERATION_DECAY = 0.85
+# Standard deviations above the mean for the optimistic bounds: switch OFF when even the
+# 1.5-sd bound of the best k predicts a loss; re-enter when the 1-sd bound predicts a gain.
+Z_OFF = 1.5
+Z_ON = 1.0
 SWITCH_OFF_SPEEDUP = 1.0
-# While off, one probe round every this many plain steps. On a CPU where speculation does not
-# pay (c ≈ 0.6, β(4) ≈ 1.9), a k = 2 probe costs ~2 decodes extra: ~3 % of 64 steps.
+SWITCH_ON_SPEEDUP = 1.0
+# ... or when the mean predicts a loss at every k after this many (decayed) rounds of evidence:
+# with cheap drafts the bound alone would need hundreds of rounds to rule out 5 % acceptance.
+MIN_EVIDENCE_ROUNDS = 16
+# While OFF mid-generation, one probe round every this many plain steps, where allowed and
+# only while the optimistic bound says SD may pay (or to refresh the draft cost when costs
+# alone rule it out); k = 1 is the cheapest probe.
 PROBE_EVERY_STEPS = 64
-PROBE_K = 2
+PROBE_K = 1
 # When the costs alone rule speculation out (even 100 % acceptance would not pay), acceptance
 # cannot change the verdict: probe this many times less often, just to refresh the draft cost.
 COSTS_RULE_OUT_PROBE_FACTOR = 8
 # A probe after s plain steps first makes the draft catch up on those s tokens (one batch).
-# Probing is allowed only while that costs at most this fraction of the target decodes it
-# spans: measured here, a 0.5B draft catches up at ~0.2 target decodes per token, so on such a
-# CPU a probe would cost more than speculation could win back, and adaptive stays off.
+# Mid-generation probes are allowed only while that costs at most this fraction of the target
+# decodes it spans: measured here, a 0.5B Q4_K_M draft catches up at ~0.2 target decodes per
+# token, so on such a CPU a probe would cost more than speculation could win back.
 PROBE_BUDGET = 0.03
-# Optimistic prior for acceptance before anything is observed, so that speculation is tried.
-PRIOR_SURVIVAL = 0.8
 
 
 class StaticPolicy:
@@ -54,23 +79,56 @@ class AdaptivePolicy:
     draft_s: float                      # prior: draft time per token (cost probe)
     verify_s: dict[int, float]          # prior: target decode time of n tokens, n = 1..k_max+1
     catchup_s: float = 0.0              # prior: draft time per token of a catch-up batch
-    survival: list[float] = field(default_factory=list)
     on: bool = True
     steps_off: int = 0
     history: list[int] = field(default_factory=list)   # k chosen each round
+    trace: list[list] = field(default_factory=list)     # [k, mean ×, optimistic ×, reason]
 
     def __post_init__(self) -> None:
         if self.k_max < 1 or any(n not in self.verify_s for n in range(1, self.k_max + 2)):
             raise ValueError("need k_max ≥ 1 and verify times for 1..k_max+1 tokens")
         self.verify_s = dict(self.verify_s)
-        if not self.survival:
-            self.survival = [PRIOR_SURVIVAL ** i for i in range(1, self.k_max + 1)]
+        # Decayed counts, per draft position i: rounds that reached it (drafts 1..i-1 accepted,
+        # i drafted), and rounds in which it was accepted too.
+        self.drafted = [0.0] * self.k_max
+        self.survived = [0.0] * self.k_max
         self._after_off = False
         self._steps_before = 0
+        self._new_generation = True
+        self._probed = False
 
-    def best(self) -> tuple[int, float]:
-        k, table = choose_k(self.survival, self.draft_s, self.verify_s)
-        return k, table[k].predicted_speedup
+    # --- acceptance ---------------------------------------------------------------------------
+
+    def _survival(self, z: float) -> list[float]:
+        """P(n_accepted ≥ i) as the product of per-position conditional acceptance rates
+        P(draft i accepted | draft i − 1 accepted), each a posterior mean (z = 0) or an
+        optimistic bound (mean + z sd). Conditional rates, because a rejection at position 1
+        says nothing about position 2: a bad first draft must not condemn longer drafts."""
+        out, prev = [], 1.0
+        for n, s in zip(self.drafted, self.survived):
+            a, b = s + PRIOR_WEIGHT * PRIOR_SURVIVAL, n - s + PRIOR_WEIGHT * (1 - PRIOR_SURVIVAL)
+            mean = a / (a + b)
+            sd = math.sqrt(mean * (1 - mean) / (a + b + 1))
+            prev *= min(mean + z * sd, 1.0)
+            out.append(prev)
+        return out
+
+    @property
+    def survival(self) -> list[float]:
+        return self._survival(0.0)
+
+    def _decay(self, factor: float) -> None:
+        self.drafted = [n * factor for n in self.drafted]
+        self.survived = [s * factor for s in self.survived]
+
+    # --- decisions ----------------------------------------------------------------------------
+
+    def best(self, z: float = 0.0) -> tuple[int, float]:
+        """The k ≥ 1 with the best predicted speedup (mean survival, or its bound at z), and
+        that speedup; below 1.0 when no draft length pays."""
+        _, table = choose_k(self._survival(z), self.draft_s, self.verify_s)
+        top = max(table[1:], key=lambda c: c.predicted_speedup)
+        return top.k, top.predicted_speedup
 
     def costs_rule_out(self) -> bool:
         """True when no k pays even if every draft were accepted."""
@@ -78,30 +136,54 @@ class AdaptivePolicy:
         return max(c.predicted_speedup for c in table[1:]) < SWITCH_OFF_SPEEDUP
 
     def new_generation(self) -> None:
-        """A new prompt: the draft starts in step with the target (both prefill the prompt),
-        so no catch-up is pending; what was learned is kept."""
+        """A new prompt: what was learned is kept, weighing a little less; the draft starts in
+        step with the target (it prefills the prompt when first used), so re-entry is cheap."""
         self.steps_off = 0
         self._after_off = False
         self._steps_before = 0
+        self._new_generation = True
+        self._decay(GENERATION_DECAY)
 
     def probes_pay(self) -> bool:
-        """Catching the draft up after plain steps is cheap enough to probe at all."""
+        """Catching the draft up after plain steps is cheap enough to probe mid-generation."""
         return self.catchup_s <= PROBE_BUDGET * self.verify_s[1]
 
     def next_k(self) -> int:
-        k, speedup = self.best()
-        if self.on and (k == 0 or speedup < SWITCH_OFF_SPEEDUP):
+        _, s_mean = self.best()
+        _, s_opt = self.best(Z_OFF if self.on else Z_ON)
+        starting, self._new_generation = self._new_generation, False
+        probed, self._probed = self._probed, False
+        if self.costs_rule_out():
+            self.on, reason = False, "off: even 100 % acceptance cannot pay at these costs"
+        elif self.on and s_opt < SWITCH_OFF_SPEEDUP:
             self.on, self.steps_off = False, 0
-        elif not self.on and k > 0 and speedup > SWITCH_ON_SPEEDUP:
-            self.on = True
+            reason = "switched off: the optimistic bound predicts a loss at every k"
+        elif self.on and s_mean < SWITCH_OFF_SPEEDUP and self.drafted[0] >= MIN_EVIDENCE_ROUNDS:
+            self.on, self.steps_off = False, 0
+            reason = "switched off: the mean of enough rounds predicts a loss at every k"
+        elif not self.on and starting and s_opt > SWITCH_ON_SPEEDUP:
+            self.on, reason = True, "re-entry at a new prompt: the optimistic bound pays"
+        elif not self.on and probed and s_mean > SWITCH_ON_SPEEDUP:
+            self.on, reason = True, "switched on: a probe showed that SD pays"
+        else:
+            reason = "on" if self.on else "off"
         if self.on:
-            choice = k
+            # Where the mean says SD pays: optimism in the face of uncertainty, the best k
+            # under the 1-sd bound, so that a draft position rarely tried (its interval still
+            # wide) gets tried again; with evidence the bound meets the mean. Where the mean
+            # says it loses but the evidence is thin: the mean's least bad k, the cheapest way
+            # to find out.
+            k_mean, _ = self.best()
+            choice = self.best(Z_ON)[0] if s_mean >= SWITCH_ON_SPEEDUP else k_mean
         elif self.probes_pay() and self.steps_off >= PROBE_EVERY_STEPS * (
-                COSTS_RULE_OUT_PROBE_FACTOR if self.costs_rule_out() else 1):
+                COSTS_RULE_OUT_PROBE_FACTOR if self.costs_rule_out() else 1) and (
+                s_opt > SWITCH_ON_SPEEDUP or self.costs_rule_out()):
             choice, self.steps_off = min(PROBE_K, self.k_max), 0
+            reason, self._probed = "probe", True
         else:
             choice = 0
         self.history.append(choice)
+        self.trace.append([choice, round(s_mean, 4), round(s_opt, 4), reason])
         return choice
 
     def observe(self, r: RoundStats) -> None:
@@ -109,6 +191,8 @@ class AdaptivePolicy:
         if r.k == 0:
             self.steps_off += 1
             self._steps_before = self.steps_off
+            if not self.on:
+                self._decay(OFF_STEP_DECAY)
             # A plain step measures only V(1). A change in it while the other costs go unseen is
             # the whole machine speeding up or slowing down (other load, clocks), which scales
             # every phase alike: rescale them all, so c and β stay as last measured and a slow
@@ -119,10 +203,12 @@ class AdaptivePolicy:
             self.catchup_s *= factor
             self._after_off = True
             return
-        for i in range(1, r.k + 1):  # greedy drafts: position i is the same draft for any k ≥ i
-            self.survival[i - 1] += w * (float(r.n_accepted >= i) - self.survival[i - 1])
-        for i in range(r.k + 1, self.k_max + 1):  # keep survival non-increasing in i
-            self.survival[i - 1] = min(self.survival[i - 1], self.survival[r.k - 1])
+        self._decay(ROUND_DECAY)
+        # Greedy drafts: position i is the same draft for any k ≥ i. Position i was tried
+        # only if the drafts before it were accepted.
+        for i in range(1, min(r.k, r.n_accepted + 1) + 1):
+            self.drafted[i - 1] += 1.0
+            self.survived[i - 1] += float(r.n_accepted >= i)
         if self._after_off:  # the draft caught up on the plain steps first: learn that cost
             caught_up = max(self._steps_before, 1)
             spent = max(r.draft_s - r.k * self.draft_s, 0.0) / caught_up

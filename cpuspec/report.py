@@ -197,6 +197,9 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None) -> dict
         out["adaptive_latency_ms"] = _latency_ms(ad)
         ks = [r["k"] for r in _rounds(ad)]
         out["adaptive_k_histogram"] = {str(j): ks.count(j) for j in sorted(set(ks))}
+        reasons = [t[3] for r in ad for t in r.get("policy_trace", [])]
+        out["adaptive_decisions"] = {why: reasons.count(why) for why in dict.fromkeys(reasons)
+                                     if why not in ("on", "off")}
         out["adaptive_speculating_pct"] = 100.0 * sum(1 for j in ks if j > 0) / len(ks) \
             if ks else 0.0
     if 0 < len(full) < MIN_ROUNDS_FOR_STABLE_A:
@@ -451,6 +454,9 @@ def render_details(summary: dict, k: int) -> str:
                          + " ".join(f"{j}:{n}" for j, n in s["adaptive_k_histogram"].items())
                          + f"); p99 {s['adaptive_latency_ms']['p99']:.1f} ms vs raw "
                          f"{s['raw_latency_ms']['p99']:.1f} ms")
+            if s.get("adaptive_decisions"):
+                lines.append(f"[{task}] adaptive decisions: " + "; ".join(
+                    f"{why} ×{n}" for why, n in s["adaptive_decisions"].items()))
         lines += [f"[{task}] WARNING: {w}" for w in s["warnings"]]
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 """The adaptive draft-length controller on scripted costs and acceptance, and in the loop."""
 import pytest
 
-from cpuspec.policy import PROBE_EVERY_STEPS, AdaptivePolicy, StaticPolicy
+from cpuspec.policy import PROBE_EVERY_STEPS, PROBE_K, AdaptivePolicy, StaticPolicy
 from cpuspec.speculative import RoundStats, generate_raw, generate_speculative
 from fakes import FakeClock, FakeDecoder, flaky_draft_rule, target_rule
 
@@ -37,15 +37,15 @@ def test_probes_while_off_when_costs_allow():
     p = AdaptivePolicy(k_max=4, **GPU_LIKE)
     ks = feed(p, 40, False, GPU_LIKE) + feed(p, 2 * PROBE_EVERY_STEPS, False, GPU_LIKE)
     assert not p.costs_rule_out()
-    off = ks[ks.index(0):]
-    assert 1 <= sum(k > 0 for k in off) <= 3  # one probe per PROBE_EVERY_STEPS plain steps
+    probes = [t for t in p.trace if t[3] == "probe"]
+    assert 1 <= len(probes) <= 3  # at most one probe per PROBE_EVERY_STEPS plain steps
 
 
 def test_switches_off_when_acceptance_collapses_and_back_on_when_it_recovers():
     p = AdaptivePolicy(k_max=4, **GPU_LIKE)
     ks = feed(p, 40, True, GPU_LIKE)
     assert ks[-1] == 4                       # cheap draft, everything accepted: draft the most
-    ks = feed(p, 60, False, GPU_LIKE)
+    ks = feed(p, 150, False, GPU_LIKE)
     assert ks[-1] == 0 and not p.on          # acceptance collapsed: off
     ks = feed(p, 3 * PROBE_EVERY_STEPS, True, GPU_LIKE)
     assert ks[-1] > 0 and p.on               # a probe saw acceptance recover: on again
@@ -108,14 +108,14 @@ def test_no_probes_when_catching_up_the_draft_costs_too_much():
     """A probe after s plain steps makes the draft decode those s tokens first; at 0.2 target
     decodes per token (a 0.5B draft on this CPU) that costs more than speculation can win."""
     p = AdaptivePolicy(k_max=4, catchup_s=0.2 * T, **GPU_LIKE)
-    ks = feed(p, 30, False, GPU_LIKE) + feed(p, 4 * PROBE_EVERY_STEPS, False, GPU_LIKE)
+    ks = feed(p, 60, False, GPU_LIKE) + feed(p, 4 * PROBE_EVERY_STEPS, False, GPU_LIKE)
     assert not p.probes_pay()
     assert all(k == 0 for k in ks[ks.index(0):])  # off, and stays off
 
 
 def test_catchup_cost_is_learned_from_a_probe():
     p = AdaptivePolicy(k_max=4, **GPU_LIKE)
-    feed(p, 30, False, GPU_LIKE)  # off by now
+    feed(p, 60, False, GPU_LIKE)  # off by now
     while p.next_k() == 0:        # plain steps until the probe
         p.observe(RoundStats(0, 0, 1, 0.0, T, T))
     steps = p._steps_before
@@ -136,11 +136,80 @@ def test_machine_slowdown_while_off_does_not_switch_speculation_on():
     assert p.draft_s / p.verify_s[1] == pytest.approx(CPU_LIKE["draft_s"] / T)  # c unchanged
 
 
-def test_policy_carried_across_generations_starts_where_it_left_off():
-    p = AdaptivePolicy(k_max=4, **GPU_LIKE)
-    feed(p, 60, False, GPU_LIKE)
+# Costs like the Q4_0 pair on this project's machine: c ≈ 0.4, verify grows ~18 % per token.
+Q40_LIKE = dict(draft_s=0.4 * T, verify_s={n: T * (1 + 0.18 * (n - 1)) for n in range(1, 6)})
+
+
+def cost_of(ks, cost):
+    """Target-decode time of the rounds played, against one decode per token for raw."""
+    return sum(k * cost["draft_s"] + cost["verify_s"][k + 1] for k in ks)
+
+
+def play(policy, accepts, cost):
+    """accepts[i]: True = every draft of round i accepted, False = none. Returns ks, tokens."""
+    ks, tokens = [], 0
+    for ok in accepts:
+        k = policy.next_k()
+        ks.append(k)
+        acc = k if ok else 0
+        tokens += acc + 1
+        policy.observe(RoundStats(k, acc, acc + 1, k * cost["draft_s"],
+                                  cost["verify_s"][k + 1], 0.0))
+    return ks, tokens
+
+
+def test_sd_that_pays_after_a_bad_start_is_kept_on():
+    """Issue 13: three zero-acceptance rounds first, then a draft that is always right."""
+    p = AdaptivePolicy(k_max=4, **Q40_LIKE)
+    ks, tokens = play(p, [False] * 3 + [True] * 200, Q40_LIKE)
+    assert sum(k > 0 for k in ks) >= 0.9 * len(ks)
+    # Static k = 4, always right, gets 5 tokens per 4 × 4 ms + 17.2 ms: 1.506×.
+    assert tokens * T / cost_of(ks, Q40_LIKE) >= 0.95 * 1.506
+
+
+def test_bad_start_then_new_prompts_re_enter():
+    """Where mid-generation probes cost too much (catching the draft up), a task switched off
+    by a bad start is tried again at a later prompt (cheap: only the draft's prefill), within
+    three prompts, as long as the optimistic bound says SD may pay."""
+    p = AdaptivePolicy(k_max=4, catchup_s=0.2 * T, **Q40_LIKE)
+    play(p, [False] * 12, Q40_LIKE)
     assert not p.on
-    survival = list(p.survival)
-    p.new_generation()
-    assert not p.on and p.survival == survival and p.steps_off == 0
-    assert p.next_k() == 0  # no optimistic restart from the prior
+    starts = []
+    for _ in range(4):
+        p.new_generation()
+        ks, _ = play(p, [True] * 50, Q40_LIKE)
+        starts.append(ks[0])
+    assert any(k > 0 for k in starts[:3]) and ks[-1] == 4
+
+
+def test_follows_acceptance_that_flips_mid_generation():
+    p = AdaptivePolicy(k_max=4, **Q40_LIKE)
+    ks, _ = play(p, [True] * 100, Q40_LIKE)
+    assert ks[-1] == 4
+    ks, _ = play(p, [False] * 100, Q40_LIKE)
+    first_off = ks.index(0)
+    assert first_off <= 30 and all(k == 0 for k in ks[first_off + 1:] if k != PROBE_K)
+    ks, _ = play(p, [True] * (3 * PROBE_EVERY_STEPS), Q40_LIKE)
+    assert ks[-1] == 4   # a probe saw it pay again
+
+
+def test_sd_that_never_pays_costs_at_most_3_percent():
+    p = AdaptivePolicy(k_max=4, **Q40_LIKE)
+    ks, tokens = play(p, [False] * 400, Q40_LIKE)
+    assert cost_of(ks, Q40_LIKE) <= 1.03 * tokens * T
+
+
+def test_a_task_that_keeps_losing_is_left_off():
+    """Zero acceptance on every prompt: re-entries become rare (each costs the draft's prompt
+    prefill and a round or two), and the whole task costs at most 3 % more than raw."""
+    p = AdaptivePolicy(k_max=4, catchup_s=0.2 * T, **Q40_LIKE)
+    all_ks, tokens, starts = [], 0, []
+    for _ in range(12):
+        p.new_generation()
+        ks, n = play(p, [False] * 100, Q40_LIKE)
+        all_ks += ks
+        tokens += n
+        starts.append(ks[0])
+    assert sum(k > 0 for k in starts[-6:]) <= 3
+    assert cost_of(all_ks, Q40_LIKE) <= 1.03 * tokens * T
+    assert any("switched off" in t[3] for t in p.trace)

@@ -370,3 +370,26 @@ def test_fuzz_registry_loader(tmp_path):
             assert str(f) in str(exc)
         else:
             assert reg.pairs and reg.default_pair in reg.pairs
+
+
+def test_end_of_generation_as_first_token():
+    """The prefill's token ends the generation: zero decode steps, no division by zero."""
+    from cpuspec.report import summarize_group
+    from cpuspec.speculative import generate_raw, generate_speculative
+    from fakes import FakeClock, FakeDecoder, target_rule
+    prompt = [3, 1, 4]
+    eog = target_rule(prompt)
+    runs = []
+    for mode in ("raw", "static"):
+        clock = FakeClock()
+        t = FakeDecoder(target_rule, clock, lambda n: 0.01, eog)
+        d = FakeDecoder(target_rule, clock, lambda n: 0.002, eog)
+        g = generate_raw(t, prompt, 10, clock) if mode == "raw" else \
+            generate_speculative(t, d, prompt, 10, 4, clock)
+        assert g.tokens == [eog] and g.decode_s == 0 and g.stop == "eog"
+        runs.append({"task": "json", "prompt_id": "json-1", "repetition": 0, "mode": mode,
+                     "tokens": g.tokens, "prefill_s": g.prefill_s, "decode_s": g.decode_s,
+                     "e2e_s": g.e2e_s, "token_latencies_s": g.token_latencies_s,
+                     "rounds": [r.as_row() for r in g.rounds]})
+    s = summarize_group(runs, 4)
+    assert s["sd_speedup"] == pytest.approx(1.0) and s["n_rounds"] == 0
