@@ -808,6 +808,76 @@ def report(run, fmt):
 
 
 @main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
+              default="text", show_default=True)
+@click.option("--force", is_flag=True, help="Compare runs whose workload differs.")
+def compare(runs, fmt, force):
+    """Bench runs side by side, from any machines: files or saved-run ids.
+
+    One column per run, labelled by its machine (CPU, ISA, threads); per task the end-to-end
+    speeds and speedup with its 95 % interval, a, c, β, 1 + α + β, p99 latencies, and run 2 ÷
+    run 1 for two runs. Runs of different workloads (models, k, prompts, max tokens,
+    temperature, drafter) are refused, naming the difference, unless --force.
+
+    \b
+    Examples:
+      cpuspec compare bench/results/avx2-build/bench_2threads.json bench/results/bench_2threads.json
+      cpuspec compare 20261130T0541 20261201T0900 --format markdown
+    """
+    from .compare import mismatches, render_compare
+    if len(runs) < 2:
+        raise click.UsageError("give two or more results files or run ids")
+    loaded = [_load_results(r) for r in runs]
+    results = [res for res, _ in loaded]
+    diff = mismatches(results)
+    if diff and not force:
+        raise click.ClickException("these runs measured different workloads, so their numbers "
+                                   "are not comparable: " + "; ".join(diff)
+                                   + " (--force compares them anyway)")
+    if diff:
+        _log("WARNING: comparing different workloads: " + "; ".join(diff))
+    names = [path.stem for _, path in loaded]
+    click.echo(render_compare(results, names, fmt))
+
+
+@main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Folder for the PNG and SVG files (created if missing).")
+def plot(runs, out_dir):
+    """Figures for bench, costs and sweep runs (files or saved-run ids): PNG and SVG.
+
+    speedup per task with 95 % intervals; a against 1 + α + β (break-even); the verify-cost
+    curve V(n)/V(1); sweeps; per-token latency CDFs. Each carries a caption line with the
+    machine, models, k and threads. Needs the optional extra: pip install 'cpuspec[plot]'.
+
+    \b
+    Examples:
+      cpuspec plot bench/results/bench_2threads.json bench/results/costs_q4_0.json --out figs
+    """
+    from .plots import PLOT_HINT, PlotError, render
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise click.ClickException(PLOT_HINT)
+    if not runs:
+        raise click.UsageError("give one or more results files or run ids")
+    loaded = [_load_results(r, bench_only=False) for r in runs]
+    if out_dir.exists() and not out_dir.is_dir():
+        raise click.ClickException(f"--out {out_dir} is a file, not a folder")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        files = render([res for res, _ in loaded], [p.stem for _, p in loaded], out_dir)
+    except PlotError as exc:
+        raise click.ClickException(str(exc))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write figures to {out_dir}: {exc}")
+    for f in files:
+        click.echo(str(f))
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runs(as_json):
     """List the saved runs under $CPUSPEC_HOME/results, newest last.

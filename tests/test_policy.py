@@ -170,16 +170,17 @@ def test_sd_that_pays_after_a_bad_start_is_kept_on():
 def test_bad_start_then_new_prompts_re_enter():
     """Where mid-generation probes cost too much (catching the draft up), a task switched off
     by a bad start is tried again at a later prompt (cheap: only the draft's prefill), within
-    three prompts, as long as the optimistic bound says SD may pay."""
+    eight prompts: each new prompt weighs the old evidence less, until the optimistic bound
+    promises more than re-entry costs (SWITCH_ON_SPEEDUP)."""
     p = AdaptivePolicy(k_max=4, catchup_s=0.2 * T, **Q40_LIKE)
     play(p, [False] * 12, Q40_LIKE)
     assert not p.on
     starts = []
-    for _ in range(4):
+    for _ in range(9):
         p.new_generation()
         ks, _ = play(p, [True] * 50, Q40_LIKE)
         starts.append(ks[0])
-    assert any(k > 0 for k in starts[:3]) and ks[-1] == 4
+    assert any(k > 0 for k in starts[:8]) and ks[-1] == 4 and starts[-1] == 4
 
 
 def test_follows_acceptance_that_flips_mid_generation():

@@ -1,0 +1,145 @@
+"""Runs side by side, from any machines: `cpuspec compare RUN RUN...`.
+
+Each run is labelled by its machine (CPU model, the ISA llama.cpp was built for, threads and
+cores, llama-cpp-python version); the rows are the same fields the bench table uses (report.
+FIELDS), per task. Like pyperf, runs whose workload differs (model bytes, k, prompts, max
+tokens, temperature, drafter) are refused unless forced, naming the difference.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Callable
+
+from .report import FIELDS, _fmt, _json_safe, _with_ci, summarize, table_rows
+
+# The per-task metrics compared, by report.FIELDS name, in this order.
+COMPARE_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "a", "c", "beta", "break_even_a",
+                   "sd_significance", "raw_p99_ms", "sd_p99_ms", "adaptive_speedup")
+# ISA flags worth naming, as llama.cpp's system info spells them.
+ISA_FLAGS = ("NEON", "ARM_FMA", "SVE", "AVX", "AVX2", "AVX_VNNI", "AVX512", "AVX512_VNNI",
+             "AVX512_BF16", "AMX_INT8", "F16C", "FMA")
+BACKENDS = ("CUDA", "METAL", "VULKAN", "SYCL", "HIP", "BLAS", "OPENMP", "REPACK")
+
+
+def _flags(info: str, names: tuple[str, ...]) -> list[str]:
+    on = set(re.findall(r"(\w+) = 1", info or ""))
+    return [n for n in names if n in on]
+
+
+def machine(results: dict) -> dict[str, Any]:
+    """What a run ran on, from its own record."""
+    meta = results.get("meta", {})
+    hw = meta.get("hardware", {})
+    info = meta.get("llama_system_info", "")
+    settings = results.get("settings", {})
+    kinds = hw.get("cores_by_kind") or {}
+    return {"cpu": hw.get("cpu_model", "?"), "isa": _flags(info, ISA_FLAGS),
+            "backend": _flags(info, BACKENDS), "threads": settings.get("threads"),
+            "cpus": settings.get("cpus"),
+            "cores": " ".join(f"{k}:{len(v)}" for k, v in kinds.items()),
+            "llama_cpp_python": meta.get("llama_cpp_python_version"),
+            "started_at": meta.get("started_at")}
+
+
+def label(m: dict) -> str:
+    isa = "AVX512" if "AVX512" in m["isa"] else "AVX2" if "AVX2" in m["isa"] else \
+        "NEON" if "NEON" in m["isa"] else "/".join(m["isa"][:2]) or "?"
+    return f"{m['cpu']} [{isa}] {m['threads']}t"
+
+
+def _prompts_digest(results: dict) -> str:
+    texts = [p.get("text", "") for p in results.get("prompts", [])]
+    return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:12]
+
+
+WORKLOAD: list[tuple[str, Callable[[dict], Any]]] = [
+    ("target model sha256", lambda r: (r.get("models", {}).get("target") or {}).get("sha256")),
+    ("draft model sha256", lambda r: (r.get("models", {}).get("draft") or {}).get("sha256")),
+    ("drafter", lambda r: r.get("settings", {}).get("drafter", "model")),
+    ("k", lambda r: r.get("settings", {}).get("k")),
+    ("max tokens", lambda r: r.get("settings", {}).get("max_tokens")),
+    ("temperature", lambda r: r.get("settings", {}).get("temperature", 0.0)),
+    ("prompts", _prompts_digest),
+]
+
+
+def mismatches(runs: list[dict]) -> list[str]:
+    """What differs in the workload between the runs (empty when they are comparable)."""
+    out = []
+    for name, get in WORKLOAD:
+        values = [get(r) for r in runs]
+        if len(set(map(str, values))) > 1:
+            shown = [str(v)[:16] if v is not None else "-" for v in values]
+            out.append(f"{name}: {' vs '.join(shown)}")
+    return out
+
+
+def compare_rows(runs: list[dict]) -> list[dict]:
+    """One row per (task, metric): its value in each run, and run 2 ÷ run 1 for numbers when
+    there are two runs."""
+    fields = {f.name: f for f in FIELDS}
+    per_run = [{row["task"]: (row, s) for row, s in zip(table_rows(summ), summ.values())}
+               for summ in (summarize(r) for r in runs)]
+    tasks = list(dict.fromkeys(t for pr in per_run for t in pr))
+    rows = []
+    for task in tasks:
+        for metric in COMPARE_METRICS:
+            values, cis = [], []
+            for pr in per_run:
+                row, s = pr.get(task, ({}, {}))
+                values.append(row.get(metric))
+                cis.append(s.get("sd_speedup_ci") if metric == "sd_speedup" else
+                           s.get("adaptive_speedup_ci") if metric == "adaptive_speedup" else None)
+            if all(v is None or v != v for v in values):
+                continue
+            out = {"task": task, "metric": metric, "header": fields[metric].header or metric,
+                   "values": values, "ci": cis}
+            if len(runs) == 2 and all(isinstance(v, (int, float)) and v == v and v
+                                      for v in values):
+                out["ratio"] = values[1] / values[0]
+            rows.append(out)
+    return rows
+
+
+def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str:
+    """The comparison as text, markdown, CSV or JSON, from compare_rows."""
+    machines = [machine(r) for r in runs]
+    rows = compare_rows(runs)
+    fields = {f.name: f for f in FIELDS}
+    if fmt == "json":
+        return json.dumps({"runs": [{"name": n, "machine": m} for n, m in zip(names, machines)],
+                           "mismatches": mismatches(runs),
+                           "rows": [{k: _json_safe(v) if not isinstance(v, list) else
+                                     [_json_safe(x) for x in v] for k, v in r.items()}
+                                    for r in rows]}, indent=1)
+    headers = ["task", "metric"] + [f"{label(m)} ({n})" for m, n in zip(machines, names)] + \
+        (["2 ÷ 1"] if len(runs) == 2 else [])
+    if fmt == "csv":
+        import csv
+        import io
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(["task", "metric"] + names + (["ratio"] if len(runs) == 2 else []))
+        for r in rows:
+            w.writerow([r["task"], r["metric"]] + ["" if v is None else v for v in r["values"]]
+                       + ([r.get("ratio", "")] if len(runs) == 2 else []))
+        return buf.getvalue()
+    from tabulate import tabulate
+    table = []
+    for r in rows:
+        f = fields[r["metric"]]
+        cells = [(_with_ci(v, ci) if ci is not None or r["metric"].endswith("speedup")
+                  else _fmt(v, f.fmt)) or "-" for v, ci in zip(r["values"], r["ci"])]
+        table.append([r["task"], f.header or r["metric"]] + cells +
+                     ([_fmt(r.get("ratio"), ".2f")] if len(runs) == 2 else []))
+    lines = [f"run {i + 1}: {n}: {m['cpu']}; ISA {' '.join(m['isa']) or '?'}; backend "
+             f"{' '.join(m['backend']) or '?'}; {m['threads']} threads"
+             + (f" on CPUs {','.join(map(str, m['cpus']))}" if m["cpus"] else "")
+             + (f"; cores {m['cores']}" if m["cores"] else "")
+             + f"; llama-cpp-python {m['llama_cpp_python']}; {m['started_at']}"
+             for i, (n, m) in enumerate(zip(names, machines))]
+    lines.append(tabulate(table, headers=headers, tablefmt="github" if fmt == "markdown"
+                          else "simple", disable_numparse=True))
+    return "\n".join(lines)

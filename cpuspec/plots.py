@@ -1,0 +1,204 @@
+"""`cpuspec plot`: one question per figure, PNG and SVG, a caption line saying where it came
+from. The data behind each figure is computed here without matplotlib (tests check it); only
+`render` imports matplotlib (the optional extra `cpuspec[plot]`), on the Agg backend.
+
+Figures:
+  speedup     does SD pay, per task and run? end-to-end speedup with its 95 % interval, 1.0 line
+  breakeven   a against 1 + α + β per task: points below the diagonal a = 1 + α + β lose
+  verify_cost V(n)/V(1) per run: how a verify's cost grows with the batch (flat on a GPU)
+  sweep       t/s against the swept axis, raw and SD, with the points where SD turns ON marked
+  latency     per-token latency CDF, raw against SD, with p50/p95/p99 marked
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .compare import label, machine
+from .report import OVERALL, percentile, summarize
+
+PLOT_HINT = "plots need matplotlib: pip install 'cpuspec[plot]'"
+
+
+class PlotError(RuntimeError):
+    """A figure cannot be drawn; the message says why."""
+
+
+def caption(results: dict) -> str:
+    s, m = results.get("settings", {}), results.get("models", {})
+    target = (m.get("target") or {}).get("file", "?")
+    draft = (m.get("draft") or {}).get("file") or (m.get("draft") or {}).get("drafter", "?")
+    return (f"{label(machine(results))}; target {target}, draft {draft}; k = {s.get('k')}, "
+            f"{s.get('max_tokens')} tokens, {s.get('threads')} threads; cpuspec "
+            f"{results.get('meta', {}).get('cpuspec_version', '?')}")
+
+
+def speedup_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
+    series = []
+    for r, name in zip(runs, names):
+        summ = summarize(r)
+        tasks = [t for t in summ if t != OVERALL]
+        series.append({"name": f"{label(machine(r))} ({name})", "tasks": tasks,
+                       "speedup": [summ[t]["sd_speedup"] for t in tasks],
+                       "ci": [summ[t].get("sd_speedup_ci") for t in tasks]})
+    return {"series": series, "reference": 1.0}
+
+
+def breakeven_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
+    points = []
+    for r, name in zip(runs, names):
+        for task, s in summarize(r).items():
+            if task != OVERALL and "cost" in s:
+                points.append({"run": name, "task": task, "a": s["a"],
+                               "break_even": s["cost"]["break_even_a"],
+                               "pays": s["a"] > s["cost"]["break_even_a"]})
+    return {"points": points}
+
+
+def verify_cost_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
+    curves = []
+    for r, name in zip(runs, names):
+        probe = r.get("cost_probe") or {}
+        verify = {int(n): v for n, v in (probe.get("verify_s") or {}).items()}
+        if 1 in verify:
+            ns = sorted(verify)
+            target = (r.get("models", {}).get("target") or {}).get("desc", "")
+            curves.append({"name": f"{label(machine(r))} {target} ({name})", "n": ns,
+                           "ratio": [verify[n] / verify[1] for n in ns]})
+    return {"curves": curves}
+
+
+def sweep_data(sweep: dict) -> dict[str, Any]:
+    rows = [r for r in sweep.get("rows", []) if "skipped" not in r]
+    axes = sweep.get("axes") or ["threads"]
+    axis = axes[-1]
+    x = [r[axis] for r in rows]
+    return {"axis": axis, "x": x, "raw": [r.get("raw_tok_s") for r in rows],
+            "sd": [r.get("sd_tok_s") for r in rows],
+            "on": [x_ for x_, r in zip(x, rows) if r.get("verdict") == "ON"],
+            "other_axes": [a for a in axes if a != axis]}
+
+
+def latency_data(results: dict) -> dict[str, Any]:
+    out = {}
+    for mode in ("raw", "static"):
+        lat = sorted(1e3 * x for r in results["runs"] if r["mode"] == mode
+                     for x in r["token_latencies_s"])
+        if lat:
+            out[mode] = {"ms": lat, "cdf": list(np.arange(1, len(lat) + 1) / len(lat)),
+                         "p50": percentile(lat, 50), "p95": percentile(lat, 95),
+                         "p99": percentile(lat, 99)}
+    return out
+
+
+def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
+    """Every figure's data for these results files (bench runs, costs runs, sweeps)."""
+    bench = [(r, n) for r, n in zip(runs, names) if r.get("kind") == "bench"]
+    probes = [(r, n) for r, n in zip(runs, names) if r.get("cost_probe")]
+    sweeps = [(r, n) for r, n in zip(runs, names) if r.get("kind") == "sweep"]
+    out: dict[str, Any] = {}
+    if bench:
+        rs, ns = zip(*bench)
+        out["speedup"] = speedup_data(list(rs), list(ns))
+        out["breakeven"] = breakeven_data(list(rs), list(ns))
+        out["latency"] = {n: latency_data(r) for r, n in bench}
+    if probes:
+        rs, ns = zip(*probes)
+        out["verify_cost"] = verify_cost_data(list(rs), list(ns))
+    if sweeps:
+        out["sweep"] = {n: sweep_data(r) for r, n in sweeps}
+    return out
+
+
+def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
+    """Draw every figure the runs allow into out_dir as PNG and SVG; return the files."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the SVG files
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlotError(PLOT_HINT) from None
+    data = figure_data(runs, names)
+    if not data:
+        raise PlotError("nothing to plot: give bench, costs or sweep results files")
+    cap = "\n".join(dict.fromkeys(caption(r) for r in runs))
+    written: list[Path] = []
+
+    def save(fig, stem: str) -> None:
+        fig.text(0.01, 0.01, cap, fontsize=7, va="bottom", ha="left", color="0.3")
+        fig.tight_layout(rect=(0, 0.04 + 0.03 * cap.count("\n"), 1, 1))
+        for ext in ("png", "svg"):
+            path = out_dir / f"{stem}.{ext}"
+            fig.savefig(path, dpi=120)
+            written.append(path)
+        plt.close(fig)
+
+    if "speedup" in data:
+        d = data["speedup"]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.8 / max(len(d["series"]), 1)
+        for i, s in enumerate(d["series"]):
+            x = np.arange(len(s["tasks"])) + i * width
+            err = np.array([[v - ci[0], ci[1] - v] if ci else [0, 0]
+                            for v, ci in zip(s["speedup"], s["ci"])]).T
+            ax.bar(x, s["speedup"], width, yerr=err, capsize=3, label=s["name"])
+            ax.set_xticks(np.arange(len(s["tasks"])) + 0.4 - width / 2, s["tasks"])
+        ax.axhline(d["reference"], color="k", lw=1, ls="--")
+        ax.set_ylabel("SD ÷ raw, end to end (95 % CI)")
+        ax.set_title("Does speculative decoding pay, per task?")
+        ax.legend(fontsize=7)
+        save(fig, "speedup")
+    if "breakeven" in data and data["breakeven"]["points"]:
+        pts = data["breakeven"]["points"]
+        fig, ax = plt.subplots(figsize=(5, 5))
+        top = max(max(p["a"], p["break_even"]) for p in pts) * 1.1
+        ax.plot([1, top], [1, top], color="k", lw=1, ls="--", label="a = 1 + α + β")
+        for p in pts:
+            ax.scatter(p["break_even"], p["a"], color="tab:green" if p["pays"] else "tab:red")
+            ax.annotate(f"{p['task']} ({p['run']})", (p["break_even"], p["a"]), fontsize=6)
+        ax.set_xlabel("1 + α + β (cost of a round, in target decodes)")
+        ax.set_ylabel("a (tokens per round)")
+        ax.set_title("Break-even: below the diagonal SD loses")
+        ax.legend(fontsize=7)
+        save(fig, "breakeven")
+    if "verify_cost" in data and data["verify_cost"]["curves"]:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for c in data["verify_cost"]["curves"]:
+            ax.plot(c["n"], c["ratio"], marker="o", label=c["name"])
+        top = max(max(c["n"]) for c in data["verify_cost"]["curves"])
+        ax.plot([1, top], [1, 1], color="k", lw=1, ls="--", label="flat (GPU-like)")
+        ax.set_xlabel("tokens in the target decode (n = k + 1)")
+        ax.set_ylabel("V(n) ÷ V(1)")
+        ax.set_title("How a verify's cost grows with the batch")
+        ax.legend(fontsize=6)
+        save(fig, "verify_cost")
+    for name, d in data.get("sweep", {}).items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(d["x"], d["raw"], marker="o", label="raw")
+        ax.plot(d["x"], d["sd"], marker="s", label="SD (static)")
+        for x in d["on"]:
+            ax.axvline(x, color="tab:green", alpha=0.3)
+        ax.set_xlabel(d["axis"] + (f" (also varied: {', '.join(d['other_axes'])})"
+                                   if d["other_axes"] else ""))
+        ax.set_ylabel("tokens/s end to end")
+        ax.set_title("Sweep: where SD turns ON (green)")
+        ax.legend(fontsize=7)
+        save(fig, f"sweep_{name}")
+    for name, d in data.get("latency", {}).items():
+        if not d:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for mode, m in d.items():
+            line, = ax.step(m["ms"], m["cdf"], where="post", label=mode)
+            for q in ("p50", "p95", "p99"):
+                ax.axvline(m[q], color=line.get_color(), ls=":", lw=0.8)
+                ax.annotate(q, (m[q], {"p50": 0.5, "p95": 0.95, "p99": 0.99}[q]), fontsize=6)
+        ax.set_xlabel("per-token latency (ms)")
+        ax.set_ylabel("fraction of tokens")
+        ax.set_title("Per-token latency, raw against SD")
+        ax.legend(fontsize=7)
+        save(fig, f"latency_{name}")
+    return written

@@ -1,0 +1,104 @@
+"""Laptop comparisons: `cpuspec compare` and `cpuspec plot`, on real recorded runs (an AVX2
+build and the AVX-512 build of this project's machine, bench/results)."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.cli import main
+from cpuspec.compare import compare_rows, machine, mismatches
+from cpuspec.plots import figure_data
+from cpuspec.report import read_json, summarize
+
+RESULTS = Path(__file__).parent.parent / "bench" / "results"
+OLD = RESULTS / "avx2-build" / "bench_2threads.json"     # schema 1, AVX2 build
+NEW = RESULTS / "bench_2threads.json"                    # schema 2, AVX-512 build
+Q40 = RESULTS / "bench_q4_0_k3.json"                     # another pair and k
+COSTS = RESULTS / "costs_q4_0.json"
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_machines_are_told_apart_by_their_own_records():
+    old, new = machine(read_json(OLD)), machine(read_json(NEW))
+    assert "AVX2" in old["isa"] and "AVX512" not in old["isa"]
+    assert "AVX512" in new["isa"] and "AVX512_VNNI" in new["isa"]
+    assert old["threads"] == new["threads"] == 2
+
+
+def test_compare_two_machines_side_by_side():
+    res = run("compare", str(OLD), str(NEW))
+    assert res.exit_code == 0, res.output
+    assert "[AVX2] 2t" in res.output and "[AVX512] 2t" in res.output
+    assert "ISA AVX AVX2 F16C FMA;" in res.output and "AVX512_VNNI" in res.output
+    rows = compare_rows([read_json(OLD), read_json(NEW)])
+    raw = next(r for r in rows if r["task"] == "json" and r["metric"] == "raw_tok_s")
+    old_s, new_s = summarize(read_json(OLD))["json"], summarize(read_json(NEW))["json"]
+    assert raw["values"] == [old_s["raw_tok_s"], new_s["raw_tok_s"]]
+    assert raw["ratio"] == pytest.approx(new_s["raw_tok_s"] / old_s["raw_tok_s"])
+    assert raw["ratio"] > 1.5                # the AVX-512 build decodes ~2× faster
+    sp = next(r for r in rows if r["task"] == "json" and r["metric"] == "sd_speedup")
+    assert sp["ci"][1] == new_s["sd_speedup_ci"]
+    data = json.loads(run("compare", str(OLD), str(NEW), "--format", "json").output)
+    assert data["mismatches"] == [] and len(data["runs"]) == 2
+    csv_out = run("compare", str(OLD), str(NEW), "--format", "csv").output
+    assert csv_out.splitlines()[0] == "task,metric,bench_2threads,bench_2threads,ratio"
+    assert "| task" in run("compare", str(OLD), str(NEW), "--format", "markdown").output
+
+
+def test_mismatched_workloads_are_refused_unless_forced():
+    diff = mismatches([read_json(NEW), read_json(Q40)])
+    assert any(d.startswith("target model sha256") for d in diff)
+    assert any(d.startswith("k: 4 vs 3") for d in diff)
+    res = run("compare", str(NEW), str(Q40))
+    assert res.exit_code != 0 and "not comparable" in res.output and "k: 4 vs 3" in res.output
+    res = run("compare", str(NEW), str(Q40), "--force")
+    assert res.exit_code == 0 and "WARNING: comparing different workloads" in res.output
+    assert run("compare", str(NEW)).exit_code != 0
+
+
+def test_plot_data_is_the_reported_data():
+    runs = [read_json(OLD), read_json(NEW), read_json(COSTS)]
+    data = figure_data(runs, ["old", "new", "costs"])
+    new = summarize(runs[1])
+    series = data["speedup"]["series"][1]
+    assert series["tasks"] == ["json", "code", "story"]
+    assert series["speedup"] == [new[t]["sd_speedup"] for t in series["tasks"]]
+    assert series["ci"][0] == new["json"]["sd_speedup_ci"]
+    pts = {(p["run"], p["task"]): p for p in data["breakeven"]["points"]}
+    assert pts[("new", "json")]["a"] == new["json"]["a"]
+    assert pts[("new", "json")]["pays"] is False          # k = 4 Q4_K_M: SD loses here
+    curve = next(c for c in data["verify_cost"]["curves"] if c["name"].endswith("(costs)"))
+    assert curve["n"] == list(range(1, 17)) and curve["ratio"][0] == 1.0
+    probe = runs[2]["cost_probe"]["verify_s"]
+    assert curve["ratio"][3] == pytest.approx(probe["4"] / probe["1"])
+    lat = data["latency"]["new"]["raw"]
+    assert lat["cdf"][-1] == 1.0 and lat["p50"] <= lat["p95"] <= lat["p99"]
+
+
+def test_plot_writes_the_figures(tmp_path, tiny_models):
+    pytest.importorskip("matplotlib")
+    sweep = tmp_path / "sweep.json"
+    res = run("bench", "--target", str(tiny_models["target"]), "--draft",
+              str(tiny_models["draft"]), "--threads", "1", "--tasks", "json",
+              "--prompts-per-task", "1", "--max-tokens", "16", "--warmup", "0", "-k", "1,2,4",
+              "--no-save", "--json", str(sweep))
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "figs"
+    res = run("plot", str(OLD), str(NEW), str(COSTS), str(sweep), "--out", str(out))
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in out.iterdir())
+    for stem in ("speedup", "breakeven", "verify_cost", "sweep_sweep", "latency_bench_2threads"):
+        assert f"{stem}.png" in names and f"{stem}.svg" in names, names
+    assert (out / "speedup.png").read_bytes()[:4] == b"\x89PNG"
+    assert "AVX512" in (out / "speedup.svg").read_text()   # the caption names the machine
+
+
+def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    res = run("plot", str(NEW), "--out", str(tmp_path / "f"))
+    assert res.exit_code != 0 and "pip install 'cpuspec[plot]'" in res.output
