@@ -722,6 +722,12 @@ def models_path(name):
     click.echo(str(got.path))
 
 
+def _run_names(paths: list[Path]) -> list[str]:
+    """Short names for runs: file stems, with the folder where two stems are the same."""
+    stems = [p.stem for p in paths]
+    return [f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]
+
+
 def _load_results(ref: str, bench_only: bool = True) -> tuple[dict, Path]:
     """A results file or a saved run's id, read and (for bench files) validated."""
     from .report import ResultsError, read_json, validate_bench
@@ -837,7 +843,7 @@ def compare(runs, fmt, force):
                                    + " (--force compares them anyway)")
     if diff:
         _log("WARNING: comparing different workloads: " + "; ".join(diff))
-    names = [path.stem for _, path in loaded]
+    names = _run_names([path for _, path in loaded])
     click.echo(render_compare(results, names, fmt))
 
 
@@ -868,7 +874,8 @@ def plot(runs, out_dir):
         raise click.ClickException(f"--out {out_dir} is a file, not a folder")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        files = render([res for res, _ in loaded], [p.stem for _, p in loaded], out_dir)
+        files = render([res for res, _ in loaded], _run_names([p for _, p in loaded]),
+                       out_dir)
     except PlotError as exc:
         raise click.ClickException(str(exc))
     except OSError as exc:

@@ -30,9 +30,10 @@ def caption(results: dict) -> str:
     s, m = results.get("settings", {}), results.get("models", {})
     target = (m.get("target") or {}).get("file", "?")
     draft = (m.get("draft") or {}).get("file") or (m.get("draft") or {}).get("drafter", "?")
-    return (f"{label(machine(results))}; target {target}, draft {draft}; k = {s.get('k')}, "
-            f"{s.get('max_tokens')} tokens, {s.get('threads')} threads; cpuspec "
-            f"{results.get('meta', {}).get('cpuspec_version', '?')}")
+    short = [str(f).removesuffix(".gguf").replace("-instruct", "") for f in (target, draft)]
+    when = str(results.get("meta", {}).get("started_at", ""))[:10]
+    return (f"{label(machine(results))}; {short[0]} / {short[1]}; k = {s.get('k')}, "
+            f"{s.get('max_tokens')} tokens; {when}")
 
 
 def speedup_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
@@ -186,7 +187,7 @@ def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
         ax.set_ylabel("tokens/s end to end")
         ax.set_title("Sweep: where SD turns ON (green)")
         ax.legend(fontsize=7)
-        save(fig, f"sweep_{name}")
+        save(fig, f"sweep_{name.replace('/', '_')}")
     for name, d in data.get("latency", {}).items():
         if not d:
             continue
@@ -200,5 +201,5 @@ def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
         ax.set_ylabel("fraction of tokens")
         ax.set_title("Per-token latency, raw against SD")
         ax.legend(fontsize=7)
-        save(fig, f"latency_{name}")
+        save(fig, f"latency_{name.replace('/', '_')}")
     return written

@@ -46,7 +46,8 @@ def test_compare_two_machines_side_by_side():
     data = json.loads(run("compare", str(OLD), str(NEW), "--format", "json").output)
     assert data["mismatches"] == [] and len(data["runs"]) == 2
     csv_out = run("compare", str(OLD), str(NEW), "--format", "csv").output
-    assert csv_out.splitlines()[0] == "task,metric,bench_2threads,bench_2threads,ratio"
+    assert csv_out.splitlines()[0] == \
+        "task,metric,avx2-build/bench_2threads,results/bench_2threads,ratio"
     assert "| task" in run("compare", str(OLD), str(NEW), "--format", "markdown").output
 
 
@@ -92,7 +93,8 @@ def test_plot_writes_the_figures(tmp_path, tiny_models):
     res = run("plot", str(OLD), str(NEW), str(COSTS), str(sweep), "--out", str(out))
     assert res.exit_code == 0, res.output
     names = sorted(p.name for p in out.iterdir())
-    for stem in ("speedup", "breakeven", "verify_cost", "sweep_sweep", "latency_bench_2threads"):
+    for stem in ("speedup", "breakeven", "verify_cost", "sweep_sweep",
+                 "latency_avx2-build_bench_2threads", "latency_results_bench_2threads"):
         assert f"{stem}.png" in names and f"{stem}.svg" in names, names
     assert (out / "speedup.png").read_bytes()[:4] == b"\x89PNG"
     assert "AVX512" in (out / "speedup.svg").read_text()   # the caption names the machine

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Every recorded run of bench/README.md, one after another (never two at once: on a small
+# machine two benchmarks ruin each other). Run from the repository root, with cpuspec installed.
+set -euo pipefail
+R=bench/results
+cpuspec bench --threads 2 --json $R/bench_2threads.json --csv $R/bench_2threads.csv > $R/bench_2threads.txt
+cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 -k 3 --threads 2 --json $R/bench_q4_0_k3.json --csv $R/bench_q4_0_k3.csv > $R/bench_q4_0_k3.txt
+cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 -k 3 --threads 2 --prompts bench/prompts_heldout.jsonl --max-tokens 64 --json $R/heldout_q4_0_k3.json > $R/heldout_q4_0_k3.txt
+cpuspec bench --threads 2 --prompts bench/prompts_heldout.jsonl --max-tokens 64 --json $R/heldout_q4km_k4.json > $R/heldout_q4km_k4.txt
+M=$(cpuspec models path qwen2.5-coder-0.5b-q4km)
+cpuspec bench --target "$M" --draft "$M" --temperature 0.8 --tasks json,story --prompts-per-task 2 --max-tokens 64 --policy static --json $R/sampling_same_model.json > $R/sampling_same_model.txt
+python3 -c "while 1: pass" & HOG=$!
+trap 'kill $HOG 2>/dev/null || true' EXIT
+cpuspec bench --tasks json --prompts-per-task 3 --max-tokens 64 --policy static --json $R/noise_hog.json > $R/noise_hog.txt
+kill $HOG
+cpuspec costs --threads 2 --max-n 16 --reps 3 --json $R/costs_q4km.json > $R/costs_q4km.txt
+cpuspec costs --pair qwen2.5-coder-1.5b-q4_0 --threads 2 --max-n 16 --reps 3 --json $R/costs_q4_0.json > $R/costs_q4_0.txt
+cpuspec compare $R/avx2-build/bench_2threads.json $R/bench_2threads.json --format markdown > $R/compare_machines.md
+cpuspec plot $R/avx2-build/bench_2threads.json $R/bench_2threads.json $R/bench_q4_0_k3.json $R/costs_q4km.json $R/costs_q4_0.json --out bench/figures > /dev/null
