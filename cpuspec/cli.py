@@ -144,7 +144,7 @@ def _task_list(ctx, param, value):
                    "against the prompt and output so far; no draft model, c ≈ 0).")
 @click.option("--max-noise", type=click.FloatRange(min=0), metavar="CPUS",
               help="Measure a prompt again (up to 3 times) while other programs used more "
-                   "than CPUS CPUs during it, or tasks waited for a CPU over 10% of the time "
+                   "than CPUS CPUs during it, or tasks waited for a CPU over 20% of the time "
                    "(Linux PSI); e.g. 0.1. Disturbed runs are kept under discarded_runs.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path),
               help="Write every raw sample, the settings and the environment here.")

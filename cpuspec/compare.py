@@ -17,6 +17,7 @@ from .report import FIELDS, _fmt, _json_safe, _with_ci, summarize, table_rows
 # The per-task metrics compared, by report.FIELDS name, in this order.
 COMPARE_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "a", "c", "beta", "break_even_a",
                    "sd_significance", "raw_p99_ms", "sd_p99_ms", "adaptive_speedup")
+VERDICT_HEADER = "SD verdict (95% CI)"
 # ISA flags worth naming, as llama.cpp's system info spells them.
 ISA_FLAGS = ("NEON", "ARM_FMA", "SVE", "AVX", "AVX2", "AVX_VNNI", "AVX512", "AVX512_VNNI",
              "AVX512_BF16", "AMX_INT8", "F16C", "FMA")
@@ -94,7 +95,8 @@ def compare_rows(runs: list[dict]) -> list[dict]:
                            s.get("adaptive_speedup_ci") if metric == "adaptive_speedup" else None)
             if all(v is None or v != v for v in values):
                 continue
-            out = {"task": task, "metric": metric, "header": fields[metric].header or metric,
+            out = {"task": task, "metric": metric,
+                   "header": fields[metric].header or VERDICT_HEADER,
                    "values": values, "ci": cis}
             if len(runs) == 2 and all(isinstance(v, (int, float)) and v == v and v
                                       for v in values):
@@ -132,7 +134,7 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
         f = fields[r["metric"]]
         cells = [(_with_ci(v, ci) if ci is not None or r["metric"].endswith("speedup")
                   else _fmt(v, f.fmt)) or "-" for v, ci in zip(r["values"], r["ci"])]
-        table.append([r["task"], f.header or r["metric"]] + cells +
+        table.append([r["task"], r["header"]] + cells +
                      ([_fmt(r.get("ratio"), ".2f")] if len(runs) == 2 else []))
     lines = [f"run {i + 1}: {n}: {m['cpu']}; ISA {' '.join(m['isa']) or '?'}; backend "
              f"{' '.join(m['backend']) or '?'}; {m['threads']} threads"

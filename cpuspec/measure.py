@@ -35,10 +35,11 @@ NOISY_OTHER_CPUS = 0.15
 # mostly rounding, so it is recorded but not judged.
 MIN_WINDOW_FOR_CPU_TIMES_S = 0.5
 # Linux's pressure-stall information (/proc/pressure/cpu, "some", in µs): the share of the
-# time some runnable task waited for a CPU. A generation with more than this share is flagged
-# (a quiet 2-vCPU VM: ≤ 1 % over 1-3 s generations; one spinning program beside a 2-thread
-# bench: ~50 %).
-NOISY_CPU_PRESSURE = 0.10
+# time some runnable task waited for a CPU. A generation with more than this share is flagged.
+# Measured here over 1-3 s generations: quiet ≤ 3 %; one spinning program beside a 2-thread
+# bench ~50 %; a short Python script run by hand during a 1 s generation 10 %, which at a
+# 10 % threshold made quiet-run checks flaky.
+NOISY_CPU_PRESSURE = 0.20
 # Windows shorter than this are recorded but not judged (pressure, speed outliers): one 3 ms
 # scheduling hiccup is 20 % of a 15 ms generation of the tiny test models, on a quiet machine.
 MIN_JUDGED_WINDOW_S = 0.2
