@@ -57,6 +57,7 @@ class BenchConfig:
     temperature: float = 0.0   # 0: greedy; > 0: sampling with speculative-sampling verification
     seed: int = 0
     max_noise: float | None = None  # rerun a prompt while others used more CPUs than this
+    adaptive_scope: str = "task"    # one adaptive controller per task, or per prompt
     argv: list[str] = field(default_factory=list)
 
 
@@ -185,6 +186,7 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
                             "speculative sampling (min(1, p/q), residual max(0, p - q))",
                             "temperature": cfg.temperature, "seed": cfg.seed,
                             "max_noise": cfg.max_noise,
+                            "adaptive_scope": cfg.adaptive_scope,
                             "windows": {"e2e": "target prefill + draft prefill + every round",
                                         "decode": "after both prefills"}},
                "models": {"target": loaded.target_f.to_dict(),
@@ -209,9 +211,11 @@ class Generator:
         self.traces: dict[str, list] = {}
 
     def adaptive_policy(self, task: str) -> AdaptivePolicy:
-        """One controller per task type, carried across that task's prompts: what it learned
-        (acceptance, costs, on/off) from one prompt serves the next, as a server's would,
-        instead of re-learning from the prior every generation."""
+        """One controller per task type, carried across that task's prompts (what it learned
+        from one prompt serves the next, as a server's would), or with --adaptive-scope prompt
+        a fresh controller for every generation, learning from the prior each time."""
+        if self.cfg.adaptive_scope == "prompt":
+            self.policies.pop(task, None)
         if task not in self.policies:
             p = self.probe
             self.policies[task] = AdaptivePolicy(

@@ -142,6 +142,10 @@ def _task_list(ctx, param, value):
               show_default=True,
               help="Draft with the pair's draft model, or by prompt lookup (n-gram match "
                    "against the prompt and output so far; no draft model, c ≈ 0).")
+@click.option("--adaptive-scope", type=click.Choice(["task", "prompt"]), default="task",
+              show_default=True,
+              help="What the adaptive policy carries over: one controller per task type "
+                   "across its prompts, or a fresh one per prompt.")
 @click.option("--max-noise", type=click.FloatRange(min=0), metavar="CPUS",
               help="Measure a prompt again (up to 3 times) while other programs used more "
                    "than CPUS CPUs during it, or tasks waited for a CPU over 20% of the time "
@@ -157,7 +161,7 @@ def _task_list(ctx, param, value):
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, policies, temperature, seed, drafter,
-          max_noise, json_path, csv_path, save, force, yes):
+          adaptive_scope, max_noise, json_path, csv_path, save, force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
     \b
@@ -228,6 +232,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        target_path=target_path, draft_path=draft_path, policies=policies,
                        drafter=drafter, draft_cpus=draft_cores, draft_threads=draft_threads,
                        temperature=temperature, seed=seed, max_noise=max_noise,
+                       adaptive_scope=adaptive_scope,
                        argv=["cpuspec", *sys.argv[1:]])
     sink = ResultsSink(json_paths)
     if sweep:

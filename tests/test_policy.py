@@ -214,3 +214,26 @@ def test_a_task_that_keeps_losing_is_left_off():
     assert sum(k > 0 for k in starts[-6:]) <= 3
     assert cost_of(all_ks, Q40_LIKE) <= 1.03 * tokens * T
     assert any("switched off" in t[3] for t in p.trace)
+
+
+@pytest.mark.parametrize("scope", ["task", "prompt"])
+def test_adaptive_scope_in_a_real_run(tiny_models, tmp_path, scope):
+    """Per prompt, every generation starts from the same prior (its first decision is the same);
+    per task, later prompts start from what the earlier ones taught."""
+    import json
+
+    from click.testing import CliRunner
+
+    from cpuspec.cli import main
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(main, [
+        "bench", "--target", str(tiny_models["target"]), "--draft", str(tiny_models["draft"]),
+        "--threads", "1", "--tasks", "json", "--prompts-per-task", "3", "--max-tokens", "40",
+        "--warmup", "0", "--no-save", "--policy", "adaptive", "--adaptive-scope", scope,
+        "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["settings"]["adaptive_scope"] == scope
+    firsts = [r["policy_trace"][0][1:3] for r in data["runs"] if r["mode"] == "adaptive"]
+    assert len(firsts) == 3
+    assert (firsts[0] == firsts[1] == firsts[2]) == (scope == "prompt")

@@ -42,10 +42,11 @@ def clean_error(res, message):
 # --- lost work ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_bench_keeps_finished_prompts(tiny_models, tmp_path, sig):
+def test_interrupted_bench_keeps_finished_prompts(tiny_models, tmp_path, sig, cpuspec_home):
     out = tmp_path / "int.json"
-    cmd = [sys.executable, "-m", "cpuspec", *tiny(tiny_models, "--max-tokens", "200",
-                                                  "--repetitions", "200", "--json", str(out))]
+    args = [a for a in tiny(tiny_models, "--max-tokens", "200", "--repetitions", "200",
+                            "--json", str(out)) if a != "--no-save"]
+    cmd = [sys.executable, "-m", "cpuspec", *args]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     for line in proc.stderr:
         if line.startswith("[3/"):
@@ -58,6 +59,10 @@ def test_interrupted_bench_keeps_finished_prompts(tiny_models, tmp_path, sig):
     assert data["complete"] is False and len(data["runs"]) >= 6  # 2+ prompts × 3 modes
     res = run("report", str(out))
     assert res.exit_code == 0 and "incomplete run" in res.output
+    listing = json.loads(run("runs", "--json").output)   # the saved run, too
+    assert len(listing) == 1 and listing[0]["complete"] is False
+    assert "interrupted" in run("runs").output
+    assert run("report", listing[0]["id"]).exit_code == 0
 
 
 @pytest.mark.parametrize("target, extra, message", [

@@ -99,3 +99,28 @@ def test_killed_sweep_keeps_finished_points(tiny_models, tmp_path):
     doc = json.loads(out.read_text())  # valid JSON despite the kill
     assert 2 <= len(doc["rows"]) < 12
     assert all(r["raw_tok_s"] > 0 for r in doc["rows"])
+
+
+def test_unpinned_point_after_a_pinned_one_runs_where_the_sweep_started(monkeypatch):
+    """A point without pinning used to inherit the CPUs of the pinned point before it."""
+    import contextlib
+    import os
+
+    from cpuspec import sweep
+    from cpuspec.bench import BenchConfig
+    start = sorted(os.sched_getaffinity(0))
+    seen = []
+    monkeypatch.setattr(sweep, "resolve_models", lambda cfg, log: None)
+    monkeypatch.setattr(sweep, "load_pair", lambda cfg, log, fetched:
+                        contextlib.nullcontext(None))
+    monkeypatch.setattr(sweep, "run_bench", lambda cfg, log, loaded:
+                        seen.append(sorted(os.sched_getaffinity(0))) or {})
+    pinned, free = Point(p_cores=1, k=1), Point(p_cores=0, k=2)
+    cpus = {pinned: [start[0]], free: None}
+    try:
+        sweep.run_sweep(BenchConfig(prompts=[], threads=1), [pinned, free],
+                        lambda base, p: BenchConfig(prompts=[], threads=1, cpus=cpus[p]),
+                        lambda *a: None, gpu_ok=False)
+    finally:
+        os.sched_setaffinity(0, start)
+    assert seen == [[start[0]], start]
