@@ -407,58 +407,70 @@ def _json_safe(v: Any) -> Any:
 
 
 def render_details(summary: dict, k: int) -> str:
-    """Per task: per-position acceptance, the histogram of accepted counts, audit, verdict."""
+    """Per task: per-position acceptance, the histogram of accepted counts, audit, verdict,
+    the adaptive policy's figures and decisions, warnings."""
     lines = []
     for task, s in summary.items():
-        if "a" not in s:
-            continue
-        pos = " ".join(f"{p:.0f}%" for p in s["per_position_acceptance_pct"])
-        hist = " ".join(f"{j}:{n}" for j, n in enumerate(s["accepted_histogram"]))
-        au = s["audit"]
-        lines.append(f"[{task}] rounds {s['n_rounds']}; acceptance by draft position 1..{k}: "
-                     f"{pos}; accepted-count histogram {hist}; Python overhead "
-                     f"{s['python_overhead_ms_per_round']:.2f} ms/round "
-                     f"({s['python_overhead_pct']:.1f}%); median wall time per prompt: raw "
-                     f"{s['raw_prompt_wall_s']:.2f} s, SD {s['sd_prompt_wall_s']:.2f} s; "
-                     f"p50/p95/p99 ms per token: raw "
-                     + "/".join(f"{v:.0f}" for v in s["raw_latency_ms"].values()) + ", SD "
-                     + "/".join(f"{v:.0f}" for v in s["sd_latency_ms"].values()))
-        if au["n"] == 0:
-            lines.append(f"[{task}] lossless audit: none token for token (sampling is lossless "
-                         "in distribution only; tests/test_sampling.py checks that)")
-        else:
-            lines.append(f"[{task}] lossless audit: {au['identical']}/{au['n']} outputs "
-                         "identical to target-only decoding"
-                         + (f"; smallest top-2 logit margin at a divergence "
-                            f"{au['min_margin_at_divergence']:.3f}"
-                            if au["min_margin_at_divergence"] is not None else ""))
-        lines.append(f"[{task}] end-to-end SD ×raw {_with_ci(s['sd_speedup'], s.get('sd_speedup_ci'))}"
-                     + (f" ({s['sd_significance']})" if s.get("sd_significance") else "")
-                     + f"; decode-only {s['sd_decode_speedup']:.2f}×"
-                     + (f"; by repetition " + " ".join(f"{v:.2f}" for v in
-                                                       s["sd_speedup_by_repetition"])
-                        if s.get("sd_speedup_by_repetition") else ""))
-        if "predicted_speedup" in s:
-            lines.append(f"[{task}] predicted from the cost probe and the acceptance: "
-                         f"{s['predicted_speedup']:.2f}× ({s['predicted_window']}); measured "
-                         f"{s['sd_speedup']:.2f}×, error {s['prediction_error_pct']:+.0f}%")
-        if "cost" in s:
-            cm = CostModel(**s["cost"])
-            lines.append(verdict_line(task, cm) + " (accounting: this run's own round medians)")
+        if "a" in s:
+            lines += _static_details(task, s, k)
         if "adaptive_tok_s" in s:
-            lines.append(f"[{task}] adaptive: "
-                         f"{_with_ci(s['adaptive_speedup'], s.get('adaptive_speedup_ci'))}× raw "
-                         "end-to-end, "
-                         f"{s['adaptive_vs_static']:.2f}× static k = {k}; speculating in "
-                         f"{s['adaptive_speculating_pct']:.0f}% of rounds (k chosen: "
-                         + " ".join(f"{j}:{n}" for j, n in s["adaptive_k_histogram"].items())
-                         + f"); p99 {s['adaptive_latency_ms']['p99']:.1f} ms vs raw "
-                         f"{s['raw_latency_ms']['p99']:.1f} ms")
-            if s.get("adaptive_decisions"):
-                lines.append(f"[{task}] adaptive decisions: " + "; ".join(
-                    f"{why} ×{n}" for why, n in s["adaptive_decisions"].items()))
+            lines += _adaptive_details(task, s, k)
         lines += [f"[{task}] WARNING: {w}" for w in s["warnings"]]
     return "\n".join(lines)
+
+
+def _static_details(task: str, s: dict, k: int) -> list[str]:
+    pos = " ".join(f"{p:.0f}%" for p in s["per_position_acceptance_pct"])
+    hist = " ".join(f"{j}:{n}" for j, n in enumerate(s["accepted_histogram"]))
+    au = s["audit"]
+    lines = [f"[{task}] rounds {s['n_rounds']}; acceptance by draft position 1..{k}: "
+             f"{pos}; accepted-count histogram {hist}; Python overhead "
+             f"{s['python_overhead_ms_per_round']:.2f} ms/round "
+             f"({s['python_overhead_pct']:.1f}%); median wall time per prompt: raw "
+             f"{s['raw_prompt_wall_s']:.2f} s, SD {s['sd_prompt_wall_s']:.2f} s; "
+             f"p50/p95/p99 ms per token: raw "
+             + "/".join(f"{v:.0f}" for v in s["raw_latency_ms"].values()) + ", SD "
+             + "/".join(f"{v:.0f}" for v in s["sd_latency_ms"].values())]
+    if au["n"] == 0:
+        lines.append(f"[{task}] lossless audit: none token for token (sampling is lossless "
+                     "in distribution only; tests/test_sampling.py checks that)")
+    else:
+        lines.append(f"[{task}] lossless audit: {au['identical']}/{au['n']} outputs "
+                     "identical to target-only decoding"
+                     + (f"; smallest top-2 logit margin at a divergence "
+                        f"{au['min_margin_at_divergence']:.3f}"
+                        if au["min_margin_at_divergence"] is not None else ""))
+    lines.append(f"[{task}] end-to-end SD ×raw "
+                 f"{_with_ci(s['sd_speedup'], s.get('sd_speedup_ci'))}"
+                 + (f" ({s['sd_significance']})" if s.get("sd_significance") else "")
+                 + f"; decode-only {s['sd_decode_speedup']:.2f}×"
+                 + ("; by repetition " + " ".join(f"{v:.2f}" for v in
+                                                  s["sd_speedup_by_repetition"])
+                    if s.get("sd_speedup_by_repetition") else ""))
+    if "predicted_speedup" in s:
+        lines.append(f"[{task}] predicted from the cost probe and the acceptance: "
+                     f"{s['predicted_speedup']:.2f}× ({s['predicted_window']}); measured "
+                     f"{s['sd_speedup']:.2f}×, error {s['prediction_error_pct']:+.0f}%")
+    if "cost" in s:
+        lines.append(verdict_line(task, CostModel(**s["cost"]))
+                     + " (accounting: this run's own round medians)")
+    return lines
+
+
+def _adaptive_details(task: str, s: dict, k: int) -> list[str]:
+    vs_static = (f", {s['adaptive_vs_static']:.2f}× static k = {k}"
+                 if s.get("adaptive_vs_static") else "")
+    lines = [f"[{task}] adaptive: "
+             f"{_with_ci(s['adaptive_speedup'], s.get('adaptive_speedup_ci'))}× raw "
+             f"end-to-end{vs_static}; speculating in "
+             f"{s['adaptive_speculating_pct']:.0f}% of rounds (k chosen: "
+             + " ".join(f"{j}:{n}" for j, n in s["adaptive_k_histogram"].items())
+             + f"); p99 {s['adaptive_latency_ms']['p99']:.1f} ms vs raw "
+             f"{s['raw_latency_ms']['p99']:.1f} ms"]
+    if s.get("adaptive_decisions"):
+        lines.append(f"[{task}] adaptive decisions: " + "; ".join(
+            f"{why} ×{n}" for why, n in s["adaptive_decisions"].items()))
+    return lines
 
 
 def render_audit(audit: list[dict]) -> str:

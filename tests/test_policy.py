@@ -217,23 +217,22 @@ def test_a_task_that_keeps_losing_is_left_off():
 
 
 @pytest.mark.parametrize("scope", ["task", "prompt"])
-def test_adaptive_scope_in_a_real_run(tiny_models, tmp_path, scope):
-    """Per prompt, every generation starts from the same prior (its first decision is the same);
-    per task, later prompts start from what the earlier ones taught."""
-    import json
-
-    from click.testing import CliRunner
-
-    from cpuspec.cli import main
-    out = tmp_path / "r.json"
-    res = CliRunner().invoke(main, [
-        "bench", "--target", str(tiny_models["target"]), "--draft", str(tiny_models["draft"]),
-        "--threads", "1", "--tasks", "json", "--prompts-per-task", "3", "--max-tokens", "40",
-        "--warmup", "0", "--no-save", "--policy", "adaptive", "--adaptive-scope", scope,
-        "--json", str(out)])
-    assert res.exit_code == 0, res.output
-    data = json.loads(out.read_text())
-    assert data["settings"]["adaptive_scope"] == scope
-    firsts = [r["policy_trace"][0][1:3] for r in data["runs"] if r["mode"] == "adaptive"]
-    assert len(firsts) == 3
-    assert (firsts[0] == firsts[1] == firsts[2]) == (scope == "prompt")
+def test_adaptive_scope(scope):
+    """Per task, one controller learns across the task's prompts; per prompt, each generation
+    gets a fresh one that starts from the prior."""
+    from cpuspec.bench import BenchConfig, Generator
+    clock = FakeClock()
+    target = FakeDecoder(target_rule, clock, lambda n: T * (1 + 0.18 * (n - 1)))
+    draft = FakeDecoder(flaky_draft_rule, clock, lambda n: 0.4 * T)
+    probe = {"draft_s": 0.4 * T, "draft_catchup_s_per_token": 0.1 * T,
+             "verify_s": {str(n): T * (1 + 0.18 * (n - 1)) for n in range(1, 6)}}
+    gen = Generator(BenchConfig(prompts=[], threads=1, k=4, policies=["adaptive"],
+                                adaptive_scope=scope), target, draft, probe)
+    controllers, firsts = [], []
+    for _ in range(3):
+        g = gen("adaptive", PROMPT, 60, task="json")
+        assert len(g.tokens) == 60
+        controllers.append(gen.policies["json"])
+        firsts.append(gen.traces["adaptive"][0][:3])
+    assert (controllers[0] is controllers[2]) == (scope == "task")
+    assert (firsts[0] == firsts[2]) == (scope == "prompt")
