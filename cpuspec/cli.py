@@ -577,6 +577,67 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, json_path, save, 
         _log(f"wrote {p}")
 
 
+@main.command()
+@click.argument("models_", metavar="MODEL...", nargs=-1, required=True)
+@click.option("--reference", help="Model (name or file) whose greedy output is the yardstick "
+                                  "[default: the default pair's target].")
+@click.option("-t", "--threads", type=int, callback=_positive)
+@click.option("-n", "--max-tokens", type=click.IntRange(1, 512), default=64, show_default=True)
+@click.option("--prompts-per-task", type=click.IntRange(1, 8), default=2, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@click.option("--save/--no-save", default=True, show_default=True,
+              help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`).")
+@click.option("--force", is_flag=True, help="Replace a read-only --json file.")
+def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path, save, force):
+    """A quality proxy for quants: perplexity and top-1 agreement with a reference.
+
+    MODEL is a registered name or a GGUF file. Perplexity is measured on a fixed built-in text
+    (prose, code, JSON); agreement is the share of the reference's greedy tokens on the
+    built-in json, code and story prompts that the model's argmax reproduces.
+
+    \b
+    Examples:
+      cpuspec quality qwen2.5-coder-1.5b-q4km qwen2.5-coder-1.5b-q4_0
+      cpuspec quality my-q3.gguf --reference my-f16.gguf
+    """
+    from .bench import environment
+    from .engine import EngineError
+    from .hardware import default_threads, detect_hardware
+    from .models import local_model
+    from .quality import render_quality, run_quality
+    from .report import SCHEMA_VERSION
+    from .store import ResultsSink
+    threads = threads or default_threads()
+    _check_limits([1], 2, [threads], None)
+    reg = _registry()
+
+    def resolve(name):
+        p = Path(name)
+        if p.suffix == ".gguf" or p.exists():
+            _check_model_file(p)
+            return local_model(p)
+        return fetch_model(reg.model(name), _log)
+
+    files = [Path(m) for m in models_ if Path(m).suffix == ".gguf"]
+    sink = ResultsSink(_prepare_outputs([json_path], files, force, save, "quality",
+                                        detect_hardware().cpu_model))
+    try:
+        ref = resolve(reference or reg.pair(None).target)
+        cands = [resolve(m) for m in models_]
+        res = run_quality(cands, ref, builtin_prompts(DEFAULT_TASKS, prompts_per_task),
+                          max_tokens, threads, _log)
+    except (ModelError, EngineError) as exc:
+        raise click.ClickException(str(exc))
+    res = {"schema_version": SCHEMA_VERSION, "kind": "quality", "complete": True,
+           "meta": environment(threads), "settings": {"threads": threads,
+                                                      "argv": ["cpuspec", *sys.argv[1:]]},
+           **res}
+    click.echo(render_quality(res))
+    sink(res)
+    for p in sink.paths:
+        _log(f"wrote {p}")
+
+
 @main.group()
 def models():
     """List, fetch and locate the registered GGUF models.
