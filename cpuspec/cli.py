@@ -34,6 +34,15 @@ def main() -> None:
     """
 
 
+def _save_options(f):
+    """--save/--no-save and --force, for every command that writes a results file."""
+    f = click.option("--force", is_flag=True,
+                     help="Replace a read-only --json (or --csv) file.")(f)
+    return click.option("--save/--no-save", default=True, show_default=True,
+                        help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`)."
+                        )(f)
+
+
 def _positive(ctx, param, value):
     if value is not None and value < 1:
         raise click.BadParameter("must be at least 1")
@@ -154,9 +163,7 @@ def _task_list(ctx, param, value):
               help="Write every raw sample, the settings and the environment here.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path),
               help="Write the summary table as CSV here.")
-@click.option("--save/--no-save", default=True, show_default=True,
-              help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`).")
-@click.option("--force", is_flag=True, help="Replace a read-only --json/--csv file.")
+@_save_options
 @click.option("--yes", is_flag=True, help=f"Run a sweep of more than {200} points.")
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
@@ -474,9 +481,7 @@ def hw(as_json):
               callback=_positive, help="Verify batch is k + 1 tokens.")
 @click.option("-n", "--n-tokens", type=int, default=32, show_default=True, callback=_positive)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
-@click.option("--save/--no-save", default=True, show_default=True,
-              help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`).")
-@click.option("--force", is_flag=True, help="Replace a read-only --json file.")
+@_save_options
 def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k, n_tokens,
                json_path, save, force):
     """Memory bandwidth, rooflines and contention: why the draft is not free on a CPU.
@@ -535,9 +540,7 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
 @click.option("--reps", type=click.IntRange(1, 50), default=3, show_default=True,
               help="Repetitions per batch size (median taken).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
-@click.option("--save/--no-save", default=True, show_default=True,
-              help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`).")
-@click.option("--force", is_flag=True, help="Replace a read-only --json file.")
+@_save_options
 def costs(pair, target_path, draft_path, threads, max_n, reps, json_path, save, force):
     """The verify-cost curve V(n)/V(1) and the draft's cost: in seconds, no prompts to run.
 
@@ -585,9 +588,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, json_path, save, 
 @click.option("-n", "--max-tokens", type=click.IntRange(1, 512), default=64, show_default=True)
 @click.option("--prompts-per-task", type=click.IntRange(1, 8), default=2, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
-@click.option("--save/--no-save", default=True, show_default=True,
-              help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`).")
-@click.option("--force", is_flag=True, help="Replace a read-only --json file.")
+@_save_options
 def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path, save, force):
     """A quality proxy for quants: perplexity and top-1 agreement with a reference.
 
