@@ -639,6 +639,94 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
         _log(f"wrote {p}")
 
 
+@main.command()
+@click.option("--targets", default="qwen2.5-coder-1.5b-q4km,qwen2.5-coder-1.5b-q4_0",
+              show_default=True, help="Comma list of target models (names or GGUF files); the "
+                                      "first is the reference raw speed.")
+@click.option("--drafts", default="qwen2.5-coder-0.5b-q4km,qwen2.5-coder-0.5b-q4_0",
+              show_default=True, help="Comma list of draft models (names or GGUF files).")
+@click.option("--k-max", type=click.IntRange(1, 16), default=8, show_default=True,
+              help="Measure once at this k; predict every k up to it.")
+@click.option("--tasks", callback=_task_list, help="Built-in tasks [default: json,code,story].")
+@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
+              help="JSONL prompts file (as for bench).")
+@click.option("--prompts-per-task", type=click.IntRange(2, 8), default=4, show_default=True,
+              help="Half of them to choose on, half to confirm on.")
+@click.option("-n", "--max-tokens", type=click.IntRange(2, 4096), default=64,
+              show_default=True)
+@click.option("-t", "--threads", type=int, callback=_positive)
+@click.option("--budget", type=click.FloatRange(min=1), metavar="MINUTES",
+              help="Stay within this many minutes: later steps are skipped, and said so.")
+@click.option("--no-confirm", is_flag=True, help="Predict only; do not confirm by a run.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@_save_options
+def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_tokens, threads,
+         budget, no_confirm, json_path, save, force):
+    """Find where SD pays: quant pairings × k, predicted by the cost model, then confirmed.
+
+    One static run at --k-max per target × draft on half of the prompts gives the costs (V(n),
+    the draft's decode) and the per-position acceptance that predict every k; the best
+    configuration per task is then measured (raw vs SD, end to end, with intervals and the
+    lossless audit) on the other half. Prints the exact `cpuspec bench` command for each.
+
+    \b
+    Examples:
+      cpuspec tune --budget 20
+      cpuspec tune --targets a.gguf,b.gguf --drafts c.gguf --tasks json --k-max 4
+    """
+    from .engine import EngineError
+    from .hardware import default_threads, detect_hardware
+    from .models import local_model
+    from .store import ResultsSink
+    from .tune import Candidate, render_tune, run_tune
+    from .bench import BenchConfig, environment
+    from .report import SCHEMA_VERSION
+    threads = threads or default_threads()
+    _check_limits([k_max], max_tokens + 1, [threads], None)
+    try:
+        prompts = []
+        if tasks or not prompts_file:
+            prompts += builtin_prompts(tasks or DEFAULT_TASKS, prompts_per_task)
+        if prompts_file:
+            prompts += read_prompts_file(prompts_file, prompts_per_task)
+    except PromptsFileError as exc:
+        raise click.ClickException(str(exc))
+    reg = _registry()
+
+    def resolve(name):
+        p = Path(name)
+        if p.suffix == ".gguf" or p.exists():
+            _check_model_file(p)
+            return local_model(p)
+        return fetch_model(reg.model(name), _log)
+
+    names = {"targets": [x.strip() for x in targets.split(",") if x.strip()],
+             "drafts": [x.strip() for x in drafts.split(",") if x.strip()]}
+    files = [Path(x) for v in names.values() for x in v if x.endswith(".gguf")]
+    sink = ResultsSink(_prepare_outputs([json_path], files + [prompts_file], force, save,
+                                        "tune", detect_hardware().cpu_model))
+    cfg = BenchConfig(prompts=prompts, threads=threads, max_tokens=max_tokens,
+                      argv=["cpuspec", *sys.argv[1:]])
+    try:
+        tgt = [resolve(n) for n in names["targets"]]
+        drf = [resolve(n) for n in names["drafts"]]
+        cands = [Candidate(t, d) for t in tgt for d in drf]
+        head = {"schema_version": SCHEMA_VERSION, "meta": environment(threads),
+                "settings": {"threads": threads, "max_tokens": max_tokens, "k_max": k_max,
+                             "argv": cfg.argv}}
+        with _interruptible(sink, {}):
+            doc = run_tune(cfg, cands, _log, k_max, not no_confirm,
+                           lambda d: sink({**head, **d, "complete": False}),
+                           budget * 60 if budget else None)
+    except (ModelError, EngineError, ValueError) as exc:
+        raise click.ClickException(str(exc))
+    doc = {**head, **doc}
+    sink(doc)
+    click.echo(render_tune(doc))
+    for p in sink.paths:
+        _log(f"wrote {p}")
+
+
 @main.group()
 def models():
     """List, fetch and locate the registered GGUF models.

@@ -1,0 +1,71 @@
+"""`cpuspec tune` on the tiny models: two drafts, predictions for every k from one run at
+k_max, and a confirmation on prompts it did not choose on."""
+import json
+
+from click.testing import CliRunner
+
+from cpuspec.cli import main
+from cpuspec.tasks import builtin_prompts
+from cpuspec.tune import split_prompts
+
+
+def test_split_never_confirms_on_tuning_prompts():
+    tune, confirm = split_prompts(builtin_prompts(["json", "code"], 4))
+    assert [p.prompt_id for p in tune] == ["json-1", "json-3", "code-1", "code-3"]
+    assert [p.prompt_id for p in confirm] == ["json-2", "json-4", "code-2", "code-4"]
+
+
+def test_tune_on_tiny_models(tiny_models, tmp_path):
+    out = tmp_path / "tune.json"
+    res = CliRunner().invoke(main, [
+        "tune", "--targets", str(tiny_models["target"]), "--drafts",
+        f"{tiny_models['same']},{tiny_models['draft']}", "--tasks", "json",
+        "--prompts-per-task", "2", "--max-tokens", "24", "--k-max", "4", "--threads", "1",
+        "--json", str(out), "--no-save"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "tune" and doc["complete"] is True
+    assert doc["tune_prompts"] == ["json-1"] and doc["confirm_prompts"] == ["json-2"]
+    assert len(doc["measured"]) == 2
+    preds = doc["measured"][0]["predictions"]["json"]["rows"]
+    assert [r["k"] for r in preds] == [1, 2, 3, 4]
+    rec = doc["recommendations"]["json"]
+    # The recommendation is the best of every (draft, k) predicted: 2 drafts × 4 k.
+    assert rec["top"][0]["predicted_vs_reference_raw"] == rec["predicted_vs_reference_raw"]
+    assert all(o["predicted_vs_reference_raw"] <= rec["predicted_vs_reference_raw"]
+               for o in rec["top"])
+    if rec["pays"]:
+        assert "cpuspec bench --target" in res.output
+        assert rec["confirmed"]["audit"]["identical"] == rec["confirmed"]["audit"]["n"]
+    else:   # same-size tiny drafts cost as much as the target: SD cannot pay
+        assert "no configuration pays" in res.output and "confirmed" not in rec
+    bad = CliRunner().invoke(main, ["tune", "--targets", str(tiny_models["target"]),
+                                    "--drafts", str(tiny_models["draft"]), "--tasks", "json",
+                                    "--prompts-per-task", "1"])
+    assert bad.exit_code != 0 and "2" in bad.output
+
+
+def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
+    """Where a configuration is predicted to pay (forced here: same-size tiny drafts never
+    do), it is run for real on the confirm prompts, with its audit."""
+    from cpuspec import tune
+    from cpuspec.bench import BenchConfig
+    from cpuspec.models import local_model
+    real = tune.predictions
+
+    def paying(results, k_max):
+        out = real(results, k_max)
+        for p in out.values():
+            p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
+        return out
+    monkeypatch.setattr(tune, "predictions", paying)
+    cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
+    cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16)
+    doc = tune.run_tune(cfg, [cand], k_max=3)
+    rec = doc["recommendations"]["code"]
+    assert rec["pays"] and rec["k"] == 2
+    run = doc["confirm_runs"][0]
+    assert [p["prompt_id"] for p in run["prompts"]] == ["code-2"] and run["settings"]["k"] == 2
+    assert rec["confirmed"]["audit"] == {"n": 1, "identical": 1,
+                                         "min_margin_at_divergence": None}
+    assert "-k 2" in rec["command"] and "--tasks code" in rec["command"]
