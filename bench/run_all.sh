@@ -18,5 +18,6 @@ kill $HOG
 cpuspec costs --threads 2 --max-n 16 --reps 3 --json $R/costs_q4km.json > $R/costs_q4km.txt
 cpuspec costs --pair qwen2.5-coder-1.5b-q4_0 --threads 2 --max-n 16 --reps 3 --json $R/costs_q4_0.json > $R/costs_q4_0.txt
 cpuspec quality qwen2.5-coder-1.5b-q4km qwen2.5-coder-1.5b-q4_0 qwen2.5-coder-1.5b-q8_0 qwen2.5-coder-0.5b-q4km qwen2.5-coder-0.5b-q4_0 --threads 2 --json $R/quality_targets.json > $R/quality_targets.txt
+cpuspec tune --threads 2 --budget 20 --json $R/tune.json > $R/tune.txt
 cpuspec compare $R/avx2-build/bench_2threads.json $R/bench_2threads.json --format markdown > $R/compare_machines.md
 cpuspec plot $R/avx2-build/bench_2threads.json $R/bench_2threads.json $R/bench_q4_0_k3.json $R/costs_q4km.json $R/costs_q4_0.json --out bench/figures > /dev/null
