@@ -932,7 +932,9 @@ def advise(run, as_json):
 @click.argument("run")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
               default="text", show_default=True)
-def report(run, fmt):
+@click.option("--trace", is_flag=True,
+              help="Also print, per adaptive generation, where the policy changed its mind.")
+def report(run, fmt, trace):
     """Print the summary of a results file or saved run (`cpuspec runs` lists them).
 
     \b
@@ -966,6 +968,10 @@ def report(run, fmt):
                        f"{len(results.get('prompts', []))} prompts × modes; it was "
                        "interrupted)")
         _print_bench(results, fmt)
+        if trace:
+            from .report import render_trace
+            click.echo("\nAdaptive decisions per generation:")
+            click.echo(render_trace(results["runs"]))
 
 
 @main.command()

@@ -8,6 +8,7 @@ Figures:
   verify_cost V(n)/V(1) per run: how a verify's cost grows with the batch (flat on a GPU)
   sweep       t/s against the swept axis, raw and SD, with the points where SD turns ON marked
   latency     per-token latency CDF, raw against SD, with p50/p95/p99 marked
+  adaptive    the adaptive policy's k round by round, with its switch-offs and re-entries
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .compare import label, machine
-from .report import OVERALL, percentile, summarize
+from .report import OVERALL, percentile, policy_events, summarize
 
 PLOT_HINT = "plots need matplotlib: pip install 'cpuspec[plot]'"
 
@@ -28,6 +29,8 @@ class PlotError(RuntimeError):
 
 def caption(results: dict) -> str:
     s, m = results.get("settings", {}), results.get("models", {})
+    if results.get("kind") == "sweep":
+        return f"{label(machine(results))}; {' '.join(s.get('argv', []))}"
     target = (m.get("target") or {}).get("file", "?")
     draft = (m.get("draft") or {}).get("file") or (m.get("draft") or {}).get("drafter", "?")
     short = [str(f).removesuffix(".gguf").replace("-instruct", "") for f in (target, draft)]
@@ -94,6 +97,22 @@ def latency_data(results: dict) -> dict[str, Any]:
     return out
 
 
+def adaptive_data(results: dict) -> dict[str, Any]:
+    """Per task, the adaptive policy's k round by round across its prompts, and the rounds
+    where it switched off, on or re-entered (from the runs' policy_trace)."""
+    out: dict[str, Any] = {}
+    for r in results["runs"]:
+        if r["mode"] != "adaptive" or not r.get("policy_trace"):
+            continue
+        d = out.setdefault(r["task"], {"k": [], "events": [], "prompt_starts": []})
+        start = len(d["k"])
+        d["prompt_starts"].append(start)
+        d["events"] += [{"round": start + e["round"], "why": e["why"]}
+                        for e in policy_events(r)]
+        d["k"] += [t[0] for t in r["policy_trace"]]
+    return out
+
+
 def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
     """Every figure's data for these results files (bench runs, costs runs, sweeps)."""
     bench = [(r, n) for r, n in zip(runs, names) if r.get("kind") == "bench"]
@@ -105,6 +124,7 @@ def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
         out["speedup"] = speedup_data(list(rs), list(ns))
         out["breakeven"] = breakeven_data(list(rs), list(ns))
         out["latency"] = {n: latency_data(r) for r, n in bench}
+        out["adaptive"] = {n: d for r, n in bench if (d := adaptive_data(r))}
     if probes:
         rs, ns = zip(*probes)
         out["verify_cost"] = verify_cost_data(list(rs), list(ns))
@@ -128,9 +148,11 @@ def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
     cap = "\n".join(dict.fromkeys(caption(r) for r in runs))
     written: list[Path] = []
 
-    def save(fig, stem: str) -> None:
-        fig.text(0.01, 0.01, cap, fontsize=7, va="bottom", ha="left", color="0.3")
-        fig.tight_layout(rect=(0, 0.04 + 0.03 * cap.count("\n"), 1, 1))
+    by_name = dict(zip(names, runs))
+
+    def save(fig, stem: str, text: str = cap) -> None:
+        fig.text(0.01, 0.01, text, fontsize=7, va="bottom", ha="left", color="0.3")
+        fig.tight_layout(rect=(0, 0.04 + 0.03 * text.count("\n"), 1, 1))
         for ext in ("png", "svg"):
             path = out_dir / f"{stem}.{ext}"
             fig.savefig(path, dpi=120)
@@ -187,7 +209,22 @@ def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
         ax.set_ylabel("tokens/s end to end")
         ax.set_title("Sweep: where SD turns ON (green)")
         ax.legend(fontsize=7)
-        save(fig, f"sweep_{name.replace('/', '_')}")
+        save(fig, f"sweep_{name.replace('/', '_')}", caption(by_name[name]))
+    for name, tasks in data.get("adaptive", {}).items():
+        fig, axes = plt.subplots(len(tasks), 1, figsize=(8, 1.6 * len(tasks) + 0.8),
+                                 squeeze=False, sharex=False)
+        for ax, (task, d) in zip(axes[:, 0], tasks.items()):
+            ax.step(range(len(d["k"])), d["k"], where="post", lw=0.8)
+            for x in d["prompt_starts"]:
+                ax.axvline(x, color="0.8", lw=0.6)
+            for e in d["events"]:
+                color = "tab:red" if "off" in e["why"] else "tab:green"
+                ax.axvline(e["round"], color=color, lw=1)
+            ax.set_ylabel(f"{task}\nk")
+        axes[0, 0].set_title("Adaptive k per round (grey: new prompt, red: off, green: "
+                             "on / re-entry / probe)", fontsize=10)
+        axes[-1, 0].set_xlabel("round, across the task's prompts")
+        save(fig, f"adaptive_{name.replace('/', '_')}", caption(by_name[name]))
     for name, d in data.get("latency", {}).items():
         if not d:
             continue
@@ -201,5 +238,5 @@ def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
         ax.set_ylabel("fraction of tokens")
         ax.set_title("Per-token latency, raw against SD")
         ax.legend(fontsize=7)
-        save(fig, f"latency_{name.replace('/', '_')}")
+        save(fig, f"latency_{name.replace('/', '_')}", caption(by_name[name]))
     return written

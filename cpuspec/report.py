@@ -215,6 +215,35 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None) -> dict
     return out
 
 
+# Decisions of the adaptive policy that change its state (the others: "on", "off", and "off"
+# for costs that rule SD out, repeat every round).
+TRANSITIONS = ("switched", "re-entry", "probe")
+
+
+def policy_events(run: dict) -> list[dict]:
+    """The adaptive policy's transitions in one generation: round, k, predicted speedups
+    (mean, optimistic bound), reason."""
+    return [{"round": i, "k": k, "mean": mean, "bound": bound, "why": why}
+            for i, (k, mean, bound, why) in enumerate(run.get("policy_trace", []))
+            if why.startswith(TRANSITIONS)]
+
+
+def render_trace(runs: list[dict]) -> str:
+    """`cpuspec report --trace`: per adaptive generation, where the policy changed its mind."""
+    lines = []
+    for r in runs:
+        if r["mode"] != "adaptive" or "policy_trace" not in r:
+            continue
+        trace = r["policy_trace"]
+        drafted = sum(1 for t in trace if t[0] > 0)
+        events = "; ".join(f"round {e['round']}: {e['why']} (k {e['k']}, predicted ×{e['mean']}"
+                           f", bound ×{e['bound']})" for e in policy_events(r)) or \
+            f"no change ({trace[0][3] if trace else 'no rounds'})"
+        lines.append(f"{r['prompt_id']} rep {r.get('repetition', 0)}: {len(trace)} rounds, "
+                     f"{drafted} drafted; {events}")
+    return "\n".join(lines) or "no adaptive runs with a decision trace in this file"
+
+
 def noise_report(runs: list[dict]) -> dict[str, Any]:
     """Generations measured while other programs were busy, and speed outliers: a run slower
     than half its task's median (same mode). Computed when reading, from the raw samples."""

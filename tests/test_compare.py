@@ -77,6 +77,16 @@ def test_plot_data_is_the_reported_data():
     assert curve["n"] == list(range(1, 17)) and curve["ratio"][0] == 1.0
     probe = runs[2]["cost_probe"]["verify_s"]
     assert curve["ratio"][3] == pytest.approx(probe["4"] / probe["1"])
+    ad = data["adaptive"]["new"]["story"]    # the Q4_K_M run: costs rule SD out
+    adaptive_runs = [r for r in runs[1]["runs"] if r["mode"] == "adaptive"
+                     and r["task"] == "story"]
+    assert len(ad["prompt_starts"]) == len(adaptive_runs) == 8
+    assert len(ad["k"]) == sum(len(r["rounds"]) for r in adaptive_runs)
+    assert set(ad["k"]) == {0} and ad["events"] == []
+    assert "old" not in data["adaptive"]          # schema 1 runs have no trace
+    q40 = figure_data([read_json(Q40)], ["q40"])["adaptive"]["q40"]["story"]
+    offs = [e for e in q40["events"] if e["why"].startswith("switched off")]
+    assert len(offs) == 5 and any(e["why"].startswith("re-entry") for e in q40["events"])
     lat = data["latency"]["new"]["raw"]
     assert lat["cdf"][-1] == 1.0 and lat["p50"] <= lat["p95"] <= lat["p99"]
 
@@ -94,7 +104,8 @@ def test_plot_writes_the_figures(tmp_path, tiny_models):
     assert res.exit_code == 0, res.output
     names = sorted(p.name for p in out.iterdir())
     for stem in ("speedup", "breakeven", "verify_cost", "sweep_sweep",
-                 "latency_avx2-build_bench_2threads", "latency_results_bench_2threads"):
+                 "latency_avx2-build_bench_2threads", "latency_results_bench_2threads",
+                 "adaptive_results_bench_2threads"):
         assert f"{stem}.png" in names and f"{stem}.svg" in names, names
     assert (out / "speedup.png").read_bytes()[:4] == b"\x89PNG"
     assert "AVX512" in (out / "speedup.svg").read_text()   # the caption names the machine
@@ -104,3 +115,15 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     res = run("plot", str(NEW), "--out", str(tmp_path / "f"))
     assert res.exit_code != 0 and "pip install 'cpuspec[plot]'" in res.output
+
+
+def test_report_trace_shows_where_the_policy_changed_its_mind():
+    res = run("report", str(Q40), "--trace")
+    assert res.exit_code == 0, res.output
+    lines = {ln.split(" rep ")[0]: ln for ln in res.output.splitlines() if " rep 0: " in ln}
+    assert "round 9: switched off" in lines["story-1"]
+    assert lines["story-2"].endswith("no change (off)")
+    assert "re-entry at a new prompt" in lines["story-5"]
+    assert lines["json-1"].startswith("json-1 rep 0: ") and "drafted" in lines["json-1"]
+    res = run("report", str(OLD), "--trace")        # schema 1: no trace recorded
+    assert "no adaptive runs with a decision trace" in res.output
