@@ -11,6 +11,7 @@ $CPUSPEC_HOME/native), then alternates the two sides (A B A B) and reports media
                   draft-simple --spec-draft-n-max k --temp 0 ("decoded … t/s", "accept")
 
 Usage: python bench/native_peer.py [--threads 2] [--k 1,2,4] [--n-tokens 64] [--reps 3]
+                                  [--pair NAME] [--out FILE] [--profile FILE]
 """
 from __future__ import annotations
 
@@ -169,17 +170,21 @@ def main() -> int:
     ap.add_argument("--n-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3, help="A/B alternations")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "native_peer.json")
+    ap.add_argument("--pair", help="model pair from models.toml [default: the default pair]")
+    ap.add_argument("--profile", type=Path, default=HERE / "results" / "profile_sd_round.txt",
+                    help="where to write the cProfile of one SD generation")
     args = ap.parse_args()
     ks = [int(x) for x in args.k.split(",")]
 
     bin_dir = build_native()
     reg = load_registry()
-    pair = reg.pair(None)
+    pair = reg.pair(args.pair)
     tpath = fetch_model(reg.model(pair.target), log).path
     dpath = fetch_model(reg.model(pair.draft), log).path
     prompts = builtin_prompts(["json", "code", "story"], 1)
     res = {"schema_version": SCHEMA_VERSION, "kind": "native_peer", "meta": environment(args.threads),
-           "settings": vars(args) | {"out": str(args.out), "k": ks},
+           "settings": vars(args) | {"out": str(args.out), "k": ks, "pair": pair.name,
+                                     "profile": str(args.profile)},
            "windows": {"sd": "end-to-end: both prompt prefills + every round, both sides; "
                              "decode-only kept as a detail",
                        "pp": "n tokens at position 0, one logit row, both sides (llama-bench "
@@ -212,8 +217,7 @@ def main() -> int:
                         ours = cpuspec_spec(target, draft, toks, args.n_tokens, k)
                         sd["native"].append(nat | {"prompt_id": p.prompt_id})
                         sd["cpuspec"].append(ours | {"prompt_id": p.prompt_id})
-            profile_round(target, draft, encoded[0], max(ks), HERE / "results" /
-                          "profile_sd_round.txt")
+            profile_round(target, draft, encoded[0], max(ks), args.profile)
 
     rows = [["raw decode t/s (tg)", med(res["raw"]["cpuspec"]), med(res["raw"]["native"])]]
     for n, v in res["pp"].items():
