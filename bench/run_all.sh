@@ -10,6 +10,7 @@ cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 -k 3 --threads 2 --prompts bench/pr
 cpuspec bench --threads 2 --prompts bench/prompts_heldout.jsonl --max-tokens 64 --json $R/heldout_q4km_k4.json > $R/heldout_q4km_k4.txt
 cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 -k 3 --threads 2 --policy adaptive --adaptive-scope prompt --json $R/scope_prompt_q4_0_k3.json > $R/scope_prompt_q4_0_k3.txt
 cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 -k 3 --threads 2 --policy adaptive --adaptive-scope prompt --prompts bench/prompts_heldout.jsonl --max-tokens 64 --json $R/scope_prompt_heldout_q4_0_k3.json > $R/scope_prompt_heldout_q4_0_k3.txt
+cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 -k 3 --p-cores 1 --draft-cores 1 --draft-threads 1 --tasks json,code --prompts-per-task 2 --max-tokens 64 --policy static --json $R/draft_own_cores.json > $R/draft_own_cores.txt
 M=$(cpuspec models path qwen2.5-coder-0.5b-q4km)
 cpuspec bench --target "$M" --draft "$M" --temperature 0.8 --tasks json,story --prompts-per-task 2 --max-tokens 64 --policy static --json $R/sampling_same_model.json > $R/sampling_same_model.txt
 python3 -c "while 1: pass" & HOG=$!

@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .hardware import detect_hardware
+from .hardware import census_delta, detect_hardware, thread_census
 from .models import FetchedModel, fetch_model, load_registry, local_model
 from .report import SCHEMA_VERSION, summarize
 from .lookup import NGRAM_MAX, NGRAM_MIN, LookupDrafter
@@ -52,7 +52,7 @@ class BenchConfig:
     n_gpu_layers: int = 0
     draft_gpu_layers: int = 0
     cpus: list[int] | None = None          # pin the process here before any context exists
-    draft_cpus: list[int] | None = None    # move to these CPUs for each draft phase
+    draft_cpus: list[int] | None = None    # the draft's own CPUs (its own thread and team)
     draft_threads: int | None = None
     temperature: float = 0.0   # 0: greedy; > 0: sampling with speculative-sampling verification
     seed: int = 0
@@ -85,28 +85,27 @@ def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str,
             "noise": noise.to_dict()}
 
 
-class PinnedDecoder:
-    """Moves the process onto `cpus` before each eval: how the draft gets its own cores."""
+class OwnedDecoder:
+    """A model session whose every call runs on its CoreOwner's thread, so its llama.cpp
+    threads stay on the owner's CPUs (how the draft gets its own cores)."""
 
-    def __init__(self, decoder, pinner, cpus: list[int]):
-        self.decoder, self.pinner, self.cpus = decoder, pinner, cpus
+    def __init__(self, session, owner):
+        self.session, self.owner = session, owner
 
     def eval(self, tokens, pos, n_out):
-        self.pinner.pin(self.cpus)
-        return self.decoder.eval(tokens, pos, n_out)
+        return self.owner.call(self.session.eval, tokens, pos, n_out)
 
     def decode(self, tokens, pos, n_out):
-        self.pinner.pin(self.cpus)
-        self.decoder.decode(tokens, pos, n_out)
+        self.owner.call(self.session.decode, tokens, pos, n_out)
 
     def logits(self, n_out):
-        return self.decoder.logits(n_out)
+        return self.session.logits(n_out)
 
     def truncate(self, pos):
-        self.decoder.truncate(pos)
+        self.owner.call(self.session.truncate, pos)
 
     def is_eog(self, token):
-        return self.decoder.is_eog(token)
+        return self.session.is_eog(token)
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -313,10 +312,13 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         draft = stack.enter_context(Session(loaded.draft_m, n_ctx,
                                             cfg.draft_threads or cfg.threads)) \
             if loaded.draft_m else LookupDrafter(target_m.is_eog)
-        if cfg.draft_cpus:
-            target_cpus = cfg.cpus or sorted(os.sched_getaffinity(0))
-            target = PinnedDecoder(target, pinner, target_cpus)
-            draft = PinnedDecoder(draft, pinner, cfg.draft_cpus)
+        owner = None
+        if cfg.draft_cpus and loaded.draft_m:
+            from .hardware import CoreOwner
+            owner = CoreOwner(cfg.draft_cpus, "draft")
+            stack.callback(owner.close)
+            draft = OwnedDecoder(draft, owner)
+        census = thread_census()
         gen = Generator(cfg, target, draft, None)
         for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
             log(f"warm-up {i + 1}/{cfg.warmup}")
@@ -366,6 +368,11 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 log(f"[{done}/{total}] {p.prompt_id}: end-to-end t/s {speeds}{same}{busy}")
                 if on_update:
                     on_update(results)
+        if owner:  # where each model's threads ran, measured
+            results["threads"] = {
+                "target_cpus": cfg.cpus or sorted(os.sched_getaffinity(0)),
+                "draft_cpus": cfg.draft_cpus, "draft_owner_thread": owner.native_id,
+                "cpu_s_by_affinity": census_delta(census, thread_census())}
     results["summary"] = summarize(results)
     results["complete"] = True
     return results

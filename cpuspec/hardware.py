@@ -245,12 +245,8 @@ def _fmt_list(cpus: list[int]) -> str:
 
 
 class CorePinner:
-    """Moves every thread of this process (llama.cpp's workers included) onto a CPU set.
-
-    llama.cpp built with OpenMP shares one worker pool between contexts, so the draft cannot
-    get its own threads' affinity the way llama.cpp's -Cd does; instead, the whole process is
-    moved before each phase (a few sched_setaffinity calls, microseconds, against decodes of
-    tens of milliseconds)."""
+    """Moves every thread of this process (llama.cpp's workers included) onto a CPU set:
+    where the whole bench runs. The draft gets CPUs of its own through CoreOwner."""
 
     def __init__(self) -> None:
         self.current: frozenset[int] | None = None
@@ -266,3 +262,70 @@ class CorePinner:
                 pass  # a thread that ended meanwhile
         os.sched_setaffinity(0, want)
         self.current = want
+
+
+class CoreOwner:
+    """A worker thread pinned to `cpus` that runs every call of one model. llama.cpp's OpenMP
+    build keeps one thread team per calling thread, created on its first decode, and new
+    threads inherit their creator's affinity: so the model's whole team stays on these CPUs,
+    while another model, driven from another thread, keeps its own. (ctypes releases the GIL
+    during llama_decode.)"""
+
+    def __init__(self, cpus: list[int], name: str = "model"):
+        import queue
+        import threading
+        self.cpus = list(cpus)
+        self._calls: "queue.Queue" = queue.Queue()
+        self._ready = threading.Event()
+        self.native_id: int | None = None
+        self._thread = threading.Thread(target=self._run, name=f"cpuspec-{name}", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    def _run(self) -> None:
+        import threading
+        os.sched_setaffinity(0, set(self.cpus))  # this thread only (Linux: 0 = the caller)
+        self.native_id = threading.get_native_id()
+        self._ready.set()
+        while (item := self._calls.get()) is not None:
+            fn, args, done = item
+            try:
+                done.set_result(fn(*args))
+            except BaseException as exc:  # handed to the caller, raised there
+                done.set_exception(exc)
+
+    def call(self, fn, *args):
+        from concurrent.futures import Future
+        done: Future = Future()
+        self._calls.put((fn, args, done))
+        return done.result()
+
+    def close(self) -> None:
+        self._calls.put(None)
+        self._thread.join(timeout=10)
+
+
+def thread_census() -> dict[int, dict]:
+    """Every thread of this process: its CPU affinity and CPU seconds so far (psutil)."""
+    import psutil
+    out = {}
+    for t in psutil.Process().threads():
+        try:
+            cpus = sorted(os.sched_getaffinity(t.id))
+        except OSError:  # ended meanwhile
+            continue
+        out[t.id] = {"cpus": cpus, "cpu_s": t.user_time + t.system_time}
+    return out
+
+
+def census_delta(before: dict[int, dict], after: dict[int, dict]) -> list[dict]:
+    """CPU seconds each thread used between two censuses, grouped by affinity: the proof of
+    where each model's threads ran."""
+    groups: dict[tuple, dict] = {}
+    for tid, a in after.items():
+        used = a["cpu_s"] - before.get(tid, {"cpu_s": 0.0})["cpu_s"]
+        g = groups.setdefault(tuple(a["cpus"]), {"cpus": a["cpus"], "threads": 0,
+                                                  "cpu_s": 0.0})
+        g["threads"] += 1
+        g["cpu_s"] += used
+    return sorted(groups.values(), key=lambda g: g["cpus"])

@@ -224,6 +224,31 @@ def test_bench_pinned_with_draft_cores(tiny_models, tmp_path):
     assert len(s["cpus"]) == 1 and s["draft_cpus"] == [cpu] and s["draft_threads"] == 1
 
 
+def test_draft_owns_its_cores(tiny_models, tmp_path):
+    """Target on one CPU, draft on another, each model's llama.cpp threads only on its own:
+    the run records the CPU time of every thread by affinity."""
+    before = sorted(os.sched_getaffinity(0))
+    if len(before) < 2:
+        pytest.skip("needs two CPUs")
+    out = tmp_path / "owned.json"
+    try:
+        res = run(*tiny_args(tiny_models, "--tasks", "code", "--max-tokens", "200",
+                             "--p-cores", "1", "--draft-cores", str(before[-1]),
+                             "--draft-threads", "1", "--json", str(out)))
+    finally:
+        from cpuspec.hardware import CorePinner
+        CorePinner().pin(before)
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    proof = data["threads"]
+    target_cpus, draft_cpus = proof["target_cpus"], proof["draft_cpus"]
+    assert draft_cpus == [before[-1]] and target_cpus != draft_cpus
+    by = {tuple(g["cpus"]): g for g in proof["cpu_s_by_affinity"]}
+    assert set(by) <= {tuple(target_cpus), tuple(draft_cpus)}, by   # nothing anywhere else
+    assert by[tuple(draft_cpus)]["cpu_s"] > 0 and by[tuple(target_cpus)]["cpu_s"] > 0
+    assert all(a["identical"] for a in data["audit"])
+
+
 def test_contention_on_tiny_models(tiny_models, tmp_path):
     out = tmp_path / "cont.json"
     before = os.sched_getaffinity(0)
