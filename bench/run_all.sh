@@ -25,3 +25,8 @@ cpuspec compare $R/avx2-build/bench_2threads.json $R/bench_2threads.json --forma
 cpuspec plot $R/avx2-build/bench_2threads.json $R/bench_2threads.json $R/bench_q4_0_k3.json $R/costs_q4km.json $R/costs_q4_0.json --out bench/figures > /dev/null
 python bench/native_peer.py --threads 2 > $R/native_peer.txt
 python bench/native_peer.py --threads 2 --pair qwen2.5-coder-1.5b-q4_0 --k 3 --out $R/native_peer_q4_0_k3.json --profile /tmp/profile_q4_0.txt > $R/native_peer_q4_0_k3.txt
+# Own cores, serial vs parallel schedule (target on CPU 0, draft on CPU 1), and raw on both.
+P="--pair qwen2.5-coder-1.5b-q4_0 -k 3 --tasks json,code --prompts-per-task 4 --max-tokens 64"
+cpuspec bench $P --p-cores 1 --draft-cores 1 --draft-threads 1 --policy static --json $R/split_serial.json > $R/split_serial.txt
+cpuspec bench $P --p-cores 1 --draft-cores 1 --draft-threads 1 --policy static --schedule parallel --json $R/split_parallel.json > $R/split_parallel.txt
+cpuspec bench $P --threads 2 --policy off --json $R/split_raw2.json > $R/split_raw2.txt

@@ -24,7 +24,8 @@ from .lookup import NGRAM_MAX, NGRAM_MIN, LookupDrafter
 from .measure import CATCHUP_PROBE_TOKENS, NoiseProbe, NoiseSample, probe_costs
 from .policy import AdaptivePolicy
 from .sampling import RejectionVerify, SamplingDecoder
-from .speculative import Generation, generate_raw, generate_speculative, verify_greedy
+from .speculative import (Generation, generate_raw, generate_speculative,
+                          generate_speculative_parallel, verify_greedy)
 from .tasks import Prompt
 
 Log = Callable[[str], None]
@@ -58,6 +59,7 @@ class BenchConfig:
     seed: int = 0
     max_noise: float | None = None  # rerun a prompt while others used more CPUs than this
     adaptive_scope: str = "task"    # one adaptive controller per task, or per prompt
+    schedule: str = "serial"        # "parallel": the draft drafts ahead during each verify
     argv: list[str] = field(default_factory=list)
 
 
@@ -82,7 +84,7 @@ def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str,
             "decode_s": g.decode_s, "e2e_s": g.e2e_s,
             "token_latencies_s": g.token_latencies_s,
             "rounds": [r.as_row() for r in g.rounds], "stop": g.stop,
-            "noise": noise.to_dict()}
+            "noise": noise.to_dict(), **({"schedule": g.extra} if g.extra else {})}
 
 
 class OwnedDecoder:
@@ -186,6 +188,7 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
                             "temperature": cfg.temperature, "seed": cfg.seed,
                             "max_noise": cfg.max_noise,
                             "adaptive_scope": cfg.adaptive_scope,
+                            "schedule": cfg.schedule,
                             "windows": {"e2e": "target prefill + draft prefill + every round",
                                         "decode": "after both prefills"}},
                "models": {"target": loaded.target_f.to_dict(),
@@ -208,6 +211,8 @@ class Generator:
         self.modes = ["raw", *cfg.policies]
         self.policies: dict[str, AdaptivePolicy] = {}
         self.traces: dict[str, list] = {}
+        self.owner = None         # the draft's CoreOwner, for the parallel schedule
+        self.draft_async = None   # the draft session, called on the owner's thread
 
     def adaptive_policy(self, task: str) -> AdaptivePolicy:
         """One controller per task type, carried across that task's prompts (what it learned
@@ -235,6 +240,9 @@ class Generator:
             verify = RejectionVerify(rng)
         if mode == "raw":
             return generate_raw(t, tokens, max_tokens)
+        if mode == "static" and cfg.schedule == "parallel":
+            return generate_speculative_parallel(t, d, tokens, max_tokens, cfg.k,
+                                                 self.owner.submit, self.draft_async)
         if mode == "static":
             return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify)
         policy = self.adaptive_policy(task)
@@ -312,14 +320,15 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         draft = stack.enter_context(Session(loaded.draft_m, n_ctx,
                                             cfg.draft_threads or cfg.threads)) \
             if loaded.draft_m else LookupDrafter(target_m.is_eog)
-        owner = None
+        owner = draft_session = None
         if cfg.draft_cpus and loaded.draft_m:
             from .hardware import CoreOwner
             owner = CoreOwner(cfg.draft_cpus, "draft")
             stack.callback(owner.close)
-            draft = OwnedDecoder(draft, owner)
+            draft_session, draft = draft, OwnedDecoder(draft, owner)
         census = thread_census()
         gen = Generator(cfg, target, draft, None)
+        gen.owner, gen.draft_async = owner, draft_session
         for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
             log(f"warm-up {i + 1}/{cfg.warmup}")
             for mode in ["raw", "static"] if cfg.policies else ["raw"]:

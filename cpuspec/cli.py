@@ -151,6 +151,10 @@ def _task_list(ctx, param, value):
               show_default=True,
               help="Draft with the pair's draft model, or by prompt lookup (n-gram match "
                    "against the prompt and output so far; no draft model, c ≈ 0).")
+@click.option("--schedule", type=click.Choice(["serial", "parallel"]), default="serial",
+              show_default=True,
+              help="parallel: the draft, on --draft-cores, drafts the next round while the "
+                   "target verifies (static policy, greedy).")
 @click.option("--adaptive-scope", type=click.Choice(["task", "prompt"]), default="task",
               show_default=True,
               help="What the adaptive policy carries over: one controller per task type "
@@ -168,7 +172,7 @@ def _task_list(ctx, param, value):
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, policies, temperature, seed, drafter,
-          adaptive_scope, max_noise, json_path, csv_path, save, force, yes):
+          schedule, adaptive_scope, max_noise, json_path, csv_path, save, force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
     \b
@@ -192,6 +196,9 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
         raise click.BadParameter(f"{temperature} is not a finite number",
                                  param_hint="'--temperature'")
     _check_limits(k, max_tokens, threads, draft_threads)
+    if schedule == "parallel" and (not draft_cores or temperature > 0 or drafter != "model"):
+        raise click.UsageError("--schedule parallel needs --draft-cores (the draft's own CPUs), "
+                               "greedy decoding and the model drafter")
     prompts = []
     try:
         if tasks or not prompts_file:
@@ -239,7 +246,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        target_path=target_path, draft_path=draft_path, policies=policies,
                        drafter=drafter, draft_cpus=draft_cores, draft_threads=draft_threads,
                        temperature=temperature, seed=seed, max_noise=max_noise,
-                       adaptive_scope=adaptive_scope,
+                       adaptive_scope=adaptive_scope, schedule=schedule,
                        argv=["cpuspec", *sys.argv[1:]])
     sink = ResultsSink(json_paths)
     if sweep:

@@ -294,11 +294,15 @@ class CoreOwner:
             except BaseException as exc:  # handed to the caller, raised there
                 done.set_exception(exc)
 
-    def call(self, fn, *args):
+    def submit(self, fn, *args):
+        """Run fn(*args) on this thread; returns a Future at once."""
         from concurrent.futures import Future
         done: Future = Future()
         self._calls.put((fn, args, done))
-        return done.result()
+        return done
+
+    def call(self, fn, *args):
+        return self.submit(fn, *args).result()
 
     def close(self) -> None:
         self._calls.put(None)

@@ -307,6 +307,8 @@ def summarize(results: dict) -> dict[str, Any]:
     k = results["settings"]["k"]
     runs = results["runs"]
     probe = results.get("cost_probe")
+    if results["settings"].get("schedule") == "parallel":
+        probe = None  # the probe predicts the serial schedule; a parallel model is to come
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe) for t in tasks}
     summary[OVERALL] = summarize_group(runs, k, probe)

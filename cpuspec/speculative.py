@@ -62,6 +62,7 @@ class Generation:
     rounds: list[RoundStats] = field(default_factory=list)   # empty for raw decoding
     stop: str = "max_tokens"            # or "eog"
     draft_prefill_s: float = 0.0        # the draft's prompt prefill (0 for raw decoding)
+    extra: dict = field(default_factory=dict)   # schedule-specific counts (parallel)
 
     @property
     def decode_tokens(self) -> int:
@@ -239,3 +240,111 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
         t_prev = now
     return Generation(len(prompt), tokens, t_prefill - t0, t_prev - t_prefill - draft_prefill_s,
                       latencies, rounds, stop, draft_prefill_s=draft_prefill_s)
+
+
+# --- a parallel schedule: the draft works on the next round while the target verifies --------
+
+def draft_ahead(draft: Decoder, last_draft: int, pos: int, k: int) -> tuple[list[int], int]:
+    """Run on the draft's own thread during a verify, assuming every draft is accepted: decode
+    the round's last draft (at `pos`), guess the target's bonus token (e1), and draft k more
+    after it. Returns [e1, ..., e_{k+1}] and the draft's KV length (the last guess is not
+    decoded, as in draft_tokens)."""
+    guesses = draft.eval([last_draft], pos, 1)
+    pos += 1
+    while len(guesses) < k + 1 and not draft.is_eog(guesses[-1]):
+        guesses += draft.eval(guesses[-1:], pos, 1)
+        pos += 1
+    return guesses, pos
+
+
+def generate_speculative_parallel(target: Decoder, draft: Decoder, prompt: Sequence[int],
+                                  max_tokens: int, k: int, submit: Callable,
+                                  draft_async: Decoder | None = None,
+                                  clock: Clock = time.perf_counter) -> Generation:
+    """Greedy speculative decoding where the draft, on its own cores, drafts round r + 1 while
+    the target verifies round r, assuming round r is fully accepted. If it was, and the
+    target's bonus token is the draft's first guess, round r + 1 starts with its drafts ready;
+    otherwise they are discarded and the draft's KV rolled back (the serial step). The output
+    is the target's greedy choices either way, as in generate_speculative.
+
+    `submit(fn, *args)` runs fn on the draft's thread and returns a future; `draft` is used
+    from this thread for serial drafting (it forwards to the draft's thread), `draft_async` is
+    the same model called directly on its thread (default: `draft`). Per round, draft_s is the
+    drafting this thread waited for (serial drafting, and the wait for the draft-ahead after
+    the verify); Generation.extra counts hits, misses and the drafting that was hidden."""
+    if k < 1:
+        raise ValueError("k must be ≥ 1")
+    draft_async = draft_async or draft
+    target.truncate(0)
+    draft.truncate(0)
+    t0 = clock()
+    prefill = submit(draft_async.eval, list(prompt), 0, 1)  # both prefills at once
+    tokens = target.eval(prompt, 0, 1)
+    t_target = clock()
+    prefill.result()
+    t_prefill = clock()
+    n_draft_kv = len(prompt)
+    ahead: list[int] = []
+    extra = {"hits": 0, "misses": 0, "hidden_draft_s": 0.0, "discarded_drafts": 0}
+    rounds: list[RoundStats] = []
+    latencies: list[float] = []
+    t_prev = t_prefill
+    while (stop := _stop_reason(target, tokens, max_tokens)) is None:
+        n = len(prompt) + len(tokens)
+        k_round = min(k, max_tokens - len(tokens) - 1)
+        t_start = clock()
+        if ahead and k_round > 0:
+            drafts = ahead[:k_round]
+        else:
+            ahead = []
+            pending = tokens[n_draft_kv - len(prompt):]
+            drafts, n_draft_kv = draft_tokens(draft, pending, n_draft_kv, k_round) \
+                if k_round > 0 else ([], n_draft_kv)
+        t_drafted = clock()
+        spec = None
+        if drafts and not any(target.is_eog(d) for d in drafts):
+            last_pos = n + len(drafts) - 1            # where drafts[-1] sits
+            draft.truncate(last_pos)                  # the draft holds drafts[:-1], no more
+            spec = submit(_timed, draft_ahead, draft_async, drafts[-1], last_pos, k)
+        n_accepted, next_token = verify_greedy(target, draft, tokens[-1], drafts, n - 1)
+        t_verified = clock()
+        guesses, spec_kv, spec_s = spec.result() if spec else ([], None, 0.0)
+        t_joined = clock()
+        if n_accepted < len(drafts):
+            target.truncate(n + n_accepted)
+        if spec is not None and n_accepted == len(drafts) and guesses and \
+                guesses[0] == next_token:
+            ahead, n_draft_kv = guesses[1:], spec_kv  # next round's drafts are ready
+            extra["hits"] += 1
+        else:
+            if spec is not None:
+                extra["misses"] += 1
+                extra["discarded_drafts"] += len(guesses)
+            ahead = []
+            kv = spec_kv if spec_kv is not None else n_draft_kv
+            n_draft_kv = min(kv, n + n_accepted)
+            if n_draft_kv < kv:
+                draft.truncate(n_draft_kv)
+        extra["hidden_draft_s"] += max(spec_s - (t_joined - t_verified), 0.0)
+        emitted = drafts[:n_accepted] + [next_token]
+        for i, tok in enumerate(emitted):
+            if target.is_eog(tok):
+                emitted = emitted[:i + 1]
+                break
+        tokens += emitted
+        now = clock()
+        rounds.append(RoundStats(len(drafts), n_accepted, len(emitted),
+                                 (t_drafted - t_start) + (t_joined - t_verified),
+                                 t_verified - t_drafted, now - t_prev))
+        latencies += [rounds[-1].round_s / len(emitted)] * len(emitted)
+        t_prev = now
+    g = Generation(len(prompt), tokens, t_target - t0, t_prev - t_prefill, latencies, rounds,
+                   stop, draft_prefill_s=t_prefill - t_target)
+    g.extra = extra
+    return g
+
+
+def _timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return (*out, time.perf_counter() - t0)

@@ -281,3 +281,26 @@ def test_sampling_bench_is_seeded(tiny_models, tmp_path):
     # how many random numbers it uses (and so its tokens) can differ from run to run.
     tokens = [[r["tokens"] for r in o["runs"] if r["mode"] != "adaptive"] for o in outs]
     assert len(tokens[0]) == 4 and tokens[0] == tokens[1]
+
+
+def test_parallel_schedule_on_tiny_models(tiny_models, tmp_path):
+    before = sorted(os.sched_getaffinity(0))
+    if len(before) < 2:
+        pytest.skip("needs two CPUs")
+    out = tmp_path / "par.json"
+    try:
+        res = run(*tiny_args(tiny_models, "--tasks", "code", "--max-tokens", "60",
+                             "--p-cores", "1", "--draft-cores", str(before[-1]),
+                             "--draft-threads", "1", "--schedule", "parallel",
+                             "--policy", "static", "--json", str(out)))
+    finally:
+        from cpuspec.hardware import CorePinner
+        CorePinner().pin(before)
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["settings"]["schedule"] == "parallel"
+    static = [r for r in data["runs"] if r["mode"] == "static"]
+    assert all(r["schedule"]["hits"] + r["schedule"]["misses"] > 0 for r in static)
+    assert all(a["identical"] for a in data["audit"])   # F32: the same tokens as raw
+    bad = run(*tiny_args(tiny_models, "--schedule", "parallel"))
+    assert bad.exit_code != 0 and "needs --draft-cores" in bad.output

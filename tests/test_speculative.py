@@ -149,3 +149,28 @@ def test_k_must_be_positive():
     clock, target, draft = make()
     with pytest.raises(ValueError):
         generate_speculative(target, draft, PROMPT, 10, 0, clock)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+@pytest.mark.parametrize("max_tokens", [1, 2, 9, 60])
+@pytest.mark.parametrize("rule", ["flaky", "same"])
+def test_parallel_schedule_equals_raw_and_keeps_the_kv_straight(k, max_tokens, rule):
+    """The draft drafts ahead on another thread during each verify; the output is still the
+    target's greedy output, and every eval starts where the draft's KV ends (the fake checks)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cpuspec.speculative import generate_speculative_parallel
+    raw_clock, raw_target, _ = make()
+    raw = generate_raw(raw_target, PROMPT, max_tokens, raw_clock)
+    clock, target, draft = make(draft_rule=flaky_draft_rule if rule == "flaky" else target_rule)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        sd = generate_speculative_parallel(target, draft, PROMPT, max_tokens, k, pool.submit,
+                                           clock=clock)
+    assert sd.tokens == raw.tokens
+    assert len(target.kv) == len(PROMPT) + len(sd.tokens) - 1
+    if max_tokens == 60:
+        assert sd.extra["hits"] > 0
+        if rule == "same":
+            assert sd.extra["misses"] <= 1   # only where max_tokens cuts a round short
+        else:
+            assert sd.extra["misses"] > 0 and sd.extra["discarded_drafts"] > 0
