@@ -178,3 +178,26 @@ def render_cost_curve(probe: dict) -> str:
             f"{1e3 * t:.1f} ms: c = {probe['draft_s'] / t:.2f}. Even with every draft accepted, "
             f"SD is at most {best['ceiling_speedup']:.2f}× raw (at k = {best['n'] - 1}); real "
             "acceptance lowers that.")
+
+
+def predict_parallel_generation_s(probe: dict, survival: list[float], k: int,
+                                  prompt_tokens: int, n_tokens: int) -> tuple[float, float]:
+    """As predict_generation_s, for the parallel schedule (the draft drafts round r + 1 during
+    round r's verify). A round finds its drafts ready (a hit) when round r kept all k drafts
+    and the target's bonus is the draft's guess; the guess is taken to match as often as draft
+    k was accepted after draft k − 1 (the last conditional rate measured). A hit round costs
+    max((k + 1)·d, V(k + 1)); a miss drafts serially first: k·d + V(k + 1). The prefills run at
+    the same time: the longer of the two."""
+    verify = {int(n): v for n, v in probe["verify_s"].items()}
+    per_token = prompt_tokens / probe["prompt_tokens"] if probe.get("prompt_tokens") else 0.0
+    target_prefill = probe.get("target_prefill_s", 0.0) * per_token
+    draft_prefill = probe.get("draft_prefill_s", 0.0) * per_token
+    d, v = probe["draft_s"], verify[k + 1]
+    steps = max(n_tokens - 1, 0)
+    all_kept = survival[k - 1]
+    guess_ok = survival[k - 1] / survival[k - 2] if k > 1 and survival[k - 2] > 0 else all_kept
+    hit = all_kept * guess_ok
+    round_s = hit * max((k + 1) * d, v) + (1 - hit) * (k * d + v)
+    rounds = steps / expected_tokens(survival, k)
+    raw = target_prefill + steps * verify[1]
+    return raw, max(target_prefill, draft_prefill) + rounds * round_s

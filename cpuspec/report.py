@@ -128,24 +128,26 @@ def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
     return out
 
 
-def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict]
-                       ) -> tuple[float, str] | None:
+def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict],
+                       parallel: bool = False) -> tuple[float, str] | None:
     """An independent prediction of the SD run's end-to-end speedup: costs from the cost probe
     (measured apart from every generation) and the acceptance observed, applied to the prompts
-    and token counts the run had. None when the probe lacks a batch size."""
-    from .costs import predict_generation_s
+    and token counts the run had, for the serial or the parallel schedule. None when the probe
+    lacks a batch size."""
+    from .costs import predict_generation_s, predict_parallel_generation_s
     if str(k + 1) not in probe.get("verify_s", {}):
         return None
+    predict = predict_parallel_generation_s if parallel else predict_generation_s
     raw_s = sd_s = 0.0
     window = "end-to-end" if "target_prefill_s" in probe else "decode-only"
     for r in sd:
-        t_raw, t_sd = predict_generation_s(probe, survival, k, r["prompt_tokens"],
-                                           len(r["tokens"]))
+        t_raw, t_sd = predict(probe, survival, k, r["prompt_tokens"], len(r["tokens"]))
         raw_s, sd_s = raw_s + t_raw, sd_s + t_sd
     return (raw_s / sd_s, window) if sd_s > 0 else None
 
 
-def summarize_group(runs: list[dict], k: int, probe: dict | None = None) -> dict[str, Any]:
+def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
+                    parallel: bool = False) -> dict[str, Any]:
     """Metrics of one task (or of all runs) from its raw and speculative runs."""
     raw = [r for r in runs if r["mode"] == "raw"]
     sd = [r for r in runs if r["mode"] == "static"]
@@ -187,7 +189,7 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None) -> dict
             out["cost"] = cm.to_dict()
         if probe:
             survival = [p / 100.0 for p in out["per_position_acceptance_pct"]]
-            pred = predict_from_probe(probe, survival, k, sd)
+            pred = predict_from_probe(probe, survival, k, sd, parallel)
             if pred:
                 out["predicted_speedup"], out["predicted_window"] = pred
                 out["prediction_error_pct"] = 100.0 * (out["sd_speedup"] / pred[0] - 1.0)
@@ -307,11 +309,11 @@ def summarize(results: dict) -> dict[str, Any]:
     k = results["settings"]["k"]
     runs = results["runs"]
     probe = results.get("cost_probe")
-    if results["settings"].get("schedule") == "parallel":
-        probe = None  # the probe predicts the serial schedule; a parallel model is to come
+    parallel = results["settings"].get("schedule") == "parallel"
     tasks = list(dict.fromkeys(r["task"] for r in runs))
-    summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe) for t in tasks}
-    summary[OVERALL] = summarize_group(runs, k, probe)
+    summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe, parallel)
+               for t in tasks}
+    summary[OVERALL] = summarize_group(runs, k, probe, parallel)
     for t in tasks + [OVERALL]:
         audit = [a for a in results.get("audit", []) if t == OVERALL or a["task"] == t]
         summary[t]["audit"] = summarize_audit([a for a in audit

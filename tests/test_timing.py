@@ -111,3 +111,15 @@ def test_schema_1_results_still_read():
     res = CliRunner().invoke(main, ["report", str(V1_RESULTS), "--format", "json"])
     rows = json.loads(res.output)
     assert rows[0]["task"] == "json" and rows[0]["sd_speedup_ci_low"] < rows[0]["sd_speedup"]
+
+
+def test_parallel_prediction_by_hand():
+    from cpuspec.costs import predict_parallel_generation_s
+    probe = {"verify_s": {"1": 0.01, "3": 0.014}, "draft_s": 0.004,
+             "target_prefill_s": 0.1, "draft_prefill_s": 0.04, "prompt_tokens": 10}
+    # k = 2, survival [0.9, 0.8]: all kept 0.8, the guess matches 0.8 / 0.9 of the time:
+    # hit = 0.8 × 0.8/0.9 = 0.7111. Hit round: max(3 × 4 ms, 14 ms) = 14 ms; miss: 8 + 14 ms.
+    raw, sd = predict_parallel_generation_s(probe, [0.9, 0.8], 2, 10, 11)
+    hit = 0.8 * 0.8 / 0.9
+    assert raw == pytest.approx(0.1 + 10 * 0.01)
+    assert sd == pytest.approx(0.1 + 10 / 2.7 * (hit * 0.014 + (1 - hit) * 0.022))
