@@ -188,7 +188,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     from .bench import BenchConfig, run_bench
     from .engine import EngineError
     from .hardware import (HardwareError, check_cpus, current_affinity, default_threads,
-                           detect_hardware, select_cpus)
+                           detect_hardware, select_cpus, split_for_parallel)
     from .report import render_csv
     from .store import OutputError, ResultsSink, write_atomic
 
@@ -196,9 +196,8 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
         raise click.BadParameter(f"{temperature} is not a finite number",
                                  param_hint="'--temperature'")
     _check_limits(k, max_tokens, threads, draft_threads)
-    if schedule == "parallel" and (not draft_cores or temperature > 0 or drafter != "model"):
-        raise click.UsageError("--schedule parallel needs --draft-cores (the draft's own CPUs), "
-                               "greedy decoding and the model drafter")
+    if schedule == "parallel" and (temperature > 0 or drafter != "model"):
+        raise click.UsageError("--schedule parallel needs greedy decoding and the model drafter")
     prompts = []
     try:
         if tasks or not prompts_file:
@@ -224,6 +223,16 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                    if (p.p_cores or p.e_cores) else None for p in points}
         if draft_cores:
             draft_cores = check_cpus(hw, draft_cores)
+        elif schedule == "parallel":
+            if len(points) > 1 or hw.hybrid == "not hybrid":
+                raise click.UsageError("--schedule parallel needs --draft-cores (the draft's "
+                                       "own CPUs); on a hybrid CPU, --p-cores N --e-cores M "
+                                       "puts the target on P and the draft on E")
+            p0 = points[0]
+            target_cpus, draft_cores = split_for_parallel(hw, p0.p_cores, p0.e_cores, smt)
+            cpus_of[(p0.p_cores, p0.e_cores)] = target_cpus
+            _log(f"parallel schedule: target on P-cores {target_cpus}, draft on E-cores "
+                 f"{draft_cores}")
     except HardwareError as exc:
         raise click.ClickException(str(exc))
     sweep = len(points) > 1 or points[0].n_gpu_layers or points[0].draft_gpu_layers

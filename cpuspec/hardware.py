@@ -229,6 +229,17 @@ def select_cpus(hw: HardwareInfo, p_cores: int = 0, e_cores: int = 0, smt: bool 
     return sorted(chosen)
 
 
+def split_for_parallel(hw: HardwareInfo, p_cores: int, e_cores: int, smt: bool = False
+                       ) -> tuple[list[int], list[int]]:
+    """The default core split of the parallel schedule on a hybrid CPU: the target on the
+    P-cores (its decode is the critical path), the draft on the E-cores (idle during plain
+    decoding)."""
+    if not p_cores or not e_cores:
+        raise HardwareError("the parallel schedule's default split needs --p-cores N and "
+                            "--e-cores M (or give --draft-cores)")
+    return select_cpus(hw, p_cores, 0, smt), select_cpus(hw, 0, e_cores, smt)
+
+
 def check_cpus(hw: HardwareInfo, cpus: list[int]) -> list[int]:
     """An explicit CPU list (e.g. --draft-cores 4-7) must lie inside the allowed affinity."""
     outside = sorted(set(cpus) - set(hw.affinity))

@@ -302,5 +302,8 @@ def test_parallel_schedule_on_tiny_models(tiny_models, tmp_path):
     static = [r for r in data["runs"] if r["mode"] == "static"]
     assert all(r["schedule"]["hits"] + r["schedule"]["misses"] > 0 for r in static)
     assert all(a["identical"] for a in data["audit"])   # F32: the same tokens as raw
-    bad = run(*tiny_args(tiny_models, "--schedule", "parallel"))
+    bad = run(*tiny_args(tiny_models, "--schedule", "parallel"))   # this CPU is not hybrid
     assert bad.exit_code != 0 and "needs --draft-cores" in bad.output
+    bad = run(*tiny_args(tiny_models, "--schedule", "parallel", "--temperature", "0.5",
+                         "--draft-cores", "0"))
+    assert bad.exit_code != 0 and "greedy decoding" in bad.output

@@ -4,7 +4,7 @@ import os
 import pytest
 
 from cpuspec.hardware import (CorePinner, HardwareError, check_cpus, detect_hardware,
-                              parse_cpu_list, select_cpus)
+                              parse_cpu_list, select_cpus, split_for_parallel)
 
 
 def make_tree(root, model, cores, hybrid=None, event_source=False):
@@ -176,3 +176,11 @@ def test_sampler_with_a_real_workload():
     with BackgroundStreams([min(os.sched_getaffinity(0))], n_elements=1 << 16) as bg:
         assert all(p.is_alive() for p in bg.procs)
     assert not any(p.is_alive() for p in bg.procs)
+
+
+def test_parallel_schedule_puts_the_target_on_p_and_the_draft_on_e(tmp_path):
+    hw = detect_hardware(alder_lake(tmp_path), affinity=list(range(20)))
+    assert split_for_parallel(hw, 4, 4) == ([0, 2, 4, 6], [12, 13, 14, 15])
+    assert split_for_parallel(hw, 2, 2, smt=True) == ([0, 1, 2, 3], [12, 13])
+    with pytest.raises(HardwareError, match="needs --p-cores N and --e-cores M"):
+        split_for_parallel(hw, 4, 0)
