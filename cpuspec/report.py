@@ -639,11 +639,18 @@ def advise(results: dict) -> dict[str, dict]:
             "needed_at_k": None if need is None else need.k,
             "c": draft_s / verify_s[1], "beta_at_k": verify_s[k + 1] / verify_s[1] - 1,
             "table": [c.__dict__ for c in table]}
+        if results["settings"].get("draft_cpus"):  # a core split: both schedules, end to end
+            sd = [r for r in results["runs"] if r["mode"] == "static"
+                  and (task == OVERALL or r["task"] == task)]
+            for name, par in (("serial", False), ("parallel", True)):
+                pred = predict_from_probe(probe, survival, k, sd, par)
+                out[task][f"predicted_e2e_{name}_at_k"] = pred[0] if pred else None
     return out
 
 
 def render_advice(advice: dict, k: int) -> str:
     from tabulate import tabulate
+    split = any("predicted_e2e_parallel_at_k" in a for a in advice.values())
     rows = []
     for task, a in advice.items():
         if a["verdict"] == "ON":
@@ -657,8 +664,11 @@ def render_advice(advice: dict, k: int) -> str:
                      _fmt(a["predicted_speedup_at_k"], ".2f"),
                      _fmt(a["measured_speedup_at_k"], ".2f"),
                      _fmt(a["measured_adaptive_speedup"], ".2f"),
-                     _fmt(a["acceptance_pct"], ".1f")])
+                     _fmt(a["acceptance_pct"], ".1f")]
+                    + ([_fmt(a.get("predicted_e2e_serial_at_k"), ".2f"),
+                        _fmt(a.get("predicted_e2e_parallel_at_k"), ".2f")] if split else []))
     return tabulate(rows, headers=["task", "advice", "predicted ×raw at k*",
                                    f"predicted ×raw k={k}", f"measured ×raw k={k}",
-                                   "measured adaptive ×raw", "accept %"],
+                                   "measured adaptive ×raw", "accept %"]
+                    + ([f"e2e serial k={k}", f"e2e parallel k={k}"] if split else []),
                     disable_numparse=True)

@@ -127,3 +127,19 @@ def test_report_trace_shows_where_the_policy_changed_its_mind():
     assert lines["json-1"].startswith("json-1 rep 0: ") and "drafted" in lines["json-1"]
     res = run("report", str(OLD), "--trace")        # schema 1: no trace recorded
     assert "no adaptive runs with a decision trace" in res.output
+
+
+def test_advise_predicts_both_schedules_for_a_core_split():
+    """From the serial run alone (recorded with the draft on its own core), advise predicts
+    the parallel schedule; the parallel run was measured separately."""
+    res = run("advise", str(RESULTS / "split_serial.json"), "--json")
+    assert res.exit_code == 0, res.output
+    advice = json.loads(res.output)
+    for task in ("json", "code"):
+        a = advice[task]
+        assert a["predicted_e2e_parallel_at_k"] > a["predicted_e2e_serial_at_k"] > 1.0
+    measured = summarize(read_json(RESULTS / "split_parallel.json"))
+    for task in ("json", "code"):
+        predicted = advice[task]["predicted_e2e_parallel_at_k"]
+        assert abs(measured[task]["sd_speedup"] / predicted - 1) < 0.10
+    assert "e2e parallel k=3" in run("advise", str(RESULTS / "split_serial.json")).output
