@@ -190,7 +190,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     from .hardware import (HardwareError, check_cpus, current_affinity, default_threads,
                            detect_hardware, select_cpus, split_for_parallel)
     from .report import render_csv
-    from .store import OutputError, ResultsSink, write_atomic
+    from .store import ResultsSink, write_atomic
 
     if not math.isfinite(temperature):
         raise click.BadParameter(f"{temperature} is not a finite number",

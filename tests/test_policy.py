@@ -35,7 +35,8 @@ def test_static_policy():
 
 def test_probes_while_off_when_costs_allow():
     p = AdaptivePolicy(k_max=4, **GPU_LIKE)
-    ks = feed(p, 40, False, GPU_LIKE) + feed(p, 2 * PROBE_EVERY_STEPS, False, GPU_LIKE)
+    feed(p, 40, False, GPU_LIKE)
+    feed(p, 2 * PROBE_EVERY_STEPS, False, GPU_LIKE)
     assert not p.costs_rule_out()
     probes = [t for t in p.trace if t[3] == "probe"]
     assert 1 <= len(probes) <= 3  # at most one probe per PROBE_EVERY_STEPS plain steps

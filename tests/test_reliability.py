@@ -5,11 +5,8 @@ import json
 import os
 import random
 import signal
-import stat
 import subprocess
 import sys
-import time
-import zipfile
 
 import pytest
 from click.testing import CliRunner
