@@ -659,11 +659,13 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
 @click.option("--targets", default="qwen2.5-coder-1.5b-q4km,qwen2.5-coder-1.5b-q4_0",
               show_default=True, help="Comma list of target models (names or GGUF files); the "
                                       "first is the reference raw speed.")
-@click.option("--drafts", default="qwen2.5-coder-0.5b-q4km,qwen2.5-coder-0.5b-q4_0",
-              show_default=True, help="Comma list of draft models (names or GGUF files).")
+@click.option("--drafts", default="qwen2.5-coder-0.5b-q4km,qwen2.5-coder-0.5b-q4_0,lookup",
+              show_default=True, help="Comma list of draft models (names or GGUF files); "
+                                      "'lookup' for the prompt-lookup drafter.")
 @click.option("--k-max", type=click.IntRange(1, 16), default=8, show_default=True,
               help="Measure once at this k; predict every k up to it.")
-@click.option("--tasks", callback=_task_list, help="Built-in tasks [default: json,code,story].")
+@click.option("--tasks", callback=_task_list,
+              help="Built-in tasks [default: json,code,story,grounded].")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
               help="JSONL prompts file (as for bench).")
 @click.option("--prompts-per-task", type=click.IntRange(2, 8), default=4, show_default=True,
@@ -702,7 +704,8 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     try:
         prompts = []
         if tasks or not prompts_file:
-            prompts += builtin_prompts(tasks or DEFAULT_TASKS, prompts_per_task)
+            prompts += builtin_prompts(tasks or [*DEFAULT_TASKS, "grounded"],
+                                       prompts_per_task)
         if prompts_file:
             prompts += read_prompts_file(prompts_file, prompts_per_task)
     except PromptsFileError as exc:
@@ -725,7 +728,7 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
                       argv=["cpuspec", *sys.argv[1:]])
     try:
         tgt = [resolve(n) for n in names["targets"]]
-        drf = [resolve(n) for n in names["drafts"]]
+        drf = [None if n == "lookup" else resolve(n) for n in names["drafts"]]
         cands = [Candidate(t, d) for t in tgt for d in drf]
         head = {"schema_version": SCHEMA_VERSION, "meta": environment(threads),
                 "settings": {"threads": threads, "max_tokens": max_tokens, "k_max": k_max,

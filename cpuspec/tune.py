@@ -27,12 +27,17 @@ K_MAX = 8
 
 @dataclass(frozen=True)
 class Candidate:
-    target: object   # FetchedModel
-    draft: object    # FetchedModel
+    target: object          # FetchedModel
+    draft: object | None    # FetchedModel, or None for the prompt-lookup drafter
 
     @property
     def name(self) -> str:
-        return f"{self.target.spec.name} + {self.draft.spec.name}"
+        return f"{self.target.spec.name} + {self.draft.spec.name if self.draft else 'lookup'}"
+
+    def bench_config(self, base: BenchConfig, **changes) -> BenchConfig:
+        return dataclasses.replace(base, target_path=self.target.path,
+                                   draft_path=self.draft.path if self.draft else None,
+                                   drafter="model" if self.draft else "lookup", **changes)
 
 
 def split_prompts(prompts: list) -> tuple[list, list]:
@@ -67,12 +72,30 @@ def predictions(results: dict, k_max: int) -> dict[str, list[dict]]:
     return out
 
 
+def target_perplexities(candidates: list[Candidate], threads: int, log: Log) -> dict:
+    """The quality proxy beside the speed: each distinct target's perplexity on the built-in
+    text (cpuspec quality measures agreement too)."""
+    from .engine import Model, Session
+    from .quality import QUALITY_TEXT, perplexity
+    out = {}
+    for cand in candidates:
+        name = cand.target.spec.name
+        if name in out:
+            continue
+        log(f"tune: perplexity of {name}")
+        with Model(cand.target.path) as m:
+            tokens = m.tokenize(QUALITY_TEXT)
+            with Session(m, len(tokens) + 16, threads) as s:
+                out[name] = perplexity(s, tokens)
+    return out
+
+
 def command_for(cfg: BenchConfig, cand: Candidate, k: int, task: str) -> str:
     """The `cpuspec bench` line that reproduces a recommendation."""
     from .tasks import SUITES
-    args = ["cpuspec", "bench", "--target", str(cand.target.path), "--draft",
-            str(cand.draft.path), "-k", str(k), "--threads", str(cfg.threads),
-            "--max-tokens", str(cfg.max_tokens)]
+    args = ["cpuspec", "bench", "--target", str(cand.target.path)]
+    args += ["--draft", str(cand.draft.path)] if cand.draft else ["--drafter", "lookup"]
+    args += ["-k", str(k), "--threads", str(cfg.threads), "--max-tokens", str(cfg.max_tokens)]
     args += ["--tasks", task] if task in SUITES else ["--prompts", "YOUR_PROMPTS.jsonl"]
     return shlex.join(args)
 
@@ -106,14 +129,13 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
             continue
         log(f"tune {i + 1}/{len(candidates)}: {cand.name}, static k = {k_max} on "
             f"{len(tune_prompts)} prompts")
-        res = run_bench(dataclasses.replace(base, prompts=tune_prompts, k=k_max,
-                                            target_path=cand.target.path,
-                                            draft_path=cand.draft.path), log)
+        res = run_bench(cand.bench_config(base, prompts=tune_prompts, k=k_max), log)
         doc["measured"].append({"candidate": cand.name, "results": res,
                                 "predictions": predictions(res, k_max)})
         measured.append(cand)
         if on_update:
             on_update(doc)
+    doc["target_perplexity"] = target_perplexities(measured, cfg.threads, log)
     reference_raw = {t: p["raw_tok_s"] for t, p in doc["measured"][0]["predictions"].items()}
     tasks = list(reference_raw)
     for task in tasks:
@@ -135,9 +157,8 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
             prompts = [p for p in confirm_prompts if p.task == task]
             log(f"tune: confirming {task}: {best['candidate']}, k = {best['k']} on "
                 f"{len(prompts)} other prompts")
-            res = run_bench(dataclasses.replace(base, prompts=prompts, k=best["k"],
-                                                target_path=best["_cand"].target.path,
-                                                draft_path=best["_cand"].draft.path), log)
+            res = run_bench(best["_cand"].bench_config(base, prompts=prompts, k=best["k"]),
+                            log)
             s = res["summary"][task]
             rec["confirmed"] = {"measured_speedup": s["sd_speedup"],
                                 "measured_speedup_ci": s.get("sd_speedup_ci"),
@@ -159,17 +180,22 @@ def render_tune(doc: dict) -> str:
     for task, r in doc["recommendations"].items():
         c = r.get("confirmed", {})
         ci = c.get("measured_speedup_ci")
+        ppl = doc.get("target_perplexity", {}).get(r["candidate"].split(" + ")[0])
         rows.append([task, r["candidate"] if r["pays"] else "SD OFF (raw decoding)",
                      r["k"] if r["pays"] else "-", f"{r['predicted_speedup']:.2f}",
                      f"{c['measured_speedup']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]"
                                                         if ci else "") if c else "-",
                      f"{r['predicted_vs_reference_raw']:.2f}",
                      f"{c['vs_reference_raw']:.2f}" if c else "-",
-                     f"{c['audit']['identical']}/{c['audit']['n']}" if c else "-"])
+                     f"{c['audit']['identical']}/{c['audit']['n']}" if c else "-",
+                     f"{ppl:.2f}" if ppl and r["pays"] else "-"])
     lines = [tabulate(rows, headers=["task", "recommended target + draft", "k",
                                      "predicted ×raw", "measured ×raw [95% CI]",
-                                     "predicted ×ref raw", "measured ×ref raw", "same output"],
+                                     "predicted ×ref raw", "measured ×ref raw", "same output",
+                                     "target perplexity"],
                       disable_numparse=True),
+             "target perplexity on the built-in text: " + ", ".join(
+                 f"{n} {v:.2f}" for n, v in doc.get("target_perplexity", {}).items()),
              f"(×raw: against raw decoding on the same target; ×ref raw: against raw decoding on "
              f"the first target, {doc['candidates'][0].split(' + ')[0]}; measured on prompts "
              f"{', '.join(doc['confirm_prompts'])}, chosen on {', '.join(doc['tune_prompts'])})"]

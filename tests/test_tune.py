@@ -19,18 +19,24 @@ def test_tune_on_tiny_models(tiny_models, tmp_path):
     out = tmp_path / "tune.json"
     res = CliRunner().invoke(main, [
         "tune", "--targets", str(tiny_models["target"]), "--drafts",
-        f"{tiny_models['same']},{tiny_models['draft']}", "--tasks", "json",
+        f"{tiny_models['same']},{tiny_models['draft']},lookup", "--tasks", "json",
         "--prompts-per-task", "2", "--max-tokens", "24", "--k-max", "4", "--threads", "1",
         "--json", str(out), "--no-save"])
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert doc["kind"] == "tune" and doc["complete"] is True
     assert doc["tune_prompts"] == ["json-1"] and doc["confirm_prompts"] == ["json-2"]
-    assert len(doc["measured"]) == 2
+    assert len(doc["measured"]) == 3
+    assert doc["candidates"][2] == "target + lookup"
+    assert list(doc["target_perplexity"]) == ["target"] and doc["target_perplexity"]["target"] > 1
+    assert "target perplexity on the built-in text: target " in res.output
+    lookup = doc["measured"][2]["results"]
+    assert lookup["settings"]["drafter"] == "lookup" and lookup["models"]["draft"] == {
+        "drafter": "lookup", "ngram_max": 3, "ngram_min": 1}
     preds = doc["measured"][0]["predictions"]["json"]["rows"]
     assert [r["k"] for r in preds] == [1, 2, 3, 4]
     rec = doc["recommendations"]["json"]
-    # The recommendation is the best of every (draft, k) predicted: 2 drafts × 4 k.
+    # The recommendation is the best of every (draft, k) predicted: 3 drafters × 4 k.
     assert rec["top"][0]["predicted_vs_reference_raw"] == rec["predicted_vs_reference_raw"]
     assert all(o["predicted_vs_reference_raw"] <= rec["predicted_vs_reference_raw"]
                for o in rec["top"])
