@@ -91,3 +91,29 @@ def test_a_cpu_hog_is_named_in_a_warning(tmp_path):
     flags = json.loads(out.read_text())
     assert all(r["noise"]["other_cpus"] > 0.15 or r["noise"]["cpu_pressure"] > 0.1
                for r in flags["runs"])
+
+
+def test_parallel_schedule_on_the_real_pair(tmp_path):
+    """The draft on its own core, drafting ahead while the target verifies, with llama.cpp's
+    real OpenMP teams: each model's threads stay on its CPU, and the output is the target's."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    out = tmp_path / "par.json"
+    env = dict(os.environ, CPUSPEC_HOME=REAL_MODELS_HOME)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpuspec", "bench", "--tasks", "json", "--prompts-per-task",
+         "2", "--max-tokens", "32", "-k", "3", "--p-cores", "1", "--draft-cores",
+         str(cpus[-1]), "--draft-threads", "1", "--policy", "static", "--schedule",
+         "parallel", "--warmup", "0", "--no-save", "--json", str(out)],
+        capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    proof = data["threads"]
+    groups = {tuple(g["cpus"]): g["cpu_s"] for g in proof["cpu_s_by_affinity"]}
+    assert set(groups) <= {tuple(proof["target_cpus"]), tuple(proof["draft_cpus"])}, groups
+    assert groups[tuple(proof["draft_cpus"])] > 0
+    static = [r for r in data["runs"] if r["mode"] == "static"]
+    assert sum(r["schedule"]["hits"] for r in static) > 0
+    for a in data["audit"]:
+        assert a["identical"] or a["raw_top2_margin"] is not None
