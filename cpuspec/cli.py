@@ -320,6 +320,17 @@ def _check_limits(ks, max_tokens, threads, draft_threads) -> None:
                 param_hint="'--threads'")
 
 
+def _resolve_model(reg, name: str):
+    """A GGUF file given by path (hashed, used as is), or a registered model by name (fetched,
+    verified, or derived)."""
+    from .models import local_model
+    p = Path(name)
+    if p.suffix == ".gguf" or p.exists():
+        _check_model_file(p)
+        return local_model(p)
+    return fetch_model(reg.model(name), _log)
+
+
 def _check_model_file(p: Path | None) -> None:
     if p is None:
         return
@@ -620,7 +631,6 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
     from .bench import environment
     from .engine import EngineError
     from .hardware import default_threads, detect_hardware
-    from .models import local_model
     from .quality import render_quality, run_quality
     from .report import SCHEMA_VERSION
     from .store import ResultsSink
@@ -628,19 +638,12 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
     _check_limits([1], 2, [threads], None)
     reg = _registry()
 
-    def resolve(name):
-        p = Path(name)
-        if p.suffix == ".gguf" or p.exists():
-            _check_model_file(p)
-            return local_model(p)
-        return fetch_model(reg.model(name), _log)
-
     files = [Path(m) for m in models_ if Path(m).suffix == ".gguf"]
     sink = ResultsSink(_prepare_outputs([json_path], files, force, save, "quality",
                                         detect_hardware().cpu_model))
     try:
-        ref = resolve(reference or reg.pair(None).target)
-        cands = [resolve(m) for m in models_]
+        ref = _resolve_model(reg, reference or reg.pair(None).target)
+        cands = [_resolve_model(reg, m) for m in models_]
         res = run_quality(cands, ref, builtin_prompts(DEFAULT_TASKS, prompts_per_task),
                           max_tokens, threads, _log)
     except (ModelError, EngineError) as exc:
@@ -694,7 +697,6 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     """
     from .engine import EngineError
     from .hardware import default_threads, detect_hardware
-    from .models import local_model
     from .store import ResultsSink
     from .tune import Candidate, render_tune, run_tune
     from .bench import BenchConfig, environment
@@ -712,13 +714,6 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
         raise click.ClickException(str(exc))
     reg = _registry()
 
-    def resolve(name):
-        p = Path(name)
-        if p.suffix == ".gguf" or p.exists():
-            _check_model_file(p)
-            return local_model(p)
-        return fetch_model(reg.model(name), _log)
-
     names = {"targets": [x.strip() for x in targets.split(",") if x.strip()],
              "drafts": [x.strip() for x in drafts.split(",") if x.strip()]}
     files = [Path(x) for v in names.values() for x in v if x.endswith(".gguf")]
@@ -727,8 +722,8 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     cfg = BenchConfig(prompts=prompts, threads=threads, max_tokens=max_tokens,
                       argv=["cpuspec", *sys.argv[1:]])
     try:
-        tgt = [resolve(n) for n in names["targets"]]
-        drf = [None if n == "lookup" else resolve(n) for n in names["drafts"]]
+        tgt = [_resolve_model(reg, n) for n in names["targets"]]
+        drf = [None if n == "lookup" else _resolve_model(reg, n) for n in names["drafts"]]
         cands = [Candidate(t, d) for t in tgt for d in drf]
         head = {"schema_version": SCHEMA_VERSION, "meta": environment(threads),
                 "settings": {"threads": threads, "max_tokens": max_tokens, "k_max": k_max,
@@ -866,16 +861,14 @@ def models_derive(name, quant):
       cpuspec models derive qwen2.5-coder-1.5b-q4km --quant Q4_0
       cpuspec bench --target "$(cpuspec models derive my.gguf --quant Q4_0)" --draft ...
     """
-    from .models import DERIVABLE_QUANTS, derive_model, local_model
+    from .models import DERIVABLE_QUANTS, derive_model
     quant = quant.upper()
     if quant not in DERIVABLE_QUANTS:
         raise click.BadParameter(f"{quant} is not one of {', '.join(DERIVABLE_QUANTS)}",
                                  param_hint="'--quant'")
     reg = _registry()
     try:
-        path = Path(name)
-        parent = local_model(path) if path.suffix == ".gguf" or path.exists() else \
-            fetch_model(reg.model(name), _log)
+        parent = _resolve_model(reg, name)
         got = derive_model(parent, quant, _log)
     except ModelError as exc:
         raise click.ClickException(str(exc))

@@ -131,6 +131,14 @@ def verify_greedy(target: Decoder, draft: Decoder, last: int, drafts: list[int],
     return n_accepted, choice[n_accepted]
 
 
+def cut_at_eog(decoder: Decoder, emitted: list[int]) -> list[int]:
+    """A round's tokens up to and including the first end-of-generation token."""
+    for i, tok in enumerate(emitted):
+        if decoder.is_eog(tok):
+            return emitted[:i + 1]
+    return emitted
+
+
 def count_accepted(drafts: Sequence[int], target_choice: Sequence[int]) -> int:
     """Greedy verification: the longest prefix of drafts equal to the target's argmax choices."""
     n_accepted = 0
@@ -224,10 +232,7 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
             n_draft_kv = min(draft_kv, n + n_accepted)
             if n_draft_kv < draft_kv:
                 draft.truncate(n_draft_kv)
-        for i, tok in enumerate(emitted):  # stop at the first end-of-generation token
-            if target.is_eog(tok):
-                emitted = emitted[:i + 1]
-                break
+        emitted = cut_at_eog(target, emitted)
         tokens += emitted
         now = clock()
         # A round runs from the end of the previous one, so the policy's time counts too and
@@ -327,10 +332,7 @@ def generate_speculative_parallel(target: Decoder, draft: Decoder, prompt: Seque
                 draft.truncate(n_draft_kv)
         extra["hidden_draft_s"] += max(spec_s - (t_joined - t_verified), 0.0)
         emitted = drafts[:n_accepted] + [next_token]
-        for i, tok in enumerate(emitted):
-            if target.is_eog(tok):
-                emitted = emitted[:i + 1]
-                break
+        emitted = cut_at_eog(target, emitted)
         tokens += emitted
         now = clock()
         rounds.append(RoundStats(len(drafts), n_accepted, len(emitted),
