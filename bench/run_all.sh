@@ -5,7 +5,8 @@ set -euo pipefail
 R=bench/results
 cpuspec bench --threads 2 --json $R/bench_2threads.json --csv $R/bench_2threads.csv > $R/bench_2threads.txt
 cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 -k 3 --threads 2 --json $R/bench_q4_0_k3.json --csv $R/bench_q4_0_k3.csv > $R/bench_q4_0_k3.txt
-cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 --drafter lookup --tasks grounded -k 3 --threads 2 --json $R/lookup_q4_0_k3.json > $R/lookup_q4_0_k3.txt
+# lookup_q4_0_k3 was recorded with the n-gram range 3..1, before 6..2 became the default:
+cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 --drafter lookup --tasks grounded -k 3 --threads 2 --json $R/lookup62_q4_0_k3.json > $R/lookup62_q4_0_k3.txt
 cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 -k 3 --threads 2 --prompts bench/prompts_heldout.jsonl --max-tokens 64 --json $R/heldout_q4_0_k3.json > $R/heldout_q4_0_k3.txt
 cpuspec bench --threads 2 --prompts bench/prompts_heldout.jsonl --max-tokens 64 --json $R/heldout_q4km_k4.json > $R/heldout_q4km_k4.txt
 cpuspec bench --pair qwen2.5-coder-1.5b-q4_0 -k 3 --threads 2 --policy adaptive --adaptive-scope prompt --json $R/scope_prompt_q4_0_k3.json > $R/scope_prompt_q4_0_k3.txt

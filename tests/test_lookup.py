@@ -15,8 +15,12 @@ def test_lookup_prefers_the_longest_latest_match():
     assert lookup_next([1, 6, 7, 9, 2, 6, 7, 4, 6, 7], ngram_max=2) == 4
     assert lookup_next([1, 2, 3]) == NO_DRAFT
     assert lookup_next([4]) == NO_DRAFT and lookup_next([]) == NO_DRAFT
-    # a 1-gram match only when nothing longer matches
-    assert lookup_next([3, 9, 1, 2, 3]) == 9
+    # a 1-gram match only when nothing longer matches, and only when asked for (the default
+    # range is 6..2: a 1-gram match was weak evidence on the grounded suite)
+    assert lookup_next([3, 9, 1, 2, 3], ngram_min=1) == 9
+    assert lookup_next([3, 9, 1, 2, 3]) == NO_DRAFT
+    # a longer match wins over a later, shorter one: (1, 2, 3, 4) occurred at 0..3
+    assert lookup_next([1, 2, 3, 4, 8, 3, 4, 9, 1, 2, 3, 4]) == 8
 
 
 def test_drafter_follows_the_decoder_protocol():

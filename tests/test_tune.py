@@ -32,7 +32,7 @@ def test_tune_on_tiny_models(tiny_models, tmp_path):
     assert "target perplexity on the built-in text: target " in res.output
     lookup = doc["measured"][2]["results"]
     assert lookup["settings"]["drafter"] == "lookup" and lookup["models"]["draft"] == {
-        "drafter": "lookup", "ngram_max": 3, "ngram_min": 1}
+        "drafter": "lookup", "ngram_max": 6, "ngram_min": 2}
     preds = doc["measured"][0]["predictions"]["json"]["rows"]
     assert [r["k"] for r in preds] == [1, 2, 3, 4]
     rec = doc["recommendations"]["json"]
