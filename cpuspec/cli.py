@@ -264,15 +264,9 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     threads, k, cpus = cfg.threads, cfg.k, cfg.cpus
     _log(f"cpuspec bench: {len(prompts)} prompts, k = {k}, {max_tokens} tokens, "
          f"{threads} threads" + (f", pinned to CPUs {','.join(map(str, cpus))}" if cpus else ""))
-    last: dict = {}
-
-    def save(results: dict) -> None:
-        last["results"] = results
-        sink(results)
-
-    with _interruptible(sink, last):
+    with _interruptible(sink):
         try:
-            results = run_bench(cfg, _log, on_update=save)
+            results = run_bench(cfg, _log, on_update=sink)
         except (ModelError, EngineError) as exc:
             raise click.ClickException(str(exc))
         sink(results)
@@ -357,7 +351,7 @@ def _prepare_outputs(outputs: list[Path | None], inputs: list[Path | None], forc
 
 
 @contextlib.contextmanager
-def _interruptible(sink, last: dict):
+def _interruptible(sink):
     """Ctrl-C and SIGTERM end the run with what it finished: the last results written by the
     sink stay (marked "complete": false), and the message says where."""
     def on_term(signum, frame):
@@ -366,10 +360,7 @@ def _interruptible(sink, last: dict):
     try:
         yield
     except KeyboardInterrupt:
-        results = last.get("results")
-        kept = (f"{len(results['runs'])} generations kept in " + ", ".join(map(str, sink.paths))
-                + ' ("complete": false)') if results and sink.paths else "nothing was saved"
-        click.echo(f"interrupted: {kept}", err=True)
+        click.echo(f"interrupted: {sink.kept()}", err=True)
         sys.exit(130)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -420,7 +411,6 @@ def _sweep(base, points, point_cfg, sink, csv_path):
            "meta": environment(base.threads), "settings": {"argv": base.argv},
            "gpu_offload_supported": gpu_ok, "rows": [], "points": []}
     _log(f"cpuspec bench: sweep of {len(points)} points over {', '.join(axes)}")
-    last = {"results": doc}
     sink(doc)
 
     def on_point(point, results, skip):
@@ -436,7 +426,7 @@ def _sweep(base, points, point_cfg, sink, csv_path):
                        f"SD {row['verdict']}")
         sink(doc)
 
-    with _interruptible(sink, last):
+    with _interruptible(sink):
         try:
             run_sweep(base, points, point_cfg, on_point, gpu_ok, _log)
         except (ModelError, EngineError) as exc:
@@ -728,7 +718,7 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
         head = {"schema_version": SCHEMA_VERSION, "meta": environment(threads),
                 "settings": {"threads": threads, "max_tokens": max_tokens, "k_max": k_max,
                              "argv": cfg.argv}}
-        with _interruptible(sink, {}):
+        with _interruptible(sink):
             doc = run_tune(cfg, cands, _log, k_max, not no_confirm,
                            lambda d: sink({**head, **d, "complete": False}),
                            budget * 60 if budget else None)

@@ -185,10 +185,24 @@ class ResultsSink:
 
     def __init__(self, paths: list[Path]):
         self.paths = [Path(p) for p in paths]
-        self.writes = 0
+        self.last: dict | None = None   # what was written last
 
     def __call__(self, results: dict) -> None:
         from .report import write_json
         for p in self.paths:
             write_json(results, p)
-        self.writes += 1
+        self.last = results
+
+    def kept(self) -> str:
+        """What an interrupted run leaves, in words."""
+        doc = self.last
+        if not doc or not self.paths:
+            return "nothing was saved"
+        for key, what in (("runs", "generations"), ("rows", "sweep points"),
+                          ("measured", "tune candidates")):
+            if key in doc:
+                count = f"{len(doc[key])} {what}"
+                break
+        else:
+            count = "the results so far"
+        return f"{count} kept in {', '.join(map(str, self.paths))} (\"complete\": false)"

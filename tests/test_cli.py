@@ -224,22 +224,27 @@ def test_bench_pinned_with_draft_cores(tiny_models, tmp_path):
     assert len(s["cpus"]) == 1 and s["draft_cpus"] == [cpu] and s["draft_threads"] == 1
 
 
-def test_draft_owns_its_cores(tiny_models, tmp_path):
-    """Target on one CPU, draft on another, each model's llama.cpp threads only on its own:
-    the run records the CPU time of every thread by affinity."""
+def run_split(tiny_models, out, *extra):
+    """A tiny-model bench with the target on the first CPU and the draft on the last one (one
+    thread each); the process's affinity is restored afterwards. Skips below two CPUs."""
     before = sorted(os.sched_getaffinity(0))
     if len(before) < 2:
         pytest.skip("needs two CPUs")
-    out = tmp_path / "owned.json"
     try:
-        res = run(*tiny_args(tiny_models, "--tasks", "code", "--max-tokens", "200",
-                             "--p-cores", "1", "--draft-cores", str(before[-1]),
-                             "--draft-threads", "1", "--json", str(out)))
+        res = run(*tiny_args(tiny_models, "--tasks", "code", "--p-cores", "1",
+                             "--draft-cores", str(before[-1]), "--draft-threads", "1",
+                             "--json", str(out), *extra))
     finally:
         from cpuspec.hardware import CorePinner
         CorePinner().pin(before)
     assert res.exit_code == 0, res.output
-    data = json.loads(out.read_text())
+    return before, json.loads(out.read_text())
+
+
+def test_draft_owns_its_cores(tiny_models, tmp_path):
+    """Target on one CPU, draft on another, each model's llama.cpp threads only on its own:
+    the run records the CPU time of every thread by affinity."""
+    before, data = run_split(tiny_models, tmp_path / "owned.json", "--max-tokens", "200")
     proof = data["threads"]
     target_cpus, draft_cpus = proof["target_cpus"], proof["draft_cpus"]
     assert draft_cpus == [before[-1]] and target_cpus != draft_cpus
@@ -284,20 +289,8 @@ def test_sampling_bench_is_seeded(tiny_models, tmp_path):
 
 
 def test_parallel_schedule_on_tiny_models(tiny_models, tmp_path):
-    before = sorted(os.sched_getaffinity(0))
-    if len(before) < 2:
-        pytest.skip("needs two CPUs")
-    out = tmp_path / "par.json"
-    try:
-        res = run(*tiny_args(tiny_models, "--tasks", "code", "--max-tokens", "60",
-                             "--p-cores", "1", "--draft-cores", str(before[-1]),
-                             "--draft-threads", "1", "--schedule", "parallel",
-                             "--policy", "static", "--json", str(out)))
-    finally:
-        from cpuspec.hardware import CorePinner
-        CorePinner().pin(before)
-    assert res.exit_code == 0, res.output
-    data = json.loads(out.read_text())
+    _, data = run_split(tiny_models, tmp_path / "par.json", "--max-tokens", "60",
+                        "--schedule", "parallel", "--policy", "static")
     assert data["settings"]["schedule"] == "parallel"
     static = [r for r in data["runs"] if r["mode"] == "static"]
     assert all(r["schedule"]["hits"] + r["schedule"]["misses"] > 0 for r in static)

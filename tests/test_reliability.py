@@ -395,3 +395,16 @@ def test_end_of_generation_as_first_token():
                      "rounds": [r.as_row() for r in g.rounds]})
     s = summarize_group(runs, 4)
     assert s["sd_speedup"] == pytest.approx(1.0) and s["n_rounds"] == 0
+
+
+def test_interruption_message_for_every_kind_of_run(tmp_path):
+    """Bench, sweep and tune docs differ; the interruption message reads each (a tune doc used
+    to have no 'runs' and would have raised a KeyError at Ctrl-C)."""
+    from cpuspec.store import ResultsSink
+    sink = ResultsSink([tmp_path / "r.json"])
+    assert sink.kept() == "nothing was saved"
+    for doc, words in [({"runs": [1, 2, 3]}, "3 generations"), ({"rows": [1]}, "1 sweep points"),
+                       ({"measured": [1, 2]}, "2 tune candidates"), ({}, "the results so far")]:
+        sink(doc)
+        assert sink.kept().startswith(words) and str(tmp_path / "r.json") in sink.kept()
+    assert ResultsSink([]).kept() == "nothing was saved"
