@@ -196,7 +196,7 @@ class ResultsSink:
     def kept(self) -> str:
         """What an interrupted run leaves, in words."""
         doc = self.last
-        if not doc or not self.paths:
+        if doc is None or not self.paths:
             return "nothing was saved"
         for key, what in (("runs", "generations"), ("rows", "sweep points"),
                           ("measured", "tune candidates")):
