@@ -20,7 +20,7 @@ from . import __version__
 from .hardware import census_delta, detect_hardware, thread_census
 from .models import FetchedModel, fetch_model, load_registry, local_model
 from .report import SCHEMA_VERSION, summarize
-from .lookup import NGRAM_MAX, NGRAM_MIN, LookupDrafter
+from .lookup import NGRAM_MAX, NGRAM_MIN, HybridDrafter, LookupDrafter
 from .measure import CATCHUP_PROBE_TOKENS, NoiseProbe, NoiseSample, probe_costs
 from .policy import AdaptivePolicy
 from .sampling import RejectionVerify, SamplingDecoder
@@ -49,7 +49,8 @@ class BenchConfig:
     target_path: Path | None = None
     draft_path: Path | None = None
     policies: list[str] = field(default_factory=lambda: ["static", "adaptive"])
-    drafter: str = "model"  # or "lookup": prompt lookup, no draft model
+    drafter: str = "model"  # "lookup": prompt lookup, no draft model; "hybrid": lookup first,
+    #                         the draft model when lookup has no guess
     n_gpu_layers: int = 0
     draft_gpu_layers: int = 0
     cpus: list[int] | None = None          # pin the process here before any context exists
@@ -84,7 +85,8 @@ def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str,
             "decode_s": g.decode_s, "e2e_s": g.e2e_s,
             "token_latencies_s": g.token_latencies_s,
             "rounds": [r.as_row() for r in g.rounds], "stop": g.stop,
-            "noise": noise.to_dict(), **({"schedule": g.extra} if g.extra else {})}
+            "noise": noise.to_dict(), **({"schedule": g.extra} if g.extra else {}),
+            **({"drafter_stats": g.drafter_stats} if g.drafter_stats else {})}
 
 
 class OwnedDecoder:
@@ -200,6 +202,9 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
         if m:
             results["models"][role].update(desc=m.desc, n_params=m.n_params,
                                            weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
+    if cfg.drafter == "hybrid":
+        results["models"]["draft"].update(drafter="hybrid", ngram_max=NGRAM_MAX,
+                                          ngram_min=NGRAM_MIN)
     return results
 
 
@@ -240,6 +245,15 @@ class Generator:
             verify = RejectionVerify(rng)
         if mode == "raw":
             return generate_raw(t, tokens, max_tokens)
+        if isinstance(d, HybridDrafter):
+            d.take_stats()  # counts from earlier generations (warm-up) are not this one's
+            g = self._speculate(mode, t, d, tokens, max_tokens, verify, task)
+            g.drafter_stats = d.take_stats()
+            return g
+        return self._speculate(mode, t, d, tokens, max_tokens, verify, task)
+
+    def _speculate(self, mode, t, d, tokens, max_tokens, verify, task) -> Generation:
+        cfg = self.cfg
         if mode == "static" and cfg.schedule == "parallel":
             return generate_speculative_parallel(t, d, tokens, max_tokens, cfg.k,
                                                  self.owner.submit, self.draft_async)
@@ -326,6 +340,9 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             owner = CoreOwner(cfg.draft_cpus, "draft")
             stack.callback(owner.close)
             draft_session, draft = draft, OwnedDecoder(draft, owner)
+        draft_model = draft  # what the cost probe times: the hybrid's lookup costs ~nothing
+        if cfg.drafter == "hybrid":
+            draft = HybridDrafter(draft)
         census = thread_census()
         gen = Generator(cfg, target, draft, None)
         gen.owner, gen.draft_async = owner, draft_session
@@ -334,7 +351,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             for mode in ["raw", "static"] if cfg.policies else ["raw"]:
                 gen(mode, encoded[0], WARMUP_MAX_TOKENS, task="(warm-up)")
         log(f"cost probe: prefills, target decode of 1..{cfg.k + 1} tokens, draft decode")
-        gen.probe = results["cost_probe"] = probe_costs(target, draft, encoded[0], cfg.k)
+        gen.probe = results["cost_probe"] = probe_costs(target, draft_model, encoded[0], cfg.k)
         total = cfg.repetitions * len(cfg.prompts)
         done = 0
         for rep in range(cfg.repetitions):

@@ -147,10 +147,11 @@ def _task_list(ctx, param, value):
               help="0: greedy. > 0: sample, and verify with the speculative-sampling rule "
                    "(lossless in distribution; the token-for-token audit is skipped).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling.")
-@click.option("--drafter", type=click.Choice(["model", "lookup"]), default="model",
+@click.option("--drafter", type=click.Choice(["model", "lookup", "hybrid"]), default="model",
               show_default=True,
-              help="Draft with the pair's draft model, or by prompt lookup (n-gram match "
-                   "against the prompt and output so far; no draft model, c ≈ 0).")
+              help="Draft with the pair's draft model; by prompt lookup (n-gram match "
+                   "against the prompt and output so far; no draft model, c ≈ 0); or hybrid: "
+                   "lookup where it finds a match, the draft model where it does not.")
 @click.option("--schedule", type=click.Choice(["serial", "parallel"]), default="serial",
               show_default=True,
               help="parallel: the draft, on --draft-cores, drafts the next round while the "
@@ -198,6 +199,10 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     _check_limits(k, max_tokens, threads, draft_threads)
     if schedule == "parallel" and (temperature > 0 or drafter != "model"):
         raise click.UsageError("--schedule parallel needs greedy decoding and the model drafter")
+    if drafter == "hybrid" and temperature > 0:
+        raise click.UsageError("--drafter hybrid is greedy only (its lookup drafts carry no "
+                               "distribution to sample against); drop --temperature or use "
+                               "--drafter model or lookup")
     prompts = []
     try:
         if tasks or not prompts_file:
@@ -271,8 +276,9 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
             raise click.ClickException(str(exc))
         sink(results)
     m = results["models"]
-    draft_desc = (f"draft {m['draft']['file']} ({m['draft']['source']})" if drafter == "model"
-                  else "prompt-lookup drafter")
+    draft_desc = ("prompt-lookup drafter" if drafter == "lookup" else
+                  f"draft {m['draft']['file']} ({m['draft']['source']})"
+                  + (", hybrid with prompt lookup" if drafter == "hybrid" else ""))
     click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
                f"k = {k}, {threads} threads, {max_tokens} tokens/prompt")
     _print_bench(results)
@@ -652,9 +658,10 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
 @click.option("--targets", default="qwen2.5-coder-1.5b-q4km,qwen2.5-coder-1.5b-q4_0",
               show_default=True, help="Comma list of target models (names or GGUF files); the "
                                       "first is the reference raw speed.")
-@click.option("--drafts", default="qwen2.5-coder-0.5b-q4km,qwen2.5-coder-0.5b-q4_0,lookup",
-              show_default=True, help="Comma list of draft models (names or GGUF files); "
-                                      "'lookup' for the prompt-lookup drafter.")
+@click.option("--drafts", default="qwen2.5-coder-0.5b-q4km,qwen2.5-coder-0.5b-q4_0,lookup,"
+              "hybrid:qwen2.5-coder-0.5b-q4_0", show_default=True,
+              help="Comma list of draft models (names or GGUF files); 'lookup' for the "
+                   "prompt-lookup drafter; 'hybrid:MODEL' for lookup backed by MODEL.")
 @click.option("--k-max", type=click.IntRange(1, 16), default=8, show_default=True,
               help="Measure once at this k; predict every k up to it.")
 @click.option("--tasks", callback=_task_list,
@@ -706,15 +713,18 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
 
     names = {"targets": [x.strip() for x in targets.split(",") if x.strip()],
              "drafts": [x.strip() for x in drafts.split(",") if x.strip()]}
-    files = [Path(x) for v in names.values() for x in v if x.endswith(".gguf")]
+    files = [Path(x.removeprefix("hybrid:")) for v in names.values() for x in v
+             if x.endswith(".gguf")]
     sink = ResultsSink(_prepare_outputs([json_path], files + [prompts_file], force, save,
                                         "tune", detect_hardware().cpu_model))
     cfg = BenchConfig(prompts=prompts, threads=threads, max_tokens=max_tokens,
                       argv=["cpuspec", *sys.argv[1:]])
     try:
         tgt = [_resolve_model(reg, n) for n in names["targets"]]
-        drf = [None if n == "lookup" else _resolve_model(reg, n) for n in names["drafts"]]
-        cands = [Candidate(t, d) for t in tgt for d in drf]
+        drf = [(None, False) if n == "lookup" else
+               (_resolve_model(reg, n.removeprefix("hybrid:")), n.startswith("hybrid:"))
+               for n in names["drafts"]]
+        cands = [Candidate(t, d, hybrid) for t in tgt for d, hybrid in drf]
         head = {"schema_version": SCHEMA_VERSION, "meta": environment(threads),
                 "settings": {"threads": threads, "max_tokens": max_tokens, "k_max": k_max,
                              "argv": cfg.argv}}

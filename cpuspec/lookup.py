@@ -59,3 +59,58 @@ class LookupDrafter:
 
     def is_eog(self, token: int) -> bool:
         return self._is_eog(token)
+
+
+class HybridDrafter:
+    """Prompt lookup when it has a guess, the draft model when it has none (llama.cpp's
+    ngram-then-draft idea; SuffixDecoding's observation that a match is free and a model is
+    not). A Decoder over the draft model: the model reads the prompt at once (the draft's
+    prefill) and afterwards only when lookup has no guess, catching up then on every token
+    lookup served in the meantime, in one batch.
+
+    Counts, per generation (`take_stats`): drafts served by lookup and by the model, the
+    model's evals and the tokens it caught up on (for the cost prediction)."""
+
+    def __init__(self, model, ngram_max: int = NGRAM_MAX, ngram_min: int = NGRAM_MIN):
+        self.model = model
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self.history: list[int] = []
+        self.model_kv = 0
+        self.stats = self._zero()
+
+    @staticmethod
+    def _zero() -> dict:
+        return {"lookup_drafts": 0, "model_drafts": 0, "model_catchup_tokens": 0}
+
+    def take_stats(self) -> dict:
+        out, self.stats = self.stats, self._zero()
+        return out
+
+    def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
+        if pos != len(self.history):
+            raise ValueError(f"hybrid drafter: eval at {pos}, history has {len(self.history)}")
+        self.history += tokens
+        if pos == 0:  # the prompt: the model's prefill
+            out = self.model.eval(tokens, 0, n_out)
+            self.model_kv = len(self.history)
+            return out
+        guess = lookup_next(self.history, self.ngram_max, self.ngram_min)
+        if guess != NO_DRAFT:
+            self.stats["lookup_drafts"] += 1
+            return [NO_DRAFT] * (n_out - 1) + [guess]
+        behind = self.history[self.model_kv:]
+        out = self.model.eval(behind, self.model_kv, 1)
+        self.stats["model_drafts"] += 1
+        self.stats["model_catchup_tokens"] += len(behind) - 1
+        self.model_kv = len(self.history)
+        return [NO_DRAFT] * (n_out - 1) + out
+
+    def truncate(self, pos: int) -> None:
+        del self.history[pos:]
+        # Always forwarded: the model may hold positions this drafter never gave it (a cost
+        # probe, an earlier generation).
+        self.model_kv = min(self.model_kv, pos)
+        self.model.truncate(self.model_kv)
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)

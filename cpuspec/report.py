@@ -146,8 +146,40 @@ def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict
     return (raw_s / sd_s, window) if sd_s > 0 else None
 
 
+def replay_inputs(sd: list[dict]) -> tuple[list[tuple[int, int, int]], float, float]:
+    """What predict_rounds_generation_s replays from speculative runs whose drafts per round
+    vary: every round but each run's last (max_tokens may have shortened it), the share of
+    drafts the draft model made (the hybrid's counts; 1 otherwise) and its catch-up tokens
+    per round."""
+    rounds = [tuple(dict(zip(ROUND_FIELDS, row))[f] for f in ("k", "n_accepted", "n_emitted"))
+              for r in sd for row in r.get("rounds", [])[:-1]]
+    stats = [r["drafter_stats"] for r in sd if r.get("drafter_stats")]
+    model = sum(s["model_drafts"] for s in stats)
+    drafts = model + sum(s["lookup_drafts"] for s in stats)
+    share = model / drafts if stats and drafts else 1.0
+    catchup = sum(s["model_catchup_tokens"] for s in stats) / max(len(rounds), 1)
+    return rounds, share, catchup
+
+
+def predict_from_rounds(probe: dict, k: int, sd: list[dict]) -> tuple[float, str] | None:
+    """The prediction for drafters with a varying number of drafts per round (lookup, hybrid):
+    the probe's costs applied to the recorded rounds replayed at k (costs.py)."""
+    from .costs import predict_rounds_generation_s
+    rounds, share, catchup = replay_inputs(sd)
+    if not rounds or any(str(min(j, k) + 1) not in probe.get("verify_s", {})
+                         for j, _, _ in rounds):
+        return None
+    raw_s = sd_s = 0.0
+    window = "end-to-end" if "target_prefill_s" in probe else "decode-only"
+    for r in sd:
+        t_raw, t_sd = predict_rounds_generation_s(probe, rounds, k, r["prompt_tokens"],
+                                                  len(r["tokens"]), share, catchup)
+        raw_s, sd_s = raw_s + t_raw, sd_s + t_sd
+    return (raw_s / sd_s, window) if sd_s > 0 else None
+
+
 def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
-                    parallel: bool = False) -> dict[str, Any]:
+                    parallel: bool = False, drafter: str = "model") -> dict[str, Any]:
     """Metrics of one task (or of all runs) from its raw and speculative runs."""
     raw = [r for r in runs if r["mode"] == "raw"]
     sd = [r for r in runs if r["mode"] == "static"]
@@ -189,7 +221,9 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
             out["cost"] = cm.to_dict()
         if probe:
             survival = [p / 100.0 for p in out["per_position_acceptance_pct"]]
-            pred = predict_from_probe(probe, survival, k, sd, parallel)
+            # A model drafts k every round; lookup and the hybrid draft what they find.
+            pred = predict_from_probe(probe, survival, k, sd, parallel) \
+                if drafter == "model" else predict_from_rounds(probe, k, sd)
             if pred:
                 out["predicted_speedup"], out["predicted_window"] = pred
                 out["prediction_error_pct"] = 100.0 * (out["sd_speedup"] / pred[0] - 1.0)
@@ -310,10 +344,11 @@ def summarize(results: dict) -> dict[str, Any]:
     runs = results["runs"]
     probe = results.get("cost_probe")
     parallel = results["settings"].get("schedule") == "parallel"
+    drafter = results["settings"].get("drafter", "model")
     tasks = list(dict.fromkeys(r["task"] for r in runs))
-    summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe, parallel)
-               for t in tasks}
-    summary[OVERALL] = summarize_group(runs, k, probe, parallel)
+    summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe, parallel,
+                                  drafter) for t in tasks}
+    summary[OVERALL] = summarize_group(runs, k, probe, parallel, drafter)
     for t in tasks + [OVERALL]:
         audit = [a for a in results.get("audit", []) if t == OVERALL or a["task"] == t]
         summary[t]["audit"] = summarize_audit([a for a in audit

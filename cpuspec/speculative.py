@@ -63,6 +63,7 @@ class Generation:
     stop: str = "max_tokens"            # or "eog"
     draft_prefill_s: float = 0.0        # the draft's prompt prefill (0 for raw decoding)
     extra: dict = field(default_factory=dict)   # schedule-specific counts (parallel)
+    drafter_stats: dict = field(default_factory=dict)  # the hybrid drafter's counts
 
     @property
     def decode_tokens(self) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .bench import BenchConfig, run_bench
-from .report import OVERALL, predict_from_probe, summarize
+from .report import OVERALL, predict_from_probe, predict_from_rounds, summarize
 
 Log = Callable[[str], None]
 K_MAX = 8
@@ -29,15 +29,22 @@ K_MAX = 8
 class Candidate:
     target: object          # FetchedModel
     draft: object | None    # FetchedModel, or None for the prompt-lookup drafter
+    hybrid: bool = False    # the draft model behind prompt lookup (--drafter hybrid)
+
+    @property
+    def drafter(self) -> str:
+        return "lookup" if self.draft is None else "hybrid" if self.hybrid else "model"
 
     @property
     def name(self) -> str:
-        return f"{self.target.spec.name} + {self.draft.spec.name if self.draft else 'lookup'}"
+        draft = "lookup" if self.draft is None else \
+            ("lookup/" if self.hybrid else "") + self.draft.spec.name
+        return f"{self.target.spec.name} + {draft}"
 
     def bench_config(self, base: BenchConfig, **changes) -> BenchConfig:
         return dataclasses.replace(base, target_path=self.target.path,
                                    draft_path=self.draft.path if self.draft else None,
-                                   drafter="model" if self.draft else "lookup", **changes)
+                                   drafter=self.drafter, **changes)
 
 
 def split_prompts(prompts: list) -> tuple[list, list]:
@@ -53,9 +60,11 @@ def split_prompts(prompts: list) -> tuple[list, list]:
 
 def predictions(results: dict, k_max: int) -> dict[str, list[dict]]:
     """Per task, the predicted end-to-end speedup of every k in 1..k_max from one static run at
-    k_max (its probe and its per-position survival)."""
+    k_max: its probe, and its per-position survival (a model drafter) or its rounds replayed
+    at each k (lookup and the hybrid, whose drafts per round vary)."""
     summ = summarize(results)
     probe = results["cost_probe"]
+    fixed = results["settings"].get("drafter", "model") == "model"
     out = {}
     for task, s in summ.items():
         if task == OVERALL or "per_position_acceptance_pct" not in s:
@@ -64,7 +73,8 @@ def predictions(results: dict, k_max: int) -> dict[str, list[dict]]:
         sd = [r for r in results["runs"] if r["task"] == task and r["mode"] == "static"]
         rows = []
         for k in range(1, k_max + 1):
-            pred = predict_from_probe(probe, survival[:k], k, sd)
+            pred = predict_from_probe(probe, survival[:k], k, sd) if fixed else \
+                predict_from_rounds(probe, k, sd)
             if pred:
                 rows.append({"k": k, "predicted_speedup": pred[0]})
         out[task] = {"rows": rows, "raw_tok_s": s["raw_tok_s"],
@@ -94,7 +104,8 @@ def command_for(cfg: BenchConfig, cand: Candidate, k: int, task: str) -> str:
     """The `cpuspec bench` line that reproduces a recommendation."""
     from .tasks import SUITES
     args = ["cpuspec", "bench", "--target", str(cand.target.path)]
-    args += ["--draft", str(cand.draft.path)] if cand.draft else ["--drafter", "lookup"]
+    args += ["--draft", str(cand.draft.path)] if cand.draft else []
+    args += ["--drafter", cand.drafter] if cand.drafter != "model" else []
     args += ["-k", str(k), "--threads", str(cfg.threads), "--max-tokens", str(cfg.max_tokens)]
     args += ["--tasks", task] if task in SUITES else ["--prompts", "YOUR_PROMPTS.jsonl"]
     return shlex.join(args)

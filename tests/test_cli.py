@@ -50,6 +50,8 @@ def test_help_has_examples(cmd):
     (["--json", "/tmp"], "is a folder"),
     (["--policy", "greedy"], "unknown policy greedy"),
     (["--policy", "off,static"], "cannot be combined"),
+    (["--drafter", "hybrid", "--temperature", "0.7"], "--drafter hybrid is greedy only"),
+    (["--drafter", "hybrid", "--schedule", "parallel"], "needs greedy decoding and the model"),
 ])
 def test_bad_input_is_a_clear_error(args, message):
     res = run("bench", *args)
@@ -103,6 +105,27 @@ def test_bench_end_to_end_on_tiny_models(tiny_models, tmp_path):
         assert a["verdict"] in ("ON", "OFF") and 0 <= a["k_best"] <= 4
         assert (a["verdict"] == "ON") == (a["k_best"] > 0)
         assert len(a["table"]) == 5 and a["table"][0]["predicted_speedup"] == 1.0
+
+
+def test_hybrid_drafter_on_tiny_models(tiny_models, tmp_path):
+    """The hybrid records its draft counts per run, stays lossless, and gets a prediction from
+    its rounds."""
+    out = tmp_path / "h.json"
+    res = run(*tiny_args(tiny_models, "--tasks", "grounded", "--drafter", "hybrid",
+                         "--policy", "static", "--json", str(out)))
+    assert res.exit_code == 0, res.output
+    assert "hybrid with prompt lookup" in res.output
+    data = json.loads(out.read_text())
+    assert data["settings"]["drafter"] == "hybrid"
+    assert data["models"]["draft"]["drafter"] == "hybrid" and data["models"]["draft"]["sha256"]
+    sd = [r for r in data["runs"] if r["mode"] == "static"]
+    for r in sd:
+        stats = r["drafter_stats"]
+        assert stats["lookup_drafts"] + stats["model_drafts"] == sum(row[0] for row in
+                                                                     r["rounds"])
+    assert sum(r["drafter_stats"]["model_drafts"] for r in sd) > 0
+    assert all(a["identical"] for a in data["audit"])
+    assert data["summary"]["grounded"]["predicted_speedup"] > 0
 
 
 def test_policy_off_runs_raw_only(tiny_models, tmp_path):

@@ -63,3 +63,100 @@ def test_lookup_with_no_match_degrades_to_plain_steps():
     sd = generate_speculative(target, LookupDrafter(), prompt, 20, 4, clock)
     assert sd.tokens == raw.tokens
     assert all(r.k == 0 for r in sd.rounds)  # nothing ever repeats: no drafts, no waste
+
+
+def copy_then_count(source):
+    """Copies `source` after the prompt, then counts up from 100 (text lookup cannot guess)."""
+    def rule(ctx):
+        i = len(ctx) - len(source)
+        return source[i] if 0 <= i < len(source) else 100 + i
+    return rule
+
+
+def test_hybrid_drafts_by_lookup_where_text_repeats_and_by_model_elsewhere():
+    from cpuspec.lookup import HybridDrafter
+    source = list(range(11, 31))
+    rule = copy_then_count(source)
+    clock = FakeClock()
+    target = FakeDecoder(rule, clock, lambda n: 0.010 + 0.002 * (n - 1))
+    raw = generate_raw(target, source, 40, clock)
+    model = FakeDecoder(rule, clock, lambda n: 0.004)   # a draft model that is always right
+    hybrid = HybridDrafter(model)
+    sd = generate_speculative(target, hybrid, source, 40, 4, clock)
+    assert sd.tokens == raw.tokens
+    stats = hybrid.take_stats()
+    # The first ~20 output tokens copy the prompt: lookup serves them. The counting part has no
+    # earlier occurrence: the model serves it. Neither alone drafted every token.
+    assert stats["lookup_drafts"] >= 12 and stats["model_drafts"] >= 8
+    # The model skipped the copied stretch, then read it in one catch-up batch.
+    assert max(model.evals[1:]) >= 10 and stats["model_catchup_tokens"] >= 10
+    assert hybrid.take_stats()["lookup_drafts"] == 0  # counts are per generation
+
+    clock2 = FakeClock()
+    t2 = FakeDecoder(rule, clock2, lambda n: 0.010 + 0.002 * (n - 1))
+    m2 = FakeDecoder(rule, clock2, lambda n: 0.004)
+    model_only = generate_speculative(t2, m2, source, 40, 4, clock2)
+    assert model_only.tokens == raw.tokens
+    assert sd.decode_s < model_only.decode_s  # the lookup drafts were free
+
+
+def test_hybrid_rolls_the_model_back_with_the_history():
+    from cpuspec.lookup import HybridDrafter
+    clock = FakeClock()
+    model = FakeDecoder(lambda ctx: 1000 + len(ctx), clock, lambda n: 0.0)
+    h = HybridDrafter(model)
+    assert h.eval([1, 2, 3, 4], 0, 1) == [1004]        # prefill: the model reads the prompt
+    assert h.eval([9], 4, 1) == [1005] and model.kv == [1, 2, 3, 4, 9]
+    assert h.eval([1, 2], 5, 1) == [3]                  # lookup: (1, 2) was followed by 3
+    assert model.kv == [1, 2, 3, 4, 9]                  # the model did not run
+    h.truncate(3)
+    assert h.history == [1, 2, 3] and model.kv == [1, 2, 3]
+    assert h.eval([7], 3, 1) == [1004]                  # no match: the model, at the right place
+    with pytest.raises(ValueError):
+        h.eval([5], 9, 1)
+
+
+def test_round_replay_prediction_by_hand():
+    from cpuspec.costs import predict_rounds_generation_s
+    probe = {"verify_s": {"1": 0.010, "2": 0.018, "3": 0.026, "4": 0.017}, "draft_s": 0.004,
+             "draft_catchup_s_per_token": 0.001}
+    rounds = [(3, 3, 4), (0, 0, 1), (2, 1, 2)]   # (drafted, accepted, emitted)
+    raw, sd = predict_rounds_generation_s(probe, rounds, 3, 10, 15, model_share=0.5,
+                                          catchup_tokens_per_round=2)
+    # Per round: V(drafts + 1) + half the drafts at 4 ms + 2 catch-up tokens at 1 ms:
+    # 17 + 6 + 2, 10 + 0 + 2, 26 + 4 + 2 = 69 ms for 4 + 1 + 2 = 7 tokens; 14 steps.
+    assert raw == pytest.approx(14 * 0.010)
+    assert sd == pytest.approx(14 * 0.069 / 7)
+    # Replayed at k = 1: 1, 0, 1 drafts (18 + 2 + 2, 12, 22 ms) for 2 + 1 + 2 tokens.
+    _, sd1 = predict_rounds_generation_s(probe, rounds, 1, 10, 15, model_share=0.5,
+                                         catchup_tokens_per_round=2)
+    assert sd1 == pytest.approx(14 * 0.056 / 5)
+
+
+def test_round_replay_predicts_a_hybrid_run_where_fixed_k_does_not():
+    """A hybrid generation on scripted costs: the probe's costs applied to its rounds give its
+    time; the fixed-k formula (k model drafts every round) is far off, as lookup's was."""
+    from cpuspec.costs import predict_generation_s, predict_rounds_generation_s
+    from cpuspec.lookup import HybridDrafter
+    from cpuspec.measure import probe_costs
+    from cpuspec.report import replay_inputs
+    source = list(range(11, 41))
+    rule = copy_then_count(source)
+    clock = FakeClock()
+    target = FakeDecoder(rule, clock, lambda n: 0.010 + 0.003 * (n - 1))
+    model = FakeDecoder(lambda ctx: rule(ctx) if len(ctx) % 3 else 0,   # wrong every 3rd
+                        clock, lambda n: 0.006 + 0.001 * n)
+    probe = probe_costs(target, model, source, k_max=4, reps=1, clock=clock)
+    clock.now = 0.0
+    hybrid = HybridDrafter(model)
+    g = generate_speculative(target, hybrid, source, 60, 4, clock)
+    run = {"rounds": [r.as_row() for r in g.rounds], "drafter_stats": hybrid.take_stats()}
+    rounds, share, catchup = replay_inputs([run])
+    assert 0.2 < share < 0.8   # both sources drafted
+    _, predicted = predict_rounds_generation_s(probe, rounds, 4, len(source), len(g.tokens),
+                                               share, catchup)
+    assert predicted == pytest.approx(g.e2e_s, rel=0.05)
+    full = [r for r in g.rounds if r.k == 4]
+    survival = [sum(r.n_accepted >= i for r in full) / len(full) for i in range(1, 5)]
+    _, fixed = predict_generation_s(probe, survival, 4, len(source), len(g.tokens))
+    assert abs(fixed / g.e2e_s - 1) > 0.10
