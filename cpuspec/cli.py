@@ -655,11 +655,12 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
 
 
 @main.command()
-@click.option("--targets", default="qwen2.5-coder-1.5b-q4km,qwen2.5-coder-1.5b-q4_0",
+@click.option("--targets", default="qwen2.5-coder-1.5b-q4km,qwen2.5-coder-1.5b-q4_0,"
+              "qwen2.5-coder-1.5b-q8_0",
               show_default=True, help="Comma list of target models (names or GGUF files); the "
                                       "first is the reference raw speed.")
-@click.option("--drafts", default="qwen2.5-coder-0.5b-q4km,qwen2.5-coder-0.5b-q4_0,lookup,"
-              "hybrid:qwen2.5-coder-0.5b-q4_0", show_default=True,
+@click.option("--drafts", default="qwen2.5-coder-0.5b-q4_0,lookup,hybrid:qwen2.5-coder-0.5b-q4_0",
+              show_default=True,
               help="Comma list of draft models (names or GGUF files); 'lookup' for the "
                    "prompt-lookup drafter; 'hybrid:MODEL' for lookup backed by MODEL.")
 @click.option("--k-max", type=click.IntRange(1, 16), default=8, show_default=True,

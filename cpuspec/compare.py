@@ -36,7 +36,8 @@ def machine(results: dict) -> dict[str, Any]:
     info = meta.get("llama_system_info", "")
     settings = results.get("settings", {})
     kinds = hw.get("cores_by_kind") or {}
-    return {"cpu": hw.get("cpu_model", "?"), "isa": _flags(info, ISA_FLAGS),
+    return {"cpu": hw.get("cpu_model", "?"), "cpu_id": hw.get("cpu_id"),
+            "isa": _flags(info, ISA_FLAGS),
             "backend": _flags(info, BACKENDS), "threads": settings.get("threads"),
             "cpus": settings.get("cpus"),
             "cores": " ".join(f"{k}:{len(v)}" for k, v in kinds.items()),
@@ -47,7 +48,10 @@ def machine(results: dict) -> dict[str, Any]:
 def label(m: dict) -> str:
     isa = "AVX512" if "AVX512" in m["isa"] else "AVX2" if "AVX2" in m["isa"] else \
         "NEON" if "NEON" in m["isa"] else "/".join(m["isa"][:2]) or "?"
-    return f"{m['cpu']} [{isa}] {m['threads']}t"
+    if "AVX_VNNI" in m["isa"]:  # AMD shipped it from Zen 5 on: it tells two EPYC VMs apart
+        isa += "+AVX_VNNI"
+    cpu = f"{m['cpu']} ({m['cpu_id']})" if m.get("cpu_id") else m["cpu"]
+    return f"{cpu} [{isa}] {m['threads']}t"
 
 
 def _prompts_digest(results: dict) -> str:

@@ -47,6 +47,10 @@ class HardwareInfo:
     turbo: str | None
     machine: str
     cores: list[Core] = field(default_factory=list, repr=False)
+    # The part's identity where the model name is vague ("AMD EPYC" on a cloud VM): x86
+    # family/model/stepping, or ARM implementer/part. Two VMs with the same name can be
+    # different generations (and SD can pay on one and not the other).
+    cpu_id: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -88,6 +92,25 @@ def cpu_model(root: Path = ROOT) -> str:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_id(root: Path = ROOT) -> str | None:
+    """'family 25 model 17 stepping 1' (x86) or 'implementer 0x41 part 0xd0c' (ARM), from the
+    first processor in /proc/cpuinfo."""
+    fields: dict[str, str] = {}
+    for line in (_read(root / "proc/cpuinfo") or "").splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if "cpu family" in fields and "model" in fields:
+        return (f"family {fields['cpu family']} model {fields['model']}"
+                + (f" stepping {fields['stepping']}" if "stepping" in fields else ""))
+    if "CPU implementer" in fields and "CPU part" in fields:
+        return f"implementer {fields['CPU implementer']} part {fields['CPU part']}"
+    return None
 
 
 def logical_cpus(root: Path = ROOT) -> list[int]:
@@ -188,7 +211,8 @@ def detect_hardware(root: Path = ROOT, affinity: list[int] | None = None) -> Har
         affinity=aff, physical_cores_in_affinity=sum(1 for c in cores
                                                      if set(c.cpus) & set(aff)),
         hybrid=hybrid, cores_by_kind=kinds, memory_total_bytes=memory_total_bytes(),
-        governor=gov, turbo=turbo, machine=platform.machine(), cores=cores)
+        governor=gov, turbo=turbo, machine=platform.machine(), cores=cores,
+        cpu_id=cpu_id(root))
 
 
 def physical_cores(cpus: list[int], root: Path = ROOT) -> int:

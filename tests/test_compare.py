@@ -33,7 +33,7 @@ def test_machines_are_told_apart_by_their_own_records():
 def test_compare_two_machines_side_by_side():
     res = run("compare", str(OLD), str(NEW))
     assert res.exit_code == 0, res.output
-    assert "[AVX2] 2t" in res.output and "[AVX512] 2t" in res.output
+    assert "[AVX2] 2t" in res.output and "[AVX512+AVX_VNNI] 2t" in res.output
     assert "ISA AVX AVX2 F16C FMA;" in res.output and "AVX512_VNNI" in res.output
     rows = compare_rows([read_json(OLD), read_json(NEW)])
     raw = next(r for r in rows if r["task"] == "json" and r["metric"] == "raw_tok_s")

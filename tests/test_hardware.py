@@ -184,3 +184,20 @@ def test_parallel_schedule_puts_the_target_on_p_and_the_draft_on_e(tmp_path):
     assert split_for_parallel(hw, 2, 2, smt=True) == ([0, 1, 2, 3], [12, 13])
     with pytest.raises(HardwareError, match="needs --p-cores N and --e-cores M"):
         split_for_parallel(hw, 4, 0)
+
+
+def test_cpu_identity_tells_two_vms_of_the_same_name_apart(tmp_path):
+    from cpuspec.hardware import cpu_id
+    zen4 = tmp_path / "a/proc"
+    zen4.mkdir(parents=True)
+    (zen4 / "cpuinfo").write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n"
+                                  "model\t\t: 17\nmodel name\t: AMD EPYC\nstepping\t: 1\n\n"
+                                  "processor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n")
+    assert cpu_id(tmp_path / "a") == "family 25 model 17 stepping 1"   # the first processor
+    arm = tmp_path / "b/proc"
+    arm.mkdir(parents=True)
+    (arm / "cpuinfo").write_text("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n"
+                                 "CPU architecture: 8\nCPU part\t: 0xd0c\n")
+    assert cpu_id(tmp_path / "b") == "implementer 0x41 part 0xd0c"
+    assert cpu_id(alder_lake(tmp_path / "c")) is None   # a model name only
+    assert detect_hardware(tmp_path / "a").cpu_id == "family 25 model 17 stepping 1"
