@@ -7,12 +7,17 @@ curve of bench/results/costs_q4_0.json: acceptance, tokens per round and the dec
 speedup of each n-gram range, chosen on grounded-1..4, then shown for grounded-5..8.
 
 Usage: python bench/lookup_ngram.py [bench/results/lookup_q4_0_k3.json]
+       python bench/lookup_ngram.py --by-length RUN.json...
+The second form is for the hybrid drafter: per task, how often a lookup guess equals the
+target's next token, by the length of the n-gram it matched (1..8), over the raw runs' output,
+beside the draft model's acceptance of its first draft in the same runs (when they drafted with a
+model): where lookup guesses worse than the model, the hybrid should ask the model.
 """
 import json
 import sys
 
 from cpuspec.engine import Model
-from cpuspec.lookup import lookup_next
+from cpuspec.lookup import lookup_match, lookup_next
 from cpuspec.speculative import NO_DRAFT
 
 RANGES = [(3, 1), (3, 2), (4, 2), (6, 2), (8, 2), (8, 3)]
@@ -44,7 +49,39 @@ def replay(raws, prompts, verify, nmax, nmin, k=3):
     return accepted / max(drafted, 1), emitted / rounds, emitted * verify[1] / seconds
 
 
+def by_length(paths: list[str]) -> None:
+    from cpuspec.report import summarize
+    for path in paths:
+        run = json.load(open(path))
+        with Model(run["models"]["target"]["path"]) as m:
+            prompts = {p["prompt_id"]: m.tokenize(m.format_chat(p["text"]))
+                       for p in run["prompts"]}
+        summary = summarize(run)
+        print(path)
+        for task in dict.fromkeys(r["task"] for r in run["runs"]):
+            hits: dict[int, list[int]] = {}
+            for r in run["runs"]:
+                if r["mode"] != "raw" or r["task"] != task:
+                    continue
+                hist, out = list(prompts[r["prompt_id"]]), r["tokens"]
+                for i in range(1, len(out)):
+                    tok, n = lookup_match(hist + out[:i], 8, 1)
+                    if n:
+                        hits.setdefault(n, []).append(int(tok == out[i]))
+            positions = sum(len(r["tokens"]) - 1 for r in run["runs"]
+                            if r["mode"] == "raw" and r["task"] == task)
+            cells = ", ".join(f"n={n}: {100 * sum(h) / len(h):.0f}% of {len(h)}"
+                              for n, h in sorted(hits.items()))
+            first = summary[task].get("per_position_acceptance_pct", [None])[0] \
+                if run["settings"].get("drafter", "model") == "model" else None
+            print(f"  {task}: {positions} positions; lookup guess right, by match length: "
+                  f"{cells}" + (f"; the model's first draft accepted {first:.0f}%"
+                                if first is not None else ""))
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--by-length"]:
+        return by_length(sys.argv[2:])
     run = json.load(open(sys.argv[1] if len(sys.argv) > 1 else
                          "bench/results/lookup_q4_0_k3.json"))
     probe = json.load(open("bench/results/costs_q4_0.json"))["cost_probe"]

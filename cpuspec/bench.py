@@ -20,7 +20,7 @@ from . import __version__
 from .hardware import census_delta, detect_hardware, thread_census
 from .models import FetchedModel, fetch_model, load_registry, local_model
 from .report import SCHEMA_VERSION, summarize
-from .lookup import NGRAM_MAX, NGRAM_MIN, HybridDrafter, LookupDrafter
+from .lookup import HYBRID_NGRAM, NGRAM_MAX, NGRAM_MIN, HybridDrafter, LookupDrafter
 from .measure import CATCHUP_PROBE_TOKENS, NoiseProbe, NoiseSample, probe_costs
 from .policy import AdaptivePolicy
 from .sampling import RejectionVerify, SamplingDecoder
@@ -203,8 +203,8 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
             results["models"][role].update(desc=m.desc, n_params=m.n_params,
                                            weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
     if cfg.drafter == "hybrid":
-        results["models"]["draft"].update(drafter="hybrid", ngram_max=NGRAM_MAX,
-                                          ngram_min=NGRAM_MIN)
+        results["models"]["draft"].update(drafter="hybrid", ngram_max=HYBRID_NGRAM,
+                                          ngram_min=HYBRID_NGRAM)
     return results
 
 
@@ -394,6 +394,8 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 log(f"[{done}/{total}] {p.prompt_id}: end-to-end t/s {speeds}{same}{busy}")
                 if on_update:
                     on_update(results)
+        # The quality proxy beside the speed: a faster quant is a win only if this holds up.
+        results["quality"] = target_perplexity(target_m, cfg.threads)
         if owner:  # where each model's threads ran, measured
             results["threads"] = {
                 "target_cpus": cfg.cpus or sorted(os.sched_getaffinity(0)),
@@ -402,6 +404,16 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
     results["summary"] = summarize(results)
     results["complete"] = True
     return results
+
+
+def target_perplexity(target_m, threads: int) -> dict:
+    """The target's perplexity on the built-in text (quality.py), through the same engine."""
+    from .engine import Session
+    from .quality import QUALITY_TEXT, perplexity
+    tokens = target_m.tokenize(QUALITY_TEXT)
+    with Session(target_m, len(tokens) + CTX_SLACK_TOKENS, threads) as s:
+        return {"target_perplexity": perplexity(s, tokens), "text_tokens": len(tokens),
+                "text": "cpuspec.quality.QUALITY_TEXT"}
 
 
 def run_costs(cfg: BenchConfig, reps: int, log: Log = lambda _: None) -> dict:

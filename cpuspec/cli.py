@@ -394,6 +394,12 @@ def _print_bench(results: dict, fmt: str = "text") -> None:
         click.echo("\nAdvice from the cost model (every k up to the one measured; decode "
                    "window):")
         click.echo(render_advice(advise(results), k))
+    q = results.get("quality")
+    if q:
+        click.echo(f"\nQuality beside the speed: the target's perplexity on the built-in "
+                   f"{q['text_tokens']}-token text is {q['target_perplexity']:.2f} (compare "
+                   "quants of one model with `cpuspec quality`, which adds agreement with a "
+                   "reference).")
     info = results.get("meta", {}).get("llama_system_info")
     if info:
         click.echo(f"\nllama.cpp: {info}")

@@ -150,31 +150,45 @@ def predict_generation_s(probe: dict, survival: list[float], k: int, prompt_toke
     return raw, sd
 
 
+def round_terms(probe: dict, rounds: list[tuple[int, int, int]], k: int,
+                model_share: float = 1.0, catchup_tokens_per_round: float = 0.0
+                ) -> tuple[float, float, float]:
+    """(a, α, β) of recorded rounds replayed at draft length k ≤ the k they were recorded at:
+    a round that drafted j and kept n would have drafted min(j, k) and kept min(n, k). With
+    T = V(1): a = mean tokens per round; α·T = mean drafting per round (d for the share of
+    drafts the draft model made, lookup's priced at the probe's d too: for the lookup drafter
+    it is the lookup's own cost; plus the hybrid's catch-up batches at the probe's catch-up
+    rate); (1 + β)·T = mean V(drafts + 1). A fixed-k model drafter's full rounds give the same
+    a as the survival curve."""
+    if not rounds:
+        raise ValueError("no rounds to replay")
+    verify = {int(n): v for n, v in probe["verify_s"].items()}
+    t, d = verify[1], probe["draft_s"]
+    catchup = catchup_tokens_per_round * probe.get("draft_catchup_s_per_token", d)
+    drafting = verifying = tokens = 0.0
+    for drafted, accepted, emitted in rounds:
+        j = min(drafted, k)
+        drafting += model_share * j * d + catchup
+        verifying += verify[j + 1]
+        tokens += min(emitted, min(accepted, k) + 1)
+    n = len(rounds)
+    return tokens / n, drafting / n / t, verifying / n / t - 1.0
+
+
 def predict_rounds_generation_s(probe: dict, rounds: list[tuple[int, int, int]], k: int,
                                 prompt_tokens: int, n_tokens: int, model_share: float = 1.0,
                                 catchup_tokens_per_round: float = 0.0) -> tuple[float, float]:
     """As predict_generation_s, for drafters whose drafts per round vary (prompt lookup, the
-    hybrid): `rounds` are the recorded (drafted, accepted, emitted) of rounds at some k_max ≥ k,
-    replayed at draft length k (a round that drafted j and kept n would have drafted min(j, k)
-    and kept min(n, k)). A round costs V(drafts + 1), plus d for the share of drafts the draft
-    model made (lookup's are priced at the probe's d too: for the lookup drafter it is the
-    lookup's own cost), plus the hybrid's catch-up batches at the probe's catch-up rate."""
-    if not rounds:
-        raise ValueError("no rounds to replay")
-    verify = {int(n): v for n, v in probe["verify_s"].items()}
+    hybrid): the recorded rounds replayed at k (round_terms), (1 + α + β)·T per round of a
+    tokens."""
+    a, alpha, beta = round_terms(probe, rounds, k, model_share, catchup_tokens_per_round)
+    t = float(probe["verify_s"]["1"])
     per_token = prompt_tokens / probe["prompt_tokens"] if probe.get("prompt_tokens") else 0.0
     target_prefill = probe.get("target_prefill_s", 0.0) * per_token
     draft_prefill = probe.get("draft_prefill_s", 0.0) * per_token
-    d = probe["draft_s"]
-    catchup = catchup_tokens_per_round * probe.get("draft_catchup_s_per_token", d)
-    cost = tokens = 0.0
-    for drafted, accepted, emitted in rounds:
-        j = min(drafted, k)
-        cost += verify[j + 1] + model_share * j * d + catchup
-        tokens += min(emitted, min(accepted, k) + 1)
     steps = max(n_tokens - 1, 0)
-    raw = target_prefill + steps * verify[1]
-    sd = target_prefill + draft_prefill + steps * cost / tokens
+    raw = target_prefill + steps * t
+    sd = target_prefill + draft_prefill + steps * t * (1.0 + alpha + beta) / a
     return raw, sd
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -82,31 +83,47 @@ def predictions(results: dict, k_max: int) -> dict[str, list[dict]]:
     return out
 
 
-def target_perplexities(candidates: list[Candidate], threads: int, log: Log) -> dict:
+def target_perplexities(measured: list[dict]) -> dict:
     """The quality proxy beside the speed: each distinct target's perplexity on the built-in
-    text (cpuspec quality measures agreement too)."""
-    from .engine import Model, Session
-    from .quality import QUALITY_TEXT, perplexity
+    text, as its bench run measured it (cpuspec quality measures agreement too)."""
     out = {}
-    for cand in candidates:
-        name = cand.target.spec.name
-        if name in out:
-            continue
-        log(f"tune: perplexity of {name}")
-        with Model(cand.target.path) as m:
-            tokens = m.tokenize(QUALITY_TEXT)
-            with Session(m, len(tokens) + 16, threads) as s:
-                out[name] = perplexity(s, tokens)
+    for m in measured:
+        name = m["candidate"].split(" + ")[0]
+        q = m["results"].get("quality")
+        if q and name not in out:
+            out[name] = q["target_perplexity"]
     return out
 
 
-def command_for(cfg: BenchConfig, cand: Candidate, k: int, task: str) -> str:
-    """The `cpuspec bench` line that reproduces a recommendation."""
+def _public(option: dict) -> dict:
+    return {k: v for k, v in option.items() if not k.startswith("_")}
+
+
+def why_terms(results: dict, task: str, k: int) -> dict:
+    """a, α, β of a candidate's tuning run on one task, replayed at k: which one is short."""
+    from .costs import round_terms
+    from .report import replay_inputs
+    sd = [r for r in results["runs"] if r["task"] == task and r["mode"] == "static"]
+    rounds, share, catchup = replay_inputs(sd)
+    if not rounds:
+        return {}
+    a, alpha, beta = round_terms(results["cost_probe"], rounds, k, share, catchup)
+    return {"a": a, "alpha": alpha, "beta": beta, "break_even_a": 1.0 + alpha + beta}
+
+
+def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
+                target=None) -> str:
+    """The `cpuspec bench` line that reproduces a recommendation (k = 0: raw decoding on
+    `target`)."""
     from .tasks import SUITES
-    args = ["cpuspec", "bench", "--target", str(cand.target.path)]
-    args += ["--draft", str(cand.draft.path)] if cand.draft else []
-    args += ["--drafter", cand.drafter] if cand.drafter != "model" else []
-    args += ["-k", str(k), "--threads", str(cfg.threads), "--max-tokens", str(cfg.max_tokens)]
+    if cand is None:
+        args = ["cpuspec", "bench", "--target", str(target.path), "--policy", "off"]
+    else:
+        args = ["cpuspec", "bench", "--target", str(cand.target.path)]
+        args += ["--draft", str(cand.draft.path)] if cand.draft else []
+        args += ["--drafter", cand.drafter] if cand.drafter != "model" else []
+        args += ["-k", str(k)]
+    args += ["--threads", str(cfg.threads), "--max-tokens", str(cfg.max_tokens)]
     args += ["--tasks", task] if task in SUITES else ["--prompts", "YOUR_PROMPTS.jsonl"]
     return shlex.join(args)
 
@@ -146,37 +163,68 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
         measured.append(cand)
         if on_update:
             on_update(doc)
-    doc["target_perplexity"] = target_perplexities(measured, cfg.threads, log)
-    reference_raw = {t: p["raw_tok_s"] for t, p in doc["measured"][0]["predictions"].items()}
-    tasks = list(reference_raw)
-    for task in tasks:
-        options = []
+    doc["target_perplexity"] = target_perplexities(doc["measured"])
+    # Raw speed per (target, task): the mean over every tuning run with that target.
+    raws: dict[tuple[str, str], list[float]] = {}
+    for cand, m in zip(measured, doc["measured"]):
+        for task, p in m["predictions"].items():
+            raws.setdefault((cand.target.spec.name, task), []).append(p["raw_tok_s"])
+    raw_speed = {key: statistics.fmean(v) for key, v in raws.items()}
+    reference = measured[0].target.spec.name
+    doc["reference_target"] = reference
+    for task in doc["measured"][0]["predictions"]:
+        ref_raw = raw_speed[(reference, task)]
+        sd_options = []
         for cand, m in zip(measured, doc["measured"]):
             p = m["predictions"].get(task)
+            own = raw_speed.get((cand.target.spec.name, task), ref_raw)
             for row in (p["rows"] if p else []):
-                options.append({"candidate": cand.name, "k": row["k"],
-                                "predicted_speedup": row["predicted_speedup"],
-                                "predicted_vs_reference_raw": row["predicted_speedup"]
-                                * p["raw_tok_s"] / reference_raw[task], "_cand": cand})
-        best = max(options, key=lambda o: o["predicted_vs_reference_raw"])
-        rec = {k: v for k, v in best.items() if k != "_cand"}
-        rec["pays"] = best["predicted_speedup"] > 1.0
-        rec["command"] = command_for(cfg, best["_cand"], best["k"], task)
-        rec["top"] = [{k: v for k, v in o.items() if k != "_cand"} for o in
-                      sorted(options, key=lambda o: -o["predicted_vs_reference_raw"])[:5]]
-        if confirm and rec["pays"] and not over_budget(f"confirming {task}"):
+                sd_options.append({"candidate": cand.name, "k": row["k"],
+                                   "predicted_speedup": row["predicted_speedup"],
+                                   "predicted_vs_reference_raw":
+                                       row["predicted_speedup"] * own / ref_raw,
+                                   "_cand": cand, "_results": m["results"]})
+        raw_options = [{"candidate": f"{t} (SD off)", "k": 0, "predicted_speedup": 1.0,
+                        "predicted_vs_reference_raw": raw_speed[(t, task)] / ref_raw,
+                        "_target": c.target} for t, c in
+                       {c.target.spec.name: c for c in measured}.items()
+                       if (t, task) in raw_speed]
+        fastest = max(sd_options + raw_options, key=lambda o: o["predicted_vs_reference_raw"])
+        best_sd = max(sd_options, key=lambda o: o["predicted_speedup"])
+        rec = {"recommended": _public(fastest), "best_sd": _public(best_sd),
+               "top": [_public(o) for o in sorted(sd_options + raw_options, key=lambda o:
+                                                  -o["predicted_vs_reference_raw"])[:5]]}
+        rec["recommended"]["sd"] = fastest["k"] > 0
+        rec["recommended"]["command"] = command_for(cfg, fastest.get("_cand"), fastest["k"],
+                                                    task, fastest.get("_target"))
+        rec["best_sd"]["pays"] = best_sd["predicted_speedup"] > 1.0
+        rec["best_sd"]["command"] = command_for(cfg, best_sd["_cand"], best_sd["k"], task)
+        rec["best_sd"]["terms"] = why_terms(best_sd["_results"], task, best_sd["k"])
+        to_confirm = [("best_sd", best_sd)] if rec["best_sd"]["pays"] else []
+        if rec["recommended"]["sd"] and (fastest["candidate"], fastest["k"]) != \
+                (best_sd["candidate"], best_sd["k"]):
+            to_confirm.append(("recommended", fastest))
+        for key, option in to_confirm:
+            if not confirm or over_budget(f"confirming {task} ({key})"):
+                continue
             prompts = [p for p in confirm_prompts if p.task == task]
-            log(f"tune: confirming {task}: {best['candidate']}, k = {best['k']} on "
+            log(f"tune: confirming {task}: {option['candidate']}, k = {option['k']} on "
                 f"{len(prompts)} other prompts")
-            res = run_bench(best["_cand"].bench_config(base, prompts=prompts, k=best["k"]),
-                            log)
+            res = run_bench(option["_cand"].bench_config(base, prompts=prompts,
+                                                         k=option["k"]), log)
             s = res["summary"][task]
-            rec["confirmed"] = {"measured_speedup": s["sd_speedup"],
-                                "measured_speedup_ci": s.get("sd_speedup_ci"),
-                                "predicted_on_these_prompts": s.get("predicted_speedup"),
-                                "audit": s["audit"], "raw_tok_s": s["raw_tok_s"],
-                                "sd_tok_s": s["sd_tok_s"],
-                                "vs_reference_raw": s["sd_tok_s"] / reference_raw[task]}
+            rec[key]["confirmed"] = {
+                "measured_speedup": s["sd_speedup"],
+                "measured_speedup_ci": s.get("sd_speedup_ci"),
+                "predicted_on_these_prompts": s.get("predicted_speedup"),
+                "audit": s["audit"], "raw_tok_s": s["raw_tok_s"], "sd_tok_s": s["sd_tok_s"],
+                # The reference's raw speed on these prompts is not measured: scaled by the
+                # ratio of the tuning runs' raw speeds.
+                "vs_reference_raw": s["sd_speedup"] * raw_speed[(option["_cand"].target.spec.name,
+                                                                task)] / ref_raw}
+            if key == "best_sd" and rec["recommended"]["sd"] and \
+                    (fastest["candidate"], fastest["k"]) == (best_sd["candidate"], best_sd["k"]):
+                rec["recommended"]["confirmed"] = rec[key]["confirmed"]
             doc.setdefault("confirm_runs", []).append(res)
         doc["recommendations"][task] = rec
         if on_update:
@@ -185,35 +233,59 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
     return doc
 
 
+def _measured(c: dict, key: str) -> str:
+    if not c:
+        return "-"
+    ci = c.get("measured_speedup_ci") if key == "measured_speedup" else None
+    return f"{c[key]:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
 def render_tune(doc: dict) -> str:
     from tabulate import tabulate
-    rows = []
+    ppl = doc.get("target_perplexity", {})
+    ref = doc.get("reference_target") or doc["candidates"][0].split(" + ")[0]
+    fast, sd, lines = [], [], []
     for task, r in doc["recommendations"].items():
-        c = r.get("confirmed", {})
-        ci = c.get("measured_speedup_ci")
-        ppl = doc.get("target_perplexity", {}).get(r["candidate"].split(" + ")[0])
-        rows.append([task, r["candidate"] if r["pays"] else "SD OFF (raw decoding)",
-                     r["k"] if r["pays"] else "-", f"{r['predicted_speedup']:.2f}",
-                     f"{c['measured_speedup']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]"
-                                                        if ci else "") if c else "-",
-                     f"{r['predicted_vs_reference_raw']:.2f}",
-                     f"{c['vs_reference_raw']:.2f}" if c else "-",
+        rec, best = r["recommended"], r["best_sd"]
+        target = rec["candidate"].split(" + ")[0].removesuffix(" (SD off)")
+        c = rec.get("confirmed", {})
+        fast.append([task, rec["candidate"], rec["k"] or "-",
+                     f"{rec['predicted_vs_reference_raw']:.2f}", _measured(c, "vs_reference_raw"),
                      f"{c['audit']['identical']}/{c['audit']['n']}" if c else "-",
-                     f"{ppl:.2f}" if ppl and r["pays"] else "-"])
-    lines = [tabulate(rows, headers=["task", "recommended target + draft", "k",
-                                     "predicted ×raw", "measured ×raw [95% CI]",
-                                     "predicted ×ref raw", "measured ×ref raw", "same output",
-                                     "target perplexity"],
-                      disable_numparse=True),
-             "target perplexity on the built-in text: " + ", ".join(
-                 f"{n} {v:.2f}" for n, v in doc.get("target_perplexity", {}).items()),
-             f"(×raw: against raw decoding on the same target; ×ref raw: against raw decoding on "
-             f"the first target, {doc['candidates'][0].split(' + ')[0]}; measured on prompts "
-             f"{', '.join(doc['confirm_prompts'])}, chosen on {', '.join(doc['tune_prompts'])})"]
-    for task, r in doc["recommendations"].items():
-        if r["pays"]:
-            lines.append(f"{task}: {r['command']}")
-        else:
-            lines.append(f"{task}: no configuration pays (best predicted "
-                         f"{r['predicted_speedup']:.2f}× at k = {r['k']} with {r['candidate']})")
-    return "\n".join(lines)
+                     f"{ppl[target]:.2f}" if target in ppl else "-"])
+        c = best.get("confirmed", {})
+        t = best.get("terms") or {}
+        sd.append([task, best["candidate"], best["k"], f"{best['predicted_speedup']:.2f}",
+                   _measured(c, "measured_speedup"), f"{best['predicted_vs_reference_raw']:.2f}",
+                   _measured(c, "vs_reference_raw"),
+                   f"{c['audit']['identical']}/{c['audit']['n']}" if c else "-",
+                   f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
+        lines.append(f"{task}: fastest: {rec['command']}")
+        if best["pays"]:
+            lines.append(f"{task}: SD pays most: {best['command']}")
+        elif t:
+            short = t["break_even_a"] - t["a"]
+            lines.append(
+                f"{task}: SD does not pay with any candidate: the best, {best['candidate']} at "
+                f"k = {best['k']}, yields a = {t['a']:.2f} tokens per round against a round "
+                f"cost of 1 + α + β = {t['break_even_a']:.2f} decodes (α = {t['alpha']:.2f} "
+                f"drafting, β = {t['beta']:.2f} verifying); a is short by {short:.2f}")
+    out = [f"Fastest per task, against raw decoding on {ref} (the first target); SD off "
+           "where raw decoding on some target is faster than any SD configuration:",
+           tabulate(fast, headers=["task", "configuration", "k", "predicted ×ref raw",
+                                   "measured ×ref raw", "same output", "target perplexity"],
+                    disable_numparse=True),
+           "",
+           "Where SD pays most, against raw decoding on the same target:",
+           tabulate(sd, headers=["task", "target + draft", "k", "predicted ×raw",
+                                 "measured ×raw [95% CI]", "predicted ×ref raw",
+                                 "measured ×ref raw", "same output", "a vs 1+α+β"],
+                    disable_numparse=True),
+           "target perplexity on the built-in text: " + ", ".join(
+               f"{n} {v:.2f}" for n, v in ppl.items()),
+           f"(measured on prompts {', '.join(doc['confirm_prompts'])}, chosen on "
+           f"{', '.join(doc['tune_prompts'])}; measured ×ref raw scales the measured ×raw by "
+           "the tuning runs' raw speeds)"]
+    if doc.get("skipped_for_budget"):
+        out.append("skipped for the budget: " + "; ".join(doc["skipped_for_budget"]))
+    return "\n".join(out + lines)

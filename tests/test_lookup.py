@@ -75,18 +75,19 @@ def copy_then_count(source):
 
 def test_hybrid_drafts_by_lookup_where_text_repeats_and_by_model_elsewhere():
     from cpuspec.lookup import HybridDrafter
-    source = list(range(11, 31))
+    source = list(range(11, 41))
     rule = copy_then_count(source)
     clock = FakeClock()
     target = FakeDecoder(rule, clock, lambda n: 0.010 + 0.002 * (n - 1))
-    raw = generate_raw(target, source, 40, clock)
+    raw = generate_raw(target, source, 50, clock)
     model = FakeDecoder(rule, clock, lambda n: 0.004)   # a draft model that is always right
     hybrid = HybridDrafter(model)
-    sd = generate_speculative(target, hybrid, source, 40, 4, clock)
+    sd = generate_speculative(target, hybrid, source, 50, 4, clock)
     assert sd.tokens == raw.tokens
     stats = hybrid.take_stats()
-    # The first ~20 output tokens copy the prompt: lookup serves them. The counting part has no
-    # earlier occurrence: the model serves it. Neither alone drafted every token.
+    # The first 30 output tokens copy the prompt: once 8 of them match (HYBRID_NGRAM), lookup
+    # serves them. The counting part has no earlier occurrence: the model serves it. Neither
+    # alone drafted every token.
     assert stats["lookup_drafts"] >= 12 and stats["model_drafts"] >= 8
     # The model skipped the copied stretch, then read it in one catch-up batch.
     assert max(model.evals[1:]) >= 10 and stats["model_catchup_tokens"] >= 10
@@ -95,7 +96,7 @@ def test_hybrid_drafts_by_lookup_where_text_repeats_and_by_model_elsewhere():
     clock2 = FakeClock()
     t2 = FakeDecoder(rule, clock2, lambda n: 0.010 + 0.002 * (n - 1))
     m2 = FakeDecoder(rule, clock2, lambda n: 0.004)
-    model_only = generate_speculative(t2, m2, source, 40, 4, clock2)
+    model_only = generate_speculative(t2, m2, source, 50, 4, clock2)
     assert model_only.tokens == raw.tokens
     assert sd.decode_s < model_only.decode_s  # the lookup drafts were free
 
@@ -104,7 +105,7 @@ def test_hybrid_rolls_the_model_back_with_the_history():
     from cpuspec.lookup import HybridDrafter
     clock = FakeClock()
     model = FakeDecoder(lambda ctx: 1000 + len(ctx), clock, lambda n: 0.0)
-    h = HybridDrafter(model)
+    h = HybridDrafter(model, ngram_max=6, ngram_min=2)
     assert h.eval([1, 2, 3, 4], 0, 1) == [1004]        # prefill: the model reads the prompt
     assert h.eval([9], 4, 1) == [1005] and model.kv == [1, 2, 3, 4, 9]
     assert h.eval([1, 2], 5, 1) == [3]                  # lookup: (1, 2) was followed by 3

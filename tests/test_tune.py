@@ -2,6 +2,7 @@
 k_max, and a confirmation on prompts it did not choose on."""
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from cpuspec.cli import main
@@ -36,15 +37,23 @@ def test_tune_on_tiny_models(tiny_models, tmp_path):
     preds = doc["measured"][0]["predictions"]["json"]["rows"]
     assert [r["k"] for r in preds] == [1, 2, 3, 4]
     rec = doc["recommendations"]["json"]
-    # The recommendation is the best of every (draft, k) predicted: 3 drafters × 4 k.
-    assert rec["top"][0]["predicted_vs_reference_raw"] == rec["predicted_vs_reference_raw"]
-    assert all(o["predicted_vs_reference_raw"] <= rec["predicted_vs_reference_raw"]
-               for o in rec["top"])
-    if rec["pays"]:
-        assert "cpuspec bench --target" in res.output
-        assert rec["confirmed"]["audit"]["identical"] == rec["confirmed"]["audit"]["n"]
+    # The recommendation is the fastest of every (draft, k) predicted, 3 drafters × 4 k, and
+    # of raw decoding on each target; best_sd is the best SD against its own target's raw.
+    top = rec["top"]
+    assert top[0]["predicted_vs_reference_raw"] == rec["recommended"][
+        "predicted_vs_reference_raw"] >= 1.0
+    assert any(o["candidate"] == "target (SD off)" and o["k"] == 0 for o in top)
+    best = rec["best_sd"]
+    assert best["k"] >= 1 and best["terms"]["break_even_a"] == pytest.approx(
+        1 + best["terms"]["alpha"] + best["terms"]["beta"])
+    if best["pays"]:
+        assert "SD pays most: cpuspec bench --target" in res.output
+        assert best["confirmed"]["audit"]["identical"] == best["confirmed"]["audit"]["n"]
     else:   # same-size tiny drafts cost as much as the target: SD cannot pay
-        assert "no configuration pays" in res.output and "confirmed" not in rec
+        assert rec["recommended"]["candidate"] == "target (SD off)"
+        assert "--policy off" in rec["recommended"]["command"]
+        assert "SD does not pay with any candidate" in res.output and "a is short by" in \
+            res.output and "confirmed" not in best
     bad = CliRunner().invoke(main, ["tune", "--targets", str(tiny_models["target"]),
                                     "--drafts", str(tiny_models["draft"]), "--tasks", "json",
                                     "--prompts-per-task", "1"])
@@ -69,9 +78,13 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16)
     doc = tune.run_tune(cfg, [cand], k_max=3)
     rec = doc["recommendations"]["code"]
-    assert rec["pays"] and rec["k"] == 2
+    best = rec["best_sd"]
+    assert best["pays"] and best["k"] == 2
+    assert rec["recommended"]["sd"] and rec["recommended"]["k"] == 2  # beats raw (1.0)
     run = doc["confirm_runs"][0]
+    assert len(doc["confirm_runs"]) == 1   # one run serves both: the same configuration
     assert [p["prompt_id"] for p in run["prompts"]] == ["code-2"] and run["settings"]["k"] == 2
-    assert rec["confirmed"]["audit"] == {"n": 1, "identical": 1,
-                                         "min_margin_at_divergence": None}
-    assert "-k 2" in rec["command"] and "--tasks code" in rec["command"]
+    assert best["confirmed"]["audit"] == {"n": 1, "identical": 1,
+                                          "min_margin_at_divergence": None}
+    assert rec["recommended"]["confirmed"] == best["confirmed"]
+    assert "-k 2" in best["command"] and "--tasks code" in best["command"]
