@@ -641,12 +641,29 @@ def validate_bench(results: dict, path: str = "results") -> None:
         _check(_num(probe.get("draft_s")), path, "cost_probe.draft_s", "a number")
 
 
+def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int) -> tuple[int, list]:
+    """choose_k for drafters whose drafts per round vary (lookup, hybrid): each k's predicted
+    speedup a ÷ (1 + α + β) from the recorded rounds replayed at k (no i.i.d. break-even
+    acceptance: their acceptance is not one rate)."""
+    from .costs import KChoice, round_terms
+    rounds, share, catchup = replay_inputs(sd)
+    table = [KChoice(0, 1.0, 1.0, None)]
+    for k in range(1, k_max + 1):
+        if not rounds:
+            break
+        a, alpha, beta = round_terms(probe, rounds, k, share, catchup)
+        table.append(KChoice(k, a, a / (1.0 + alpha + beta), None))
+    best = max(table, key=lambda c: c.predicted_speedup)
+    return best.k, table
+
+
 def advise(results: dict) -> dict[str, dict]:
     """Per task: the best draft length k* from the cost model (0 = turn SD off), with the
     predicted speedup beside the measured one, and the acceptance SD would need.
 
     Survival P(n_accepted ≥ i) comes from the static rounds at k (valid for every k' ≤ k: greedy
-    drafts do not depend on k); costs from the bench's cost probe."""
+    drafts do not depend on k); costs from the bench's cost probe. For lookup and the hybrid,
+    whose drafts per round vary, the recorded rounds are replayed at each k instead."""
     from .costs import choose_k
     k = results["settings"]["k"]
     probe = results.get("cost_probe")
@@ -654,12 +671,15 @@ def advise(results: dict) -> dict[str, dict]:
         raise ResultsError("this results file has no cost probe (written by an older cpuspec)")
     draft_s = probe["draft_s"]
     verify_s = {int(n): v for n, v in probe["verify_s"].items()}
+    drafter = results["settings"].get("drafter", "model")
     out = {}
     for task, s in summarize(results).items():
         if "per_position_acceptance_pct" not in s:
             continue
         survival = [p / 100.0 for p in s["per_position_acceptance_pct"]]
-        k_best, table = choose_k(survival, draft_s, verify_s)
+        k_best, table = choose_k(survival, draft_s, verify_s) if drafter == "model" else \
+            choose_k_by_replay(probe, [r for r in results["runs"] if r["mode"] == "static"
+                                       and (task == OVERALL or r["task"] == task)], k)
         feasible = [c for c in table[1:] if c.break_even_acceptance is not None]
         need = min(feasible, key=lambda c: c.break_even_acceptance) if feasible else None
         out[task] = {

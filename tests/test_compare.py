@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from cpuspec.cli import main
 from cpuspec.compare import compare_rows, machine, mismatches
 from cpuspec.plots import figure_data
-from cpuspec.report import read_json, summarize
+from cpuspec.report import advise, read_json, summarize
 
 RESULTS = Path(__file__).parent.parent / "bench" / "results"
 OLD = RESULTS / "avx2-build" / "bench_2threads.json"     # schema 1, AVX2 build
@@ -143,3 +143,24 @@ def test_advise_predicts_both_schedules_for_a_core_split():
         predicted = advice[task]["predicted_e2e_parallel_at_k"]
         assert abs(measured[task]["sd_speedup"] / predicted - 1) < 0.10
     assert "e2e parallel k=3" in run("advise", str(RESULTS / "split_serial.json")).output
+
+
+def test_advise_replays_lookup_rounds_instead_of_assuming_k_drafts():
+    """Lookup drafts what it finds: from the recorded runs, advise's prediction at the measured
+    k lands within 3 % of the measured decode-window speedup, where the fixed-k survival model
+    (k drafts every round) over-predicted by 23-40 %."""
+    from cpuspec.costs import choose_k
+    for path in (RESULTS / "lookup62_q4_0_k3.json",
+                 RESULTS / "epyc-family25-model17" / "grounded_q8_0_k7_lookup.json"):
+        results = read_json(path)
+        k = results["settings"]["k"]
+        a = advise(results)["grounded"]
+        measured = summarize(results)["grounded"]["sd_decode_speedup"]
+        assert a["predicted_speedup_at_k"] == pytest.approx(measured, rel=0.03)
+        assert a["needed_acceptance_pct"] is None and len(a["table"]) == k + 1
+        probe = results["cost_probe"]
+        survival = [p / 100 for p in
+                    summarize(results)["grounded"]["per_position_acceptance_pct"]]
+        _, fixed = choose_k(survival, probe["draft_s"],
+                            {int(n): v for n, v in probe["verify_s"].items()})
+        assert fixed[k].predicted_speedup > 1.2 * measured
