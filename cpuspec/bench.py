@@ -21,7 +21,7 @@ from .hardware import census_delta, detect_hardware, thread_census
 from .models import FetchedModel, fetch_model, load_registry, local_model
 from .report import SCHEMA_VERSION, summarize
 from .lookup import HYBRID_NGRAM, NGRAM_MAX, NGRAM_MIN, HybridDrafter, LookupDrafter
-from .measure import CATCHUP_PROBE_TOKENS, NoiseProbe, NoiseSample, probe_costs
+from .measure import CATCHUP_PROBE_TOKENS, CURVE_N, NoiseProbe, NoiseSample, probe_costs
 from .policy import AdaptivePolicy
 from .sampling import RejectionVerify, SamplingDecoder
 from .speculative import (Generation, generate_raw, generate_speculative,
@@ -283,8 +283,8 @@ def measure_prompt(gen: Generator, p: Prompt, tokens: list[int], rep: int, index
 def context_size(prompt_lengths: list[int], cfg: BenchConfig) -> int:
     """KV positions one session needs: the longest prompt, then the longest of the generation
     (max_tokens plus a verify's k overshoot) and the cost probe's catch-up batch."""
-    return (max(prompt_lengths) + max(cfg.max_tokens + cfg.k, CATCHUP_PROBE_TOKENS, cfg.k + 1)
-            + CTX_SLACK_TOKENS)
+    return (max(prompt_lengths) + max(cfg.max_tokens + cfg.k, CATCHUP_PROBE_TOKENS, cfg.k + 1,
+                                      CURVE_N) + CTX_SLACK_TOKENS)
 
 
 def check_trained_context(cfg: BenchConfig, prompt_lengths: list[int],
@@ -350,8 +350,10 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             log(f"warm-up {i + 1}/{cfg.warmup}")
             for mode in ["raw", "static"] if cfg.policies else ["raw"]:
                 gen(mode, encoded[0], WARMUP_MAX_TOKENS, task="(warm-up)")
-        log(f"cost probe: prefills, target decode of 1..{cfg.k + 1} tokens, draft decode")
-        gen.probe = results["cost_probe"] = probe_costs(target, draft_model, encoded[0], cfg.k)
+        curve = max(cfg.k + 1, CURVE_N)
+        log(f"cost probe: prefills, target decode of 1..{curve} tokens, draft decode")
+        gen.probe = results["cost_probe"] = probe_costs(target, draft_model, encoded[0],
+                                                        curve - 1)
         total = cfg.repetitions * len(cfg.prompts)
         done = 0
         for rep in range(cfg.repetitions):

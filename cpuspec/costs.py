@@ -130,6 +130,28 @@ def choose_k(survival: list[float], draft_s: float, verify_s: dict[int, float]
     return best.k, table
 
 
+def extrapolate_survival(survival: list[float], k_to: int) -> list[float]:
+    """survival measured to len(survival), extended to k_to by assuming each further draft is
+    accepted (given the ones before it) as often as the last measured one was. An assumption,
+    labelled as such wherever it is shown: it only says where measuring a longer k is worth it."""
+    if not survival:
+        raise ValueError("no survival to extrapolate")
+    last = survival[-1]
+    rate = last / survival[-2] if len(survival) > 1 and survival[-2] > 0 else last
+    return list(survival) + [last * rate ** i for i in range(1, k_to - len(survival) + 1)]
+
+
+def beyond_measured(survival: list[float], draft_s: float, verify_s: dict[int, float]
+                    ) -> list[KChoice]:
+    """KChoice rows for every k past the measured survival that the verify curve covers,
+    with extrapolated acceptance (extrapolate_survival)."""
+    k_to = max(verify_s) - 1
+    if k_to <= len(survival):
+        return []
+    _, table = choose_k(extrapolate_survival(survival, k_to), draft_s, verify_s)
+    return table[len(survival) + 1:]
+
+
 # --- an end-to-end prediction from the cost probe (measured apart from any generation) ---
 
 def predict_generation_s(probe: dict, survival: list[float], k: int, prompt_tokens: int,

@@ -27,6 +27,9 @@ Clock = Callable[[], float]
 PROBE_REPS = 5
 # Tokens in the probe of the draft's catch-up batch (the adaptive policy's probe cost).
 CATCHUP_PROBE_TOKENS = 32
+# The bench's probe times V(n) up to here (or k + 1 if larger), whatever k it runs: advise then
+# sees the curve's cheap points beyond the k measured (on x86 Q4_0/Q8_0, n = 8, 12, 16).
+CURVE_N = 16
 # A generation during which programs other than cpuspec used more than this many CPUs on
 # average is flagged as disturbed. A quiet 2-vCPU VM measured 0.00-0.03 here; one
 # `while 1: pass` beside the bench takes ~0.5-1.0 (bench/README.md, noise check).

@@ -664,7 +664,7 @@ def advise(results: dict) -> dict[str, dict]:
     Survival P(n_accepted ≥ i) comes from the static rounds at k (valid for every k' ≤ k: greedy
     drafts do not depend on k); costs from the bench's cost probe. For lookup and the hybrid,
     whose drafts per round vary, the recorded rounds are replayed at each k instead."""
-    from .costs import choose_k
+    from .costs import beyond_measured, choose_k
     k = results["settings"]["k"]
     probe = results.get("cost_probe")
     if not probe:
@@ -694,6 +694,14 @@ def advise(results: dict) -> dict[str, dict]:
             "needed_at_k": None if need is None else need.k,
             "c": draft_s / verify_s[1], "beta_at_k": verify_s[k + 1] / verify_s[1] - 1,
             "table": [c.__dict__ for c in table]}
+        if drafter == "model":  # the curve past k: where measuring a longer k is worth it
+            ahead = beyond_measured(survival, draft_s, verify_s)
+            best_ahead = max(ahead, key=lambda c: c.predicted_speedup, default=None)
+            out[task]["extrapolated"] = [c.__dict__ for c in ahead]
+            out[task]["try_k"] = best_ahead.k if best_ahead and best_ahead.predicted_speedup > \
+                1.05 * max(table[k_best].predicted_speedup, 1.0) else None
+            out[task]["try_k_predicted"] = best_ahead.predicted_speedup \
+                if out[task]["try_k"] else None
         if results["settings"].get("draft_cpus"):  # a core split: both schedules, end to end
             sd = [r for r in results["runs"] if r["mode"] == "static"
                   and (task == OVERALL or r["task"] == task)]
@@ -722,8 +730,14 @@ def render_advice(advice: dict, k: int) -> str:
                      _fmt(a["acceptance_pct"], ".1f")]
                     + ([_fmt(a.get("predicted_e2e_serial_at_k"), ".2f"),
                         _fmt(a.get("predicted_e2e_parallel_at_k"), ".2f")] if split else []))
-    return tabulate(rows, headers=["task", "advice", "predicted ×raw at k*",
+    table = tabulate(rows, headers=["task", "advice", "predicted ×raw at k*",
                                    f"predicted ×raw k={k}", f"measured ×raw k={k}",
                                    "measured adaptive ×raw", "accept %"]
                     + ([f"e2e serial k={k}", f"e2e parallel k={k}"] if split else []),
                     disable_numparse=True)
+    hints = [f"{task}: a longer draft may pay more (the verify-cost curve was probed past k = "
+             f"{k}): k = {a['try_k']} would give ≈{a['try_k_predicted']:.2f}× if acceptance "
+             f"kept falling "
+             f"as it does at k = {k} (extrapolated, not measured); run with -k {a['try_k']} to "
+             "measure it" for task, a in advice.items() if a.get("try_k")]
+    return "\n".join([table, *hints])

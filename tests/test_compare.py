@@ -164,3 +164,34 @@ def test_advise_replays_lookup_rounds_instead_of_assuming_k_drafts():
         _, fixed = choose_k(survival, probe["draft_s"],
                             {int(n): v for n, v in probe["verify_s"].items()})
         assert fixed[k].predicted_speedup > 1.2 * measured
+
+
+def test_extrapolation_past_k_agrees_with_the_measured_positions():
+    """Machine B's Q8_0 run at k = 7, seen through its first 3 draft positions: extrapolating
+    acceptance to k = 7 predicts what the 7 measured positions predict, within 3 %; and advise,
+    given the run as if recorded at k = 3, points at k = 7 (V(8) is cheap on that target)."""
+    from cpuspec.costs import beyond_measured, choose_k
+    results = read_json(RESULTS / "epyc-family25-model17" / "bench_q8_0_k7.json")
+    probe = results["cost_probe"]
+    verify = {int(n): v for n, v in probe["verify_s"].items()}
+    summ = summarize(results)
+    for task in ("json", "code", "story"):
+        survival = [p / 100 for p in summ[task]["per_position_acceptance_pct"]]
+        _, measured = choose_k(survival, probe["draft_s"], verify)
+        ahead = beyond_measured(survival[:3], probe["draft_s"], verify)
+        assert [c.k for c in ahead] == [4, 5, 6, 7]
+        assert ahead[-1].predicted_speedup == pytest.approx(measured[7].predicted_speedup,
+                                                            rel=0.03)
+    # The same generations as if drafted at k = 3: each round clipped to its first 3 drafts.
+    at3 = json.loads(json.dumps(results))
+    at3["settings"]["k"] = 3
+    for r in at3["runs"]:
+        r["rounds"] = [[min(j, 3), min(n, 3), min(e, min(n, 3) + 1), *rest]
+                       for j, n, e, *rest in r["rounds"]]
+    a = advise(at3)
+    assert a["json"]["try_k"] == 7 and a["json"]["try_k_predicted"] > 1.05 * max(
+        a["json"]["predicted_speedup_best"], 1.0)
+    assert a["story"]["try_k"] is None    # nothing past k = 3 pays there
+    from cpuspec.report import render_advice
+    assert "json: a longer draft may pay more" in render_advice(a, 3) and \
+        "-k 7" in render_advice(a, 3)

@@ -178,3 +178,10 @@ def test_choose_k_and_break_even_by_hand():
     cpu = {1: 1.0, 5: 2.9}
     assert break_even_acceptance(4, 0.6, cpu) is None
     assert choose_k([1.0] * 4, 0.6, {1: 1.0, 2: 1.6, 3: 2.0, 4: 2.5, 5: 2.9})[0] == 0
+
+
+def test_extrapolated_survival_by_hand():
+    from cpuspec.costs import extrapolate_survival
+    assert extrapolate_survival([0.9, 0.81], 4) == pytest.approx([0.9, 0.81, 0.729, 0.6561])
+    assert extrapolate_survival([0.5], 3) == pytest.approx([0.5, 0.25, 0.125])
+    assert extrapolate_survival([0.9, 0.8], 2) == [0.9, 0.8]
