@@ -772,12 +772,16 @@ def _registry():
 def models_list(as_json):
     """List registered models and pairs, and whether each is cached and verified."""
     reg = _registry()
+    from .models import derived_cache_path
     rows = []
     for spec in reg.models.values():
+        derived = derived_cache_path(spec, reg)
+        derived = derived if derived and derived.is_file() and not is_cached(spec) else None
         rows.append({"name": spec.name, "repo": spec.repo, "file": spec.file,
                      "size_bytes": spec.size_bytes, "sha256": spec.sha256,
                      "mirror": bool(spec.mirror), "cached": is_cached(spec),
-                     "path": str(cached_path(spec))})
+                     "derived": derived is not None,
+                     "path": str(derived or cached_path(spec))})
     pairs = [{"name": p.name, "target": p.target, "draft": p.draft, "note": p.note,
               "default": p.name == reg.default_pair} for p in reg.pairs.values()]
     if as_json:
@@ -787,7 +791,8 @@ def models_list(as_json):
     click.echo(tabulate([[r["name"], r["repo"] + "/" + r["file"],
                           f"{r['size_bytes'] / 1e6:.0f} MB" if r["size_bytes"] else "?",
                           "pinned" if r["sha256"] else "unpinned",
-                          "yes" if r["mirror"] else "no", "yes" if r["cached"] else "no"]
+                          "yes" if r["mirror"] else "no",
+                          "yes" if r["cached"] else "derived" if r["derived"] else "no"]
                          for r in rows],
                         headers=["model", "hub file", "size", "sha256", "PyPI mirror",
                                  "cached"]))

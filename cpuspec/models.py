@@ -500,6 +500,16 @@ def derived_path(parent: FetchedModel, quant: str) -> Path:
     return models_dir() / "derived" / f"{stem}.{quant}.from-{(parent.sha256 or 'x')[:12]}.gguf"
 
 
+def derived_cache_path(spec: ModelSpec, registry) -> Path | None:
+    """Where a registered model's derived variant lies once derived from its pinned parent
+    (None when it has no derive_from or its parent is not pinned)."""
+    parent = registry.models.get(spec.derive_from) if spec.derive_from else None
+    if parent is None or parent.sha256 is None:
+        return None
+    stem = Path(parent.file).stem
+    return models_dir() / "derived" / f"{stem}.{spec.quant}.from-{parent.sha256[:12]}.gguf"
+
+
 def derive_model(parent: FetchedModel, quant: str, log: Callable[[str], None] = lambda _: None,
                  spec: ModelSpec | None = None) -> FetchedModel:
     """Requantize `parent` to `quant` (pure) with llama.cpp's quantizer, cached: what

