@@ -49,6 +49,19 @@ def _positive(ctx, param, value):
     return value
 
 
+def _quant_list(ctx, param, value):
+    """Click callback: a comma list of quant types for the sweep's quant axes."""
+    if value is None:
+        return None
+    from .models import DERIVABLE_QUANTS
+    quants = [q.strip().upper() for q in value.split(",") if q.strip()]
+    bad = [q for q in quants if q not in DERIVABLE_QUANTS]
+    if not quants or bad:
+        raise click.BadParameter(f"{(bad or [value])[0]!r} is not one of "
+                                 f"{', '.join(DERIVABLE_QUANTS)}")
+    return list(dict.fromkeys(quants))
+
+
 def _values(minimum):
     """Click callback: a llama-bench style list/range (1,2,4 / 1-8 / 1-8+2 / 1-16*2)."""
     def parse(ctx, param, value):
@@ -118,6 +131,12 @@ def _task_list(ctx, param, value):
                    "llama-cpp-python); e.g. 0,16,99.")
 @click.option("-ngld", "--draft-gpu-layers", default="0", callback=_values(0),
               help="Draft layers offloaded to the GPU.")
+@click.option("--target-quant", callback=_quant_list, metavar="Q4_0,Q8_0,...",
+              help="Sweep derived variants of the target in these quants (requantized from "
+                   "the pair's target or --target with llama.cpp's quantizer, cached; results "
+                   "label them derived).")
+@click.option("--draft-quant", callback=_quant_list, metavar="Q4_0,...",
+              help="The same for the draft.")
 @click.option("--smt", is_flag=True, help="Use every SMT sibling of the chosen cores.")
 @click.option("--draft-threads", type=int, callback=_positive,
               help="Threads for the draft model [default: --threads] (llama.cpp's -td).")
@@ -171,7 +190,7 @@ def _task_list(ctx, param, value):
 @_save_options
 @click.option("--yes", is_flag=True, help=f"Run a sweep of more than {200} points.")
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
-          draft_gpu_layers, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
+          draft_gpu_layers, target_quant, draft_quant, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, policies, temperature, seed, drafter,
           schedule, adaptive_scope, max_noise, json_path, csv_path, save, force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
@@ -185,6 +204,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
       cpuspec bench --drafter lookup --tasks grounded
       cpuspec bench --threads 1,2 --draft-len 1,2,4       # one sweep, one table
       cpuspec bench --n-gpu-layers 0,99 --draft-gpu-layers 0,99
+      cpuspec bench --target-quant Q4_0,Q8_0 --draft-quant Q4_0 -k 3,7
     """
     from .bench import BenchConfig, run_bench
     from .engine import EngineError
@@ -215,7 +235,10 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
         _check_model_file(p)
     from .sweep import Point, expand
     hw = detect_hardware()
-    axes = {"n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
+    if draft_quant and drafter == "lookup":
+        raise click.UsageError("--draft-quant needs a draft model (not --drafter lookup)")
+    axes = {"target_quant": target_quant or [""], "draft_quant": draft_quant or [""],
+            "n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
             "p_cores": p_cores, "e_cores": e_cores, "threads": threads or [0], "k": k}
     n_points = math.prod(len(v) for v in axes.values())
     if n_points > MAX_SWEEP_POINTS and not yes:
@@ -240,7 +263,8 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                  f"{draft_cores}")
     except HardwareError as exc:
         raise click.ClickException(str(exc))
-    sweep = len(points) > 1 or points[0].n_gpu_layers or points[0].draft_gpu_layers
+    sweep = len(points) > 1 or points[0].n_gpu_layers or points[0].draft_gpu_layers or \
+        bool(target_quant or draft_quant)
     json_paths = _prepare_outputs([json_path, csv_path],
                                   [prompts_file, target_path, draft_path], force, save,
                                   "sweep" if sweep else "bench", hw.cpu_model)

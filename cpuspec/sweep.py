@@ -19,9 +19,12 @@ from .bench import BenchConfig, load_pair, resolve_models, run_bench
 
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
 GPU_SKIP_REASON = "skipped: this llama-cpp-python build has no GPU offload"
-# Axes in loading order: the GPU layers decide which models are loaded, cores are re-pinned,
-# threads and k change only the contexts.
-AXES = ("n_gpu_layers", "draft_gpu_layers", "p_cores", "e_cores", "threads", "k")
+# Axes in loading order: the quants and GPU layers decide which models are loaded, cores are
+# re-pinned, threads and k change only the contexts.
+AXES = ("target_quant", "draft_quant", "n_gpu_layers", "draft_gpu_layers", "p_cores",
+        "e_cores", "threads", "k")
+# The quant axes take quant types ("" = the file as given); the others, integers.
+QUANT_AXES = ("target_quant", "draft_quant")
 
 
 # Values one list may expand to (a sweep's size is checked against MAX_SWEEP_POINTS later; this
@@ -73,6 +76,8 @@ def parse_values(text: str, minimum: int = 1, name: str = "value") -> list[int]:
 
 @dataclass(frozen=True)
 class Point:
+    target_quant: str = ""   # a derived variant of the target in this quant ("" = as given)
+    draft_quant: str = ""
     n_gpu_layers: int = 0
     draft_gpu_layers: int = 0
     p_cores: int = 0
@@ -108,15 +113,16 @@ def run_sweep(base: BenchConfig, points: list[Point],
     fetched = resolve_models(base, log)
     initial_cpus = sorted(os.sched_getaffinity(0))
     pinner = CorePinner()
-    for (ngl, dgl), group in itertools.groupby(points, lambda p: (p.n_gpu_layers,
-                                                                  p.draft_gpu_layers)):
+    for (tq, dq, ngl, dgl), group in itertools.groupby(
+            points, lambda p: (p.target_quant, p.draft_quant, p.n_gpu_layers,
+                               p.draft_gpu_layers)):
         group = list(group)
         if (ngl or dgl) and not gpu_ok:
             for p in group:
                 on_point(p, None, GPU_SKIP_REASON)
             continue
         load_cfg = dataclasses.replace(base, n_gpu_layers=ngl, draft_gpu_layers=dgl)
-        with load_pair(load_cfg, log, fetched) as loaded:
+        with load_pair(load_cfg, log, quantized(fetched, tq, dq, log)) as loaded:
             for p in group:
                 cfg = point_cfg(load_cfg, p)
                 # A point without pinning runs where the sweep started, not on the CPUs of
@@ -125,6 +131,21 @@ def run_sweep(base: BenchConfig, points: list[Point],
                 log(f"point {p.as_dict()}")
                 on_point(p, run_bench(cfg, log, loaded), None)
 
+
+
+def quantized(fetched: tuple, target_quant: str, draft_quant: str,
+              log: Callable[[str], None]) -> tuple:
+    """The fetched (target, draft, pair name) with each model replaced by its derived variant
+    in the quant asked for (models.derive_model: requantized, cached, labelled derived)."""
+    from .models import derive_model
+    if not (target_quant or draft_quant):
+        return fetched
+    target, draft, pair = fetched
+    if target_quant:
+        target = derive_model(target, target_quant, log)
+    if draft_quant and draft is not None:
+        draft = derive_model(draft, draft_quant, log)
+    return target, draft, pair
 
 
 # The metrics of a sweep row: names from report.FIELDS, so a sweep and a bench share one list

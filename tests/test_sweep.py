@@ -124,3 +124,28 @@ def test_unpinned_point_after_a_pinned_one_runs_where_the_sweep_started(monkeypa
     finally:
         os.sched_setaffinity(0, start)
     assert seen == [[start[0]], start]
+
+
+def test_quant_axes_sweep_derived_variants(tiny_models, tmp_path, cpuspec_home):
+    """--target-quant and --draft-quant: each point runs a derived variant, labelled so, in
+    one table; a quant llama.cpp cannot make is refused before anything runs."""
+    out = tmp_path / "quants.json"
+    res = CliRunner().invoke(main, tiny(tiny_models, "--target-quant", "q8_0,Q4_0",
+                                        "--draft-quant", "Q8_0", "--policy", "static",
+                                        "--json", str(out)))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["axes"] == ["target_quant"]
+    assert [r["target_quant"] for r in doc["rows"]] == ["Q4_0", "Q8_0"]
+    assert all(r["draft_quant"] == "Q8_0" for r in doc["rows"])
+    for point, quant in zip(doc["points"], ["Q4_0", "Q8_0"]):
+        target, draft = point["models"]["target"], point["models"]["draft"]
+        assert target["source"] == "derived" and quant in target["desc"]
+        assert draft["source"] == "derived" and "Q8_0" in draft["desc"]
+    table = [line for line in res.output.splitlines() if line.startswith("|")]
+    assert table[0].split("|")[1].strip() == "target_quant" and len(table) == 2 + 2
+    bad = CliRunner().invoke(main, tiny(tiny_models, "--target-quant", "Q3_X"))
+    assert bad.exit_code != 0 and "'Q3_X' is not one of" in bad.output
+    bad = CliRunner().invoke(main, tiny(tiny_models, "--drafter", "lookup",
+                                        "--draft-quant", "Q4_0"))
+    assert bad.exit_code != 0 and "--draft-quant needs a draft model" in bad.output
