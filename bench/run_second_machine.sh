@@ -20,3 +20,10 @@ for d in model lookup hybrid; do
 done
 # How accurate a lookup guess is, by the length of its match (the hybrid's HYBRID_NGRAM):
 python bench/lookup_ngram.py --by-length $R/bench_q4_0_k3.json $R/grounded_q8_0_k7_model.json > $R/lookup_by_length.txt 2>/dev/null
+# The hybrid on the full json and code suites, beside bench_q8_0_k7 (model drafter):
+cpuspec bench --target "$T8" --draft "$D4" --drafter hybrid -k 7 --threads 2 --tasks json,code --json $R/hybrid_q8_0_k7.json > $R/hybrid_q8_0_k7.txt
+# Own cores: target on CPU 0, draft on CPU 1, serial vs parallel schedule, and raw on both CPUs.
+P="--target $T8 --draft $D4 -k 7 --tasks json,code --prompts-per-task 4 --max-tokens 64"
+cpuspec bench $P --p-cores 1 --draft-cores 1 --draft-threads 1 --policy static --json $R/split_serial_q8_0.json > $R/split_serial_q8_0.txt
+cpuspec bench $P --p-cores 1 --draft-cores 1 --draft-threads 1 --policy static --schedule parallel --json $R/split_parallel_q8_0.json > $R/split_parallel_q8_0.txt
+cpuspec bench $P --threads 2 --policy static --json $R/split_both_q8_0.json > $R/split_both_q8_0.txt
