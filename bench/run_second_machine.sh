@@ -27,3 +27,4 @@ P="--target $T8 --draft $D4 -k 7 --tasks json,code --prompts-per-task 4 --max-to
 cpuspec bench $P --p-cores 1 --draft-cores 1 --draft-threads 1 --policy static --json $R/split_serial_q8_0.json > $R/split_serial_q8_0.txt
 cpuspec bench $P --p-cores 1 --draft-cores 1 --draft-threads 1 --policy static --schedule parallel --json $R/split_parallel_q8_0.json > $R/split_parallel_q8_0.txt
 cpuspec bench $P --threads 2 --policy static --json $R/split_both_q8_0.json > $R/split_both_q8_0.txt
+cpuspec compare bench/results/bench_q4_0_k3.json $R/bench_q4_0_k3.json --format markdown > $R/compare_ab_q4_0.md
