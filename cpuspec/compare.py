@@ -140,7 +140,9 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
                   else _fmt(v, f.fmt)) or "-" for v, ci in zip(r["values"], r["ci"])]
         table.append([r["task"], r["header"]] + cells +
                      ([_fmt(r.get("ratio"), ".2f")] if len(runs) == 2 else []))
-    lines = [f"run {i + 1}: {n}: {m['cpu']}; ISA {' '.join(m['isa']) or '?'}; backend "
+    lines = [f"run {i + 1}: {n}: {m['cpu']}"
+             + (f" ({m['cpu_id']})" if m.get("cpu_id") else "")
+             + f"; ISA {' '.join(m['isa']) or '?'}; backend "
              f"{' '.join(m['backend']) or '?'}; {m['threads']} threads"
              + (f" on CPUs {','.join(map(str, m['cpus']))}" if m["cpus"] else "")
              + (f"; cores {m['cores']}" if m["cores"] else "")

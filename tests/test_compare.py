@@ -195,3 +195,17 @@ def test_extrapolation_past_k_agrees_with_the_measured_positions():
     from cpuspec.report import render_advice
     assert "json: a longer draft may pay more" in render_advice(a, 3) and \
         "-k 7" in render_advice(a, 3)
+
+
+def test_two_epyc_vms_are_told_apart_and_compared():
+    """Machines A and B both call themselves "AMD EPYC": B's record carries its family/model,
+    A's llama.cpp build reports AVX_VNNI. Same files and prompts: compared without --force, and
+    the verdict flips on β alone."""
+    b = RESULTS / "epyc-family25-model17" / "bench_q4_0_k3.json"
+    res = run("compare", str(Q40), str(b))
+    assert res.exit_code == 0, res.output
+    assert "AMD EPYC (family 25 model 17 stepping 1) [AVX512] 2t" in res.output
+    assert "AMD EPYC [AVX512+AVX_VNNI] 2t" in res.output
+    rows = {(r["task"], r["metric"]): r for r in compare_rows([read_json(Q40), read_json(b)])}
+    assert rows[("json", "a")]["ratio"] == pytest.approx(1.0, abs=0.01)
+    assert rows[("json", "beta")]["ratio"] > 2.5
