@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -349,7 +350,11 @@ def summarize(results: dict) -> dict[str, Any]:
     summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe, parallel,
                                   drafter) for t in tasks}
     summary[OVERALL] = summarize_group(runs, k, probe, parallel, drafter)
+    # The memory roofline beside tokens/s: a one-token decode reads every weight once.
+    weight_bytes = (results.get("models", {}).get("target") or {}).get("weight_bytes")
     for t in tasks + [OVERALL]:
+        if weight_bytes and math.isfinite(summary[t]["raw_decode_tok_s"]):
+            summary[t]["raw_weight_gb_s"] = weight_bytes * summary[t]["raw_decode_tok_s"] / 1e9
         audit = [a for a in results.get("audit", []) if t == OVERALL or a["task"] == t]
         summary[t]["audit"] = summarize_audit([a for a in audit
                                                if a.get("mode", "static") == "static"])
@@ -478,6 +483,12 @@ def render_details(summary: dict, k: int) -> str:
     """Per task: per-position acceptance, the histogram of accepted counts, audit, verdict,
     the adaptive policy's figures and decisions, warnings."""
     lines = []
+    overall = summary.get(OVERALL, {})
+    if "raw_weight_gb_s" in overall:
+        lines.append(f"raw decode reads the target's weights at {overall['raw_weight_gb_s']:.1f} "
+                     f"GB/s ({overall['raw_decode_tok_s']:.1f} decodes/s, decode-only): a "
+                     "one-token decode is bound by memory bandwidth, a verify of n tokens "
+                     "reads the same bytes once")
     for task, s in summary.items():
         if "a" in s:
             lines += _static_details(task, s, k)

@@ -209,3 +209,16 @@ def test_two_epyc_vms_are_told_apart_and_compared():
     rows = {(r["task"], r["metric"]): r for r in compare_rows([read_json(Q40), read_json(b)])}
     assert rows[("json", "a")]["ratio"] == pytest.approx(1.0, abs=0.01)
     assert rows[("json", "beta")]["ratio"] > 2.5
+
+
+def test_raw_decode_is_memory_bound_across_quants():
+    """On machine B the Q8_0 target (1.9 GB) decodes at less than half the Q4_0 target's
+    (1.0 GB) token rate, but both read their weights at about the same bandwidth: what the
+    README's explanation of where SD pays rests on."""
+    b = RESULTS / "epyc-family25-model17"
+    q4 = summarize(read_json(b / "bench_q4_0_k3.json"))["overall"]
+    q8 = summarize(read_json(b / "bench_q8_0_k7.json"))["overall"]
+    assert q8["raw_decode_tok_s"] < 0.6 * q4["raw_decode_tok_s"]
+    assert 0.75 < q8["raw_weight_gb_s"] / q4["raw_weight_gb_s"] < 1.33
+    res = run("report", str(b / "bench_q8_0_k7.json"))
+    assert res.exit_code == 0 and "raw decode reads the target's weights at 30." in res.output
