@@ -28,3 +28,8 @@ cpuspec bench $P --p-cores 1 --draft-cores 1 --draft-threads 1 --policy static -
 cpuspec bench $P --p-cores 1 --draft-cores 1 --draft-threads 1 --policy static --schedule parallel --json $R/split_parallel_q8_0.json > $R/split_parallel_q8_0.txt
 cpuspec bench $P --threads 2 --policy static --json $R/split_both_q8_0.json > $R/split_both_q8_0.txt
 cpuspec compare bench/results/bench_q4_0_k3.json $R/bench_q4_0_k3.json --format markdown > $R/compare_ab_q4_0.md
+# The hybrid where drafting is dearer: the Q4_K_M draft (c about twice the Q4_0 draft's).
+DK=$(cpuspec models path qwen2.5-coder-0.5b-q4km)
+for d in model hybrid; do
+  cpuspec bench --target "$T8" --draft "$DK" --drafter $d -k 7 --threads 2 --tasks grounded --policy static --json $R/grounded_q8_0_q4kmdraft_k7_$d.json > $R/grounded_q8_0_q4kmdraft_k7_$d.txt
+done
