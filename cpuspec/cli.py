@@ -711,12 +711,15 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
 @_save_options
 def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_tokens, threads,
          budget, no_confirm, json_path, save, force):
-    """Find where SD pays: quant pairings × k, predicted by the cost model, then confirmed.
+    """Find where SD pays: targets × drafters × k, predicted by the cost model, then confirmed.
 
-    One static run at --k-max per target × draft on half of the prompts gives the costs (V(n),
-    the draft's decode) and the per-position acceptance that predict every k; the best
-    configuration per task is then measured (raw vs SD, end to end, with intervals and the
-    lossless audit) on the other half. Prints the exact `cpuspec bench` command for each.
+    One static run at --k-max per target × drafter on half of the prompts gives the costs
+    (V(n), the draft's decode) and the acceptance that predict every k. Per task it answers
+    twice: the fastest configuration against raw decoding on the first target (raw decoding on
+    another target included), and where SD pays most against raw decoding on its own target;
+    the SD ones are measured (raw vs SD, end to end, with intervals and the lossless audit) on
+    the other half of the prompts. Prints the exact `cpuspec bench` command for each, and when
+    nothing pays, which of a and 1 + α + β is short.
 
     \b
     Examples:
@@ -744,6 +747,10 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
 
     names = {"targets": [x.strip() for x in targets.split(",") if x.strip()],
              "drafts": [x.strip() for x in drafts.split(",") if x.strip()]}
+    for n in names["drafts"]:
+        if n.startswith("hybrid:") and not n.removeprefix("hybrid:").strip():
+            raise click.BadParameter(f"{n!r} names no draft model; e.g. "
+                                     "hybrid:qwen2.5-coder-0.5b-q4_0", param_hint="'--drafts'")
     files = [Path(x.removeprefix("hybrid:")) for v in names.values() for x in v
              if x.endswith(".gguf")]
     sink = ResultsSink(_prepare_outputs([json_path], files + [prompts_file], force, save,

@@ -88,3 +88,9 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
                                           "min_margin_at_divergence": None}
     assert rec["recommended"]["confirmed"] == best["confirmed"]
     assert "-k 2" in best["command"] and "--tasks code" in best["command"]
+
+
+def test_hybrid_without_a_model_is_refused():
+    res = CliRunner().invoke(main, ["tune", "--drafts", "lookup,hybrid:", "--tasks", "json"])
+    assert res.exit_code != 0 and "'hybrid:' names no draft model" in res.output
+    assert "Traceback" not in res.output
