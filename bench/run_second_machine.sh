@@ -33,3 +33,4 @@ DK=$(cpuspec models path qwen2.5-coder-0.5b-q4km)
 for d in model hybrid; do
   cpuspec bench --target "$T8" --draft "$DK" --drafter $d -k 7 --threads 2 --tasks grounded --policy static --json $R/grounded_q8_0_q4kmdraft_k7_$d.json > $R/grounded_q8_0_q4kmdraft_k7_$d.txt
 done
+python bench/native_peer.py --threads 2 --pair qwen2.5-coder-1.5b-q8_0 --k 7 --out $R/native_peer_q8_0_k7.json --profile /tmp/profile_q8.txt > $R/native_peer_q8_0_k7.txt
