@@ -154,6 +154,14 @@ def beyond_measured(survival: list[float], draft_s: float, verify_s: dict[int, f
 
 # --- an end-to-end prediction from the cost probe (measured apart from any generation) ---
 
+def scaled_prefills(probe: dict, prompt_tokens: int) -> tuple[float, float]:
+    """The probe's target and draft prefill times scaled per prompt token to this prompt (0 for
+    probes without prefill timings, schema 1: the decode-only window)."""
+    per_token = prompt_tokens / probe["prompt_tokens"] if probe.get("prompt_tokens") else 0.0
+    return (probe.get("target_prefill_s", 0.0) * per_token,
+            probe.get("draft_prefill_s", 0.0) * per_token)
+
+
 def predict_generation_s(probe: dict, survival: list[float], k: int, prompt_tokens: int,
                          n_tokens: int) -> tuple[float, float]:
     """Predicted seconds of one generation of n_tokens after a prompt of prompt_tokens, raw and
@@ -162,9 +170,7 @@ def predict_generation_s(probe: dict, survival: list[float], k: int, prompt_toke
     at (k·d + V(k + 1)) per round of E[tokens] for SD. Probes without prefill timings (results
     of schema 1) give the decode-only window."""
     verify = {int(n): v for n, v in probe["verify_s"].items()}
-    per_token = prompt_tokens / probe["prompt_tokens"] if probe.get("prompt_tokens") else 0.0
-    target_prefill = probe.get("target_prefill_s", 0.0) * per_token
-    draft_prefill = probe.get("draft_prefill_s", 0.0) * per_token
+    target_prefill, draft_prefill = scaled_prefills(probe, prompt_tokens)
     steps = max(n_tokens - 1, 0)
     raw = target_prefill + steps * verify[1]
     rounds = steps / expected_tokens(survival, k)
@@ -205,9 +211,7 @@ def predict_rounds_generation_s(probe: dict, rounds: list[tuple[int, int, int]],
     tokens."""
     a, alpha, beta = round_terms(probe, rounds, k, model_share, catchup_tokens_per_round)
     t = float(probe["verify_s"]["1"])
-    per_token = prompt_tokens / probe["prompt_tokens"] if probe.get("prompt_tokens") else 0.0
-    target_prefill = probe.get("target_prefill_s", 0.0) * per_token
-    draft_prefill = probe.get("draft_prefill_s", 0.0) * per_token
+    target_prefill, draft_prefill = scaled_prefills(probe, prompt_tokens)
     steps = max(n_tokens - 1, 0)
     raw = target_prefill + steps * t
     sd = target_prefill + draft_prefill + steps * t * (1.0 + alpha + beta) / a
@@ -253,9 +257,7 @@ def predict_parallel_generation_s(probe: dict, survival: list[float], k: int,
     max((k + 1)·d, V(k + 1)); a miss drafts serially first: k·d + V(k + 1). The prefills run at
     the same time: the longer of the two."""
     verify = {int(n): v for n, v in probe["verify_s"].items()}
-    per_token = prompt_tokens / probe["prompt_tokens"] if probe.get("prompt_tokens") else 0.0
-    target_prefill = probe.get("target_prefill_s", 0.0) * per_token
-    draft_prefill = probe.get("draft_prefill_s", 0.0) * per_token
+    target_prefill, draft_prefill = scaled_prefills(probe, prompt_tokens)
     d, v = probe["draft_s"], verify[k + 1]
     steps = max(n_tokens - 1, 0)
     all_kept = survival[k - 1]

@@ -81,8 +81,8 @@ class HybridDrafter:
     prefill) and afterwards only when lookup has no guess, catching up then on every token
     lookup served in the meantime, in one batch.
 
-    Counts, per generation (`take_stats`): drafts served by lookup and by the model, the
-    model's evals and the tokens it caught up on (for the cost prediction)."""
+    Counts, per generation (`take_stats`): drafts served by lookup and by the model, and the
+    tokens the model caught up on (for the cost prediction)."""
 
     def __init__(self, model, ngram_max: int = HYBRID_NGRAM, ngram_min: int = HYBRID_NGRAM):
         self.model = model

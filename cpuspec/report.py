@@ -139,11 +139,19 @@ def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict
     if str(k + 1) not in probe.get("verify_s", {}):
         return None
     predict = predict_parallel_generation_s if parallel else predict_generation_s
+    return _speedup_over_runs(probe, sd, lambda prompt_tokens, n_tokens: predict(
+        probe, survival, k, prompt_tokens, n_tokens))
+
+
+def _speedup_over_runs(probe: dict, sd: list[dict], predict: Callable[[int, int], tuple]
+                       ) -> tuple[float, str] | None:
+    """Predicted raw ÷ SD seconds summed over the runs' prompts and token counts, and the
+    window the probe allows."""
     raw_s = sd_s = 0.0
-    window = "end-to-end" if "target_prefill_s" in probe else "decode-only"
     for r in sd:
-        t_raw, t_sd = predict(probe, survival, k, r["prompt_tokens"], len(r["tokens"]))
+        t_raw, t_sd = predict(r["prompt_tokens"], len(r["tokens"]))
         raw_s, sd_s = raw_s + t_raw, sd_s + t_sd
+    window = "end-to-end" if "target_prefill_s" in probe else "decode-only"
     return (raw_s / sd_s, window) if sd_s > 0 else None
 
 
@@ -170,13 +178,9 @@ def predict_from_rounds(probe: dict, k: int, sd: list[dict]) -> tuple[float, str
     if not rounds or any(str(min(j, k) + 1) not in probe.get("verify_s", {})
                          for j, _, _ in rounds):
         return None
-    raw_s = sd_s = 0.0
-    window = "end-to-end" if "target_prefill_s" in probe else "decode-only"
-    for r in sd:
-        t_raw, t_sd = predict_rounds_generation_s(probe, rounds, k, r["prompt_tokens"],
-                                                  len(r["tokens"]), share, catchup)
-        raw_s, sd_s = raw_s + t_raw, sd_s + t_sd
-    return (raw_s / sd_s, window) if sd_s > 0 else None
+    return _speedup_over_runs(probe, sd, lambda prompt_tokens, n_tokens:
+                              predict_rounds_generation_s(probe, rounds, k, prompt_tokens,
+                                                          n_tokens, share, catchup))
 
 
 def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
@@ -748,7 +752,7 @@ def render_advice(advice: dict, k: int) -> str:
                     disable_numparse=True)
     hints = [f"{task}: a longer draft may pay more (the verify-cost curve was probed past k = "
              f"{k}): k = {a['try_k']} would give ≈{a['try_k_predicted']:.2f}× if acceptance "
-             f"kept falling "
-             f"as it does at k = {k} (extrapolated, not measured); run with -k {a['try_k']} to "
+             f"kept falling as it does at k = {k} (extrapolated, not measured); run with -k "
+             f"{a['try_k']} to "
              "measure it" for task, a in advice.items() if a.get("try_k")]
     return "\n".join([table, *hints])
