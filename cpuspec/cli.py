@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import click
 
 from . import __version__
 from .models import ModelError, cached_path, fetch_model, is_cached, load_registry
-from .tasks import DEFAULT_TASKS, SUITES, PromptsFileError, builtin_prompts, read_prompts_file
+from .tasks import DEFAULT_TASKS, SUITES, PromptsFileError, builtin_prompts, load_prompts
 
 
 def _log(msg: str) -> None:
@@ -46,6 +45,12 @@ def _save_options(f):
 def _positive(ctx, param, value):
     if value is not None and value < 1:
         raise click.BadParameter("must be at least 1")
+    return value
+
+
+def _finite(value, name):
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number", param_hint=f"'{name}'")
     return value
 
 
@@ -180,6 +185,7 @@ def _task_list(ctx, param, value):
               help="What the adaptive policy carries over: one controller per task type "
                    "across its prompts, or a fresh one per prompt.")
 @click.option("--max-noise", type=click.FloatRange(min=0), metavar="CPUS",
+              callback=lambda c, p, v: _finite(v, "--max-noise"),
               help="Measure a prompt again (up to 3 times) while other programs used more "
                    "than CPUS CPUs during it, or tasks waited for a CPU over 20% of the time "
                    "(Linux PSI); e.g. 0.1. Disturbed runs are kept under discarded_runs.")
@@ -188,7 +194,8 @@ def _task_list(ctx, param, value):
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path),
               help="Write the summary table as CSV here.")
 @_save_options
-@click.option("--yes", is_flag=True, help=f"Run a sweep of more than {200} points.")
+@click.option("--yes", is_flag=True, help="Run a sweep of more than 200 points, or more than "
+                                         "200 prompts × repetitions.")
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, target_quant, draft_quant, smt, draft_threads, draft_cores, k, max_tokens, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, policies, temperature, seed, drafter,
@@ -211,32 +218,33 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     from .hardware import (HardwareError, check_cpus, current_affinity, default_threads,
                            detect_hardware, select_cpus, split_for_parallel)
     from .report import render_csv
-    from .store import ResultsSink, write_atomic
+    from .store import write_atomic
 
     if not math.isfinite(temperature):
         raise click.BadParameter(f"{temperature} is not a finite number",
                                  param_hint="'--temperature'")
     _check_limits(k, max_tokens, threads, draft_threads)
+    _check_unused_flags(drafter, policies, adaptive_scope, draft_path, draft_quant,
+                        draft_threads, draft_cores, draft_gpu_layers, schedule)
     if schedule == "parallel" and (temperature > 0 or drafter != "model"):
         raise click.UsageError("--schedule parallel needs greedy decoding and the model drafter")
     if drafter == "hybrid" and temperature > 0:
         raise click.UsageError("--drafter hybrid is greedy only (its lookup drafts carry no "
                                "distribution to sample against); drop --temperature or use "
                                "--drafter model or lookup")
-    prompts = []
     try:
-        if tasks or not prompts_file:
-            prompts += builtin_prompts(tasks or DEFAULT_TASKS, prompts_per_task)
-        if prompts_file:
-            prompts += read_prompts_file(prompts_file, prompts_per_task)
+        prompts = load_prompts(tasks, prompts_file, prompts_per_task)
     except PromptsFileError as exc:
         raise click.ClickException(str(exc))
+    if len(prompts) * repetitions > MAX_GENERATIONS and not yes:
+        raise click.ClickException(
+            f"{len(prompts)} prompts × {repetitions} repetition(s) is more than "
+            f"{MAX_GENERATIONS} generations per mode (hours of measuring); use "
+            "--prompts-per-task to take fewer, or pass --yes to run them all")
     for p in (target_path, draft_path):
         _check_model_file(p)
     from .sweep import Point, expand
     hw = detect_hardware()
-    if draft_quant and drafter == "lookup":
-        raise click.UsageError("--draft-quant needs a draft model (not --drafter lookup)")
     axes = {"target_quant": target_quant or [""], "draft_quant": draft_quant or [""],
             "n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
             "p_cores": p_cores, "e_cores": e_cores, "threads": threads or [0], "k": k}
@@ -265,9 +273,8 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
         raise click.ClickException(str(exc))
     sweep = len(points) > 1 or points[0].n_gpu_layers or points[0].draft_gpu_layers or \
         bool(target_quant or draft_quant)
-    json_paths = _prepare_outputs([json_path, csv_path],
-                                  [prompts_file, target_path, draft_path], force, save,
-                                  "sweep" if sweep else "bench", hw.cpu_model)
+    sink = _prepare_outputs([json_path, csv_path], [prompts_file, target_path, draft_path],
+                            force, save, "sweep" if sweep else "bench", hw.cpu_model)
 
     def point_cfg(base: BenchConfig, p: Point) -> BenchConfig:
         cpus = cpus_of[(p.p_cores, p.e_cores)]
@@ -286,14 +293,13 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        temperature=temperature, seed=seed, max_noise=max_noise,
                        adaptive_scope=adaptive_scope, schedule=schedule,
                        argv=["cpuspec", *sys.argv[1:]])
-    sink = ResultsSink(json_paths)
     if sweep:
         return _sweep(base, points, point_cfg, sink, csv_path)
     cfg = point_cfg(base, points[0])
     threads, k, cpus = cfg.threads, cfg.k, cfg.cpus
     _log(f"cpuspec bench: {len(prompts)} prompts, k = {k}, {max_tokens} tokens, "
          f"{threads} threads" + (f", pinned to CPUs {','.join(map(str, cpus))}" if cpus else ""))
-    with _interruptible(sink):
+    with _guarded(sink):
         try:
             results = run_bench(cfg, _log, on_update=sink)
         except (ModelError, EngineError) as exc:
@@ -312,7 +318,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
             _log(f"wrote {csv_path}")
     except OSError as exc:
         raise click.ClickException(f"cannot write {csv_path}: {exc}")
-    for p in json_paths:
+    for p in sink.paths:
         _log(f"wrote {p}")
 
 
@@ -324,6 +330,37 @@ MAX_K = 32
 MAX_THREADS_PER_CPU = 4
 # A sweep bigger than this runs for hours; ask for --yes.
 MAX_SWEEP_POINTS = 200
+# Prompts × repetitions above this (the built-in suites have 8 per task) run for hours: ask
+# for --yes, as for a sweep.
+MAX_GENERATIONS = 200
+
+
+def _check_unused_flags(drafter, policies, adaptive_scope, draft_path, draft_quant,
+                        draft_threads, draft_cores, draft_gpu_layers, schedule) -> None:
+    """Refuse flags that this combination would silently ignore: the user meant something by
+    them, and a run that ignores it measures something else."""
+    draft_flags = [name for name, given in (
+        ("--draft", draft_path), ("--draft-quant", draft_quant),
+        ("--draft-threads", draft_threads), ("--draft-cores", draft_cores),
+        ("--draft-gpu-layers", any(draft_gpu_layers or [])),
+        ("--schedule parallel", schedule == "parallel")) if given]
+    if drafter == "lookup" and draft_flags:
+        raise click.UsageError(f"{', '.join(draft_flags)} set the draft model, which "
+                               "--drafter lookup does not use; drop them or use --drafter "
+                               "model or hybrid")
+    # (--draft alone with --policy off is fine: the pair's draft is named either way)
+    tuning = [f for f in draft_flags if f != "--draft"]
+    if not policies and (tuning or drafter != "model"):
+        what = tuning + (["--drafter " + drafter] if drafter != "model" else [])
+        raise click.UsageError(f"--policy off runs raw decoding only, so {', '.join(what)} "
+                               "would do nothing; drop them or add a policy")
+    if adaptive_scope != "task" and "adaptive" not in policies:
+        raise click.UsageError(f"--adaptive-scope {adaptive_scope} applies to the adaptive "
+                               "policy, which --policy does not include")
+    if draft_threads and draft_cores and draft_threads > len(draft_cores):
+        raise click.UsageError(f"--draft-threads {draft_threads} is more than the "
+                               f"{len(draft_cores)} CPU(s) in --draft-cores: the threads "
+                               "would queue for them; give as many threads as CPUs or fewer")
 
 
 def _check_limits(ks, max_tokens, threads, draft_threads) -> None:
@@ -355,6 +392,17 @@ def _resolve_model(reg, name: str):
     return fetch_model(reg.model(name), _log)
 
 
+def _check_model_name(reg, name: str) -> None:
+    """What _resolve_model would refuse, found before anything is fetched or derived: a GGUF
+    path that is not a file, or a name that models.toml does not know."""
+    p = Path(name)
+    if p.suffix == ".gguf" or p.exists():
+        _check_model_file(p)
+    elif name not in reg.models:
+        raise click.ClickException(f"unknown model {name!r}; see `cpuspec models list`, or "
+                                   "give a .gguf file")
+
+
 def _check_model_file(p: Path | None) -> None:
     if p is None:
         return
@@ -365,10 +413,10 @@ def _check_model_file(p: Path | None) -> None:
 
 
 def _prepare_outputs(outputs: list[Path | None], inputs: list[Path | None], force: bool,
-                     save: bool, kind: str, cpu_model: str) -> list[Path]:
-    """Check every output before any work, create the saved run's file, and return the JSON
-    destinations (the saved run first)."""
-    from .store import OutputError, check_outputs, new_run_path
+                     save: bool, kind: str, cpu_model: str):
+    """Check every output before any work, create the saved run's file, and return the sink
+    that writes every JSON destination (the saved run first)."""
+    from .store import OutputError, ResultsSink, check_outputs, new_run_path
     try:
         check_outputs(outputs, inputs, force)
         saved = [new_run_path(kind, cpu_model)] if save else []
@@ -377,23 +425,28 @@ def _prepare_outputs(outputs: list[Path | None], inputs: list[Path | None], forc
     if saved:
         _log(f"saving this run as {saved[0]} (--no-save to skip)")
     json_outputs = [p for p in outputs[:1] if p is not None]
-    return saved + json_outputs
+    return ResultsSink(saved + json_outputs, reserved=saved)
 
 
 @contextlib.contextmanager
-def _interruptible(sink):
-    """Ctrl-C and SIGTERM end the run with what it finished: the last results written by the
-    sink stay (marked "complete": false), and the message says where."""
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-    previous = signal.signal(signal.SIGTERM, on_term)
+def _guarded(sink=None):
+    """Ctrl-C and SIGTERM end the command within a decode (see interrupt.py) with what it
+    finished: the last results written by the sink stay (marked "complete": false), the
+    message says where, and the exit code is 130. However the command ends, a saved run that
+    never got any results is removed rather than left empty."""
+    from . import interrupt
     try:
-        yield
+        with interrupt.handled():
+            yield
     except KeyboardInterrupt:
-        click.echo(f"interrupted: {sink.kept()}", err=True)
+        if sink is not None:
+            sink.discard_unwritten()
+        click.echo(f"interrupted: {sink.kept() if sink is not None else 'nothing was saved'}",
+                   err=True)
         sys.exit(130)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if sink is not None:
+            sink.discard_unwritten()
 
 
 def _print_bench(results: dict, fmt: str = "text") -> None:
@@ -454,7 +507,7 @@ def _sweep(base, points, point_cfg, sink, csv_path):
         doc["rows"].append(row)
         doc["points"].append(results or {"point": point.as_dict(), "skipped": skip})
         if skip:
-            _log(f"point {point.as_dict()}: {skip}")
+            _log(f"point {point.label()}: {skip}")
         else:
             click.echo(f"point {', '.join(f'{a}={row[a]}' for a in axes)}: raw "
                        f"{row['raw_tok_s']:.1f} t/s, SD {row['sd_tok_s']:.1f} t/s "
@@ -462,7 +515,7 @@ def _sweep(base, points, point_cfg, sink, csv_path):
                        f"SD {row['verdict']}")
         sink(doc)
 
-    with _interruptible(sink):
+    with _guarded(sink):
         try:
             run_sweep(base, points, point_cfg, on_point, gpu_ok, _log)
         except (ModelError, EngineError) as exc:
@@ -548,7 +601,6 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
     from .contention import ContentionConfig, render_contention, run_contention
     from .engine import EngineError
     from .hardware import HardwareError, detect_hardware, select_cpus
-    from .store import ResultsSink
     hw = detect_hardware()
     try:
         if p_cores or e_cores:
@@ -564,20 +616,21 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
                                    "CPUs")
     for p in (target_path, draft_path):
         _check_model_file(p)
-    sink = ResultsSink(_prepare_outputs([json_path], [target_path, draft_path], force, save,
-                                        "contention", hw.cpu_model))
-    try:
-        target_f, draft_f, _ = resolve_models(
-            BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
-                        draft_path=draft_path), _log)
-        res = run_contention(ContentionConfig(target_f.path, draft_f.path, cpus, threads, k,
-                                              n_tokens), _log)
-    except (ModelError, EngineError) as exc:
-        raise click.ClickException(str(exc))
-    res["hardware"] = hw.to_dict()
-    res["meta"] = {"hardware": hw.to_dict(), "threads": threads}
+    sink = _prepare_outputs([json_path], [target_path, draft_path], force, save,
+                            "contention", hw.cpu_model)
+    with _guarded(sink):
+        try:
+            target_f, draft_f, _ = resolve_models(
+                BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
+                            draft_path=draft_path), _log)
+            res = run_contention(ContentionConfig(target_f.path, draft_f.path, cpus, threads,
+                                                  k, n_tokens), _log)
+        except (ModelError, EngineError) as exc:
+            raise click.ClickException(str(exc))
+        res["hardware"] = hw.to_dict()
+        res["meta"] = {"hardware": hw.to_dict(), "threads": threads}
+        sink(res)
     click.echo(render_contention(res))
-    sink(res)
     for p in sink.paths:
         _log(f"wrote {p}")
 
@@ -611,24 +664,24 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, json_path, save, 
     from .costs import render_cost_curve
     from .engine import EngineError
     from .hardware import default_threads, detect_hardware
-    from .store import ResultsSink
     threads = threads or default_threads()
     _check_limits([1], 2, [threads], None)
     for p in (target_path, draft_path):
         _check_model_file(p)
     hw = detect_hardware()
-    sink = ResultsSink(_prepare_outputs([json_path], [target_path, draft_path], force, save,
-                                        "costs", hw.cpu_model))
+    sink = _prepare_outputs([json_path], [target_path, draft_path], force, save, "costs",
+                            hw.cpu_model)
     cfg = BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
                       draft_path=draft_path, k=max_n - 1, argv=["cpuspec", *sys.argv[1:]])
-    try:
-        res = run_costs(cfg, reps, _log)
-    except (ModelError, EngineError) as exc:
-        raise click.ClickException(str(exc))
+    with _guarded(sink):
+        try:
+            res = run_costs(cfg, reps, _log)
+        except (ModelError, EngineError) as exc:
+            raise click.ClickException(str(exc))
+        sink(res)
     click.echo(describe_costs(res))
     click.echo(render_cost_curve(res["cost_probe"]))
     click.echo(f"\nllama.cpp: {res['meta']['llama_system_info']}")
-    sink(res)
     for p in sink.paths:
         _log(f"wrote {p}")
 
@@ -659,27 +712,28 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
     from .hardware import default_threads, detect_hardware
     from .quality import render_quality, run_quality
     from .report import SCHEMA_VERSION
-    from .store import ResultsSink
     threads = threads or default_threads()
     _check_limits([1], 2, [threads], None)
     reg = _registry()
-
+    for name in [*models_, reference or reg.pair(None).target]:
+        _check_model_name(reg, name)
     files = [Path(m) for m in models_ if Path(m).suffix == ".gguf"]
-    sink = ResultsSink(_prepare_outputs([json_path], files, force, save, "quality",
-                                        detect_hardware().cpu_model))
-    try:
-        ref = _resolve_model(reg, reference or reg.pair(None).target)
-        cands = [_resolve_model(reg, m) for m in models_]
-        res = run_quality(cands, ref, builtin_prompts(DEFAULT_TASKS, prompts_per_task),
-                          max_tokens, threads, _log)
-    except (ModelError, EngineError) as exc:
-        raise click.ClickException(str(exc))
-    res = {"schema_version": SCHEMA_VERSION, "kind": "quality", "complete": True,
-           "meta": environment(threads), "settings": {"threads": threads,
-                                                      "argv": ["cpuspec", *sys.argv[1:]]},
-           **res}
+    sink = _prepare_outputs([json_path], files, force, save, "quality",
+                            detect_hardware().cpu_model)
+    with _guarded(sink):
+        try:
+            ref = _resolve_model(reg, reference or reg.pair(None).target)
+            cands = [_resolve_model(reg, m) for m in models_]
+            res = run_quality(cands, ref, builtin_prompts(DEFAULT_TASKS, prompts_per_task),
+                              max_tokens, threads, _log)
+        except (ModelError, EngineError) as exc:
+            raise click.ClickException(str(exc))
+        res = {"schema_version": SCHEMA_VERSION, "kind": "quality", "complete": True,
+               "meta": environment(threads), "settings": {"threads": threads,
+                                                          "argv": ["cpuspec", *sys.argv[1:]]},
+               **res}
+        sink(res)
     click.echo(render_quality(res))
-    sink(res)
     for p in sink.paths:
         _log(f"wrote {p}")
 
@@ -705,6 +759,7 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
               show_default=True)
 @click.option("-t", "--threads", type=int, callback=_positive)
 @click.option("--budget", type=click.FloatRange(min=1), metavar="MINUTES",
+              callback=lambda c, p, v: _finite(v, "--budget"),
               help="Stay within this many minutes: later steps are skipped, and said so.")
 @click.option("--no-confirm", is_flag=True, help="Predict only; do not confirm by a run.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
@@ -728,52 +783,56 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     """
     from .engine import EngineError
     from .hardware import default_threads, detect_hardware
-    from .store import ResultsSink
     from .tune import Candidate, render_tune, run_tune
     from .bench import BenchConfig, environment
     from .report import SCHEMA_VERSION
     threads = threads or default_threads()
     _check_limits([k_max], max_tokens + 1, [threads], None)
     try:
-        prompts = []
-        if tasks or not prompts_file:
-            prompts += builtin_prompts(tasks or [*DEFAULT_TASKS, "grounded"],
-                                       prompts_per_task)
-        if prompts_file:
-            prompts += read_prompts_file(prompts_file, prompts_per_task)
+        prompts = load_prompts(tasks, prompts_file, prompts_per_task,
+                               [*DEFAULT_TASKS, "grounded"])
     except PromptsFileError as exc:
         raise click.ClickException(str(exc))
     reg = _registry()
 
     names = {"targets": [x.strip() for x in targets.split(",") if x.strip()],
              "drafts": [x.strip() for x in drafts.split(",") if x.strip()]}
+    for option, given in (("--targets", targets), ("--drafts", drafts)):
+        if not names[option.removeprefix("--")]:
+            raise click.BadParameter(f"{given!r} names no model; e.g. "
+                                     + ("qwen2.5-coder-1.5b-q4_0" if option == "--targets"
+                                        else "qwen2.5-coder-0.5b-q4_0,lookup"),
+                                     param_hint=f"'{option}'")
     for n in names["drafts"]:
         if n.startswith("hybrid:") and not n.removeprefix("hybrid:").strip():
             raise click.BadParameter(f"{n!r} names no draft model; e.g. "
                                      "hybrid:qwen2.5-coder-0.5b-q4_0", param_hint="'--drafts'")
+    for n in names["targets"] + [n.removeprefix("hybrid:") for n in names["drafts"]
+                                 if n != "lookup"]:
+        _check_model_name(reg, n)    # every name, before minutes of fetching or deriving
     files = [Path(x.removeprefix("hybrid:")) for v in names.values() for x in v
              if x.endswith(".gguf")]
-    sink = ResultsSink(_prepare_outputs([json_path], files + [prompts_file], force, save,
-                                        "tune", detect_hardware().cpu_model))
+    sink = _prepare_outputs([json_path], files + [prompts_file], force, save, "tune",
+                            detect_hardware().cpu_model)
     cfg = BenchConfig(prompts=prompts, threads=threads, max_tokens=max_tokens,
                       argv=["cpuspec", *sys.argv[1:]])
-    try:
-        tgt = [_resolve_model(reg, n) for n in names["targets"]]
-        drf = [(None, False) if n == "lookup" else
-               (_resolve_model(reg, n.removeprefix("hybrid:")), n.startswith("hybrid:"))
-               for n in names["drafts"]]
-        cands = [Candidate(t, d, hybrid) for t in tgt for d, hybrid in drf]
-        head = {"schema_version": SCHEMA_VERSION, "meta": environment(threads),
-                "settings": {"threads": threads, "max_tokens": max_tokens, "k_max": k_max,
-                             "argv": cfg.argv}}
-        with _interruptible(sink):
+    with _guarded(sink):
+        try:
+            tgt = [_resolve_model(reg, n) for n in names["targets"]]
+            drf = [(None, False) if n == "lookup" else
+                   (_resolve_model(reg, n.removeprefix("hybrid:")), n.startswith("hybrid:"))
+                   for n in names["drafts"]]
+            cands = [Candidate(t, d, hybrid) for t in tgt for d, hybrid in drf]
+            head = {"schema_version": SCHEMA_VERSION, "meta": environment(threads),
+                    "settings": {"threads": threads, "max_tokens": max_tokens, "k_max": k_max,
+                                 "argv": cfg.argv}}
             doc = run_tune(cfg, cands, _log, k_max, not no_confirm,
                            lambda d: sink({**head, **d, "complete": False}),
                            budget * 60 if budget else None)
-    except (ModelError, EngineError, ValueError) as exc:
-        raise click.ClickException(str(exc))
-    doc = {**head, **doc}
-    sink(doc)
+        except (ModelError, EngineError, ValueError) as exc:
+            raise click.ClickException(str(exc))
+        doc = {**head, **doc}
+        sink(doc)
     click.echo(render_tune(doc))
     for p in sink.paths:
         _log(f"wrote {p}")
@@ -852,10 +911,11 @@ def models_fetch(names):
     """Fetch models or pairs (default: the default pair) into the cache, verified by sha256."""
     reg = _registry()
     for spec in _names_to_specs(reg, names):
-        try:
-            got = fetch_model(spec, _log)
-        except ModelError as exc:
-            raise click.ClickException(str(exc))
+        with _guarded():
+            try:
+                got = fetch_model(spec, _log)
+            except ModelError as exc:
+                raise click.ClickException(str(exc))
         click.echo(f"{spec.name}: {got.path} ({got.source}, "
                    f"{'verified' if got.verified else 'UNVERIFIED'})")
 
@@ -892,7 +952,9 @@ def models_verify(names, as_json):
 @click.option("--quant", required=True, metavar="TYPE",
               help="llama.cpp quant type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K_S, "
                    "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K.")
-def models_derive(name, quant):
+@click.option("--force", is_flag=True,
+              help="Write the pure variant even when the source is already of that quant.")
+def models_derive(name, quant, force):
     """Requantize a model (registered name or GGUF file) to another quant type, cached.
 
     What `llama-quantize --allow-requantize --pure IN OUT TYPE` writes: every tensor in TYPE,
@@ -909,12 +971,21 @@ def models_derive(name, quant):
     if quant not in DERIVABLE_QUANTS:
         raise click.BadParameter(f"{quant} is not one of {', '.join(DERIVABLE_QUANTS)}",
                                  param_hint="'--quant'")
+    from .engine import model_file_type
     reg = _registry()
-    try:
-        parent = _resolve_model(reg, name)
-        got = derive_model(parent, quant, _log)
-    except ModelError as exc:
-        raise click.ClickException(str(exc))
+    _check_model_name(reg, name)
+    with _guarded():
+        try:
+            parent = _resolve_model(reg, name)
+            if not force and model_file_type(parent.path) == quant:
+                raise click.ClickException(
+                    f"{parent.path.name} is already {quant} (its general.file_type); a pure "
+                    f"requantization would write every tensor in {quant}, a different file "
+                    "from this one. Use the file as it is, or pass --force to write the pure "
+                    "variant anyway")
+            got = derive_model(parent, quant, _log)
+        except ModelError as exc:
+            raise click.ClickException(str(exc))
     _log(f"{got.spec.name}: derived from {parent.path.name} (sha256 {parent.sha256[:12]}…); "
          f"{got.derived['note']}")
     click.echo(str(got.path))
@@ -923,13 +994,25 @@ def models_derive(name, quant):
 @models.command("path")
 @click.argument("name")
 def models_path(name):
-    """Print the cached file of a model (fetching it if needed)."""
+    """Print the cached file of a model; nothing is fetched or built (`cpuspec models fetch
+    NAME` does that).
+
+    \b
+    Examples:
+      cpuspec models path qwen2.5-coder-1.5b-q4km
+      cpuspec bench --target "$(cpuspec models path qwen2.5-coder-1.5b-q4_0)" ...
+    """
+    from .models import cached_model
     reg = _registry()
     try:
-        got = fetch_model(reg.model(name), _log)
+        got = cached_model(reg, reg.model(name), _log)
     except ModelError as exc:
         raise click.ClickException(str(exc))
-    click.echo(str(got.path))
+    if got is None:
+        raise click.ClickException(f"{name} is not in the cache (or its cached file no longer "
+                                   f"matches its pin); `cpuspec models fetch {name}` fetches "
+                                   "or derives it")
+    click.echo(str(got))
 
 
 def _run_names(paths: list[Path]) -> list[str]:
@@ -999,6 +1082,13 @@ def report(run, fmt, trace):
     """
     from .report import render_csv, render_rows_json, summarize
     results, path = _load_results(run, bench_only=False)
+    if results.get("complete") is False:
+        kept = (f"{len(results.get('rows') or [])} sweep points" if results.get("kind") ==
+                "sweep" else f"{len(results.get('runs') or [])} generations of "
+                f"{len(results.get('prompts') or [])} prompts × modes")
+        note = f"(incomplete run: it was interrupted; {kept} kept)"
+        # on stderr for csv and json, whose stdout a program reads; above the table otherwise
+        click.echo(note, err=fmt in ("csv", "json"))
     if results.get("kind") == "sweep":
         from .sweep import headline, render_sweep
         if not isinstance(results.get("rows"), list) or not isinstance(results.get("axes"), list):
@@ -1018,10 +1108,6 @@ def report(run, fmt, trace):
     elif fmt == "csv":
         click.echo(render_csv(s), nl=False)
     else:
-        if results.get("complete") is False:
-            click.echo(f"(incomplete run: {len(results['runs'])} generations of "
-                       f"{len(results.get('prompts', []))} prompts × modes; it was "
-                       "interrupted)")
         _print_bench(results, fmt)
         if trace:
             from .report import render_trace
@@ -1110,21 +1196,27 @@ def runs(as_json):
       cpuspec runs
       cpuspec report $(cpuspec runs --json | jq -r '.[-1].id')
     """
-    from .store import run_listing, saved_runs
-    rows = [run_listing(p) for p in saved_runs()]
+    from .store import OutputError, results_dir, run_listing, saved_runs
+    try:
+        rows = [run_listing(p) for p in saved_runs()]
+    except OutputError as exc:
+        raise click.ClickException(str(exc))
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
     if not rows:
-        click.echo("no saved runs yet (cpuspec bench saves every run unless --no-save)")
+        click.echo(f"no saved runs yet in {results_dir()} (cpuspec bench saves every run "
+                   "unless --no-save)")
         return
     from tabulate import tabulate
+    status = any(not r.get("complete", True) for r in rows)  # the column only when it says
     click.echo(tabulate([[r["id"], r.get("kind"), r.get("date", ""), r.get("machine", ""),
                           r.get("threads") or "", r.get("pair") or "", r.get("tasks", ""),
-                          r.get("speedups", ""),
-                          "" if r.get("complete", True) else "interrupted"] for r in rows],
+                          r.get("speedups", "")]
+                         + (["" if r.get("complete", True) else "interrupted"] if status else [])
+                         for r in rows],
                         headers=["id", "kind", "date", "machine", "threads", "pair", "tasks",
-                                 "SD ×raw e2e", ""]))
+                                 "SD ×raw e2e"] + (["status"] if status else [])))
 
 
 if __name__ == "__main__":  # pragma: no cover

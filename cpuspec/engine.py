@@ -15,6 +15,8 @@ import numpy as np
 
 import llama_cpp as ll
 
+from . import interrupt
+
 SEQ = 0
 # llama.cpp's speculative example accepts a draft whose vocabulary is at most this many ids
 # larger or smaller than the target's (padding ids at the end; common/speculative.cpp).
@@ -64,6 +66,7 @@ class Model:
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         self.ptr = ll.llama_model_load_from_file(str(self.path).encode(), params)
+        interrupt.check()
         if not self.ptr:
             raise EngineError(f"llama.cpp could not load {self.path} (not a valid GGUF model?)")
         self.vocab = ll.llama_model_get_vocab(self.ptr)
@@ -204,6 +207,7 @@ class Session:
                 b.logits[i] = i >= first_out
             b.n_tokens = len(chunk)
             rc = ll.llama_decode(self.ctx, b)
+            interrupt.check()   # a Ctrl-C dropped inside a log callback is raised here
             if rc != 0:
                 raise EngineError(f"llama_decode failed with code {rc}")
 
@@ -269,3 +273,60 @@ def quantize_gguf(src: Path, dst: Path, quant: str, pure: bool = True,
     rc = ll.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
         raise EngineError(f"llama.cpp could not quantize {src} to {quant} (code {rc})")
+
+
+def quantize_in_child(src: Path, dst: Path, quant: str, pure: bool = True) -> None:
+    """quantize_gguf in a child process: llama_model_quantize runs for minutes inside one C
+    call, where no signal handler of this process can run, so Ctrl-C or SIGTERM stops the
+    child instead (and the child dies with this process: PR_SET_PDEATHSIG)."""
+    import signal
+    import subprocess
+    import sys
+
+    def die_with_parent():  # Linux only; elsewhere the child finishes on its own
+        try:
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    code = ("import sys; from pathlib import Path; from cpuspec.engine import quantize_gguf, "
+            "EngineError\ntry: quantize_gguf(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3],"
+            " sys.argv[4] == '1')\nexcept EngineError as e: sys.exit(str(e))")
+    import tempfile
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([sys.executable, "-c", code, str(src), str(dst), quant,
+                                 "1" if pure else "0"], stdout=subprocess.DEVNULL,
+                                stderr=errors, text=True, preexec_fn=die_with_parent,
+                                start_new_session=True)  # the terminal's Ctrl-C: ours only
+        interrupt.wait_child(proc)
+        errors.seek(0)
+        err = errors.read()
+    if proc.returncode != 0:
+        raise EngineError(err.strip().splitlines()[-1] if err.strip() else
+                          f"llama.cpp could not quantize {src} to {quant} "
+                          f"(exit {proc.returncode})")
+
+
+def model_file_type(path: Path) -> str | None:
+    """llama.cpp's name for a GGUF's declared file type (general.file_type), such as
+    'Q4_K_M', read from the header without loading the weights; None when it declares none."""
+    init_backend()
+    params = ll.llama_model_default_params()
+    params.vocab_only = True
+    ptr = ll.llama_model_load_from_file(str(path).encode(), params)
+    if not ptr:
+        return None
+    try:
+        buf = ctypes.create_string_buffer(64)
+        n = ll.llama_model_meta_val_str(ptr, b"general.file_type", buf, len(buf))
+        if n < 0:
+            return None
+        value = int(buf.value.decode())
+    except ValueError:
+        return None
+    finally:
+        ll.llama_model_free(ptr)
+    names = {getattr(ll, a): a.removeprefix("LLAMA_FTYPE_MOSTLY_").removeprefix("LLAMA_FTYPE_")
+             for a in dir(ll) if a.startswith("LLAMA_FTYPE_") and
+             isinstance(getattr(ll, a), int) and a != "LLAMA_FTYPE_GUESSED"}
+    return names.get(value, str(value))

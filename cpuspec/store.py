@@ -92,6 +92,13 @@ def write_atomic(path: Path, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; give it the mode a plain open() would (or the mode of
+        # the file it replaces), so a results file is as readable as any other output
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            mode = 0o666 & ~_umask()
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -101,6 +108,26 @@ def write_atomic(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    try:  # Linux says it without changing it
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def check_home() -> None:
+    """$CPUSPEC_HOME must be a folder (or not exist yet): a file there is a clear error."""
+    home = cpuspec_home()
+    if home.exists() and not home.is_dir():
+        raise OutputError(f"CPUSPEC_HOME points to {home}, which is a file, not a folder; set "
+                          "it to a folder")
 
 
 def _slug(text: str) -> str:
@@ -113,6 +140,7 @@ def new_run_path(kind: str, cpu_model: str, now: dt.datetime | None = None) -> P
     now = now or dt.datetime.now(dt.timezone.utc)
     stem = f"{now:%Y%m%dT%H%M%SZ}-{_slug(socket.gethostname())}-{_slug(cpu_model)}-{kind}"
     folder = results_dir()
+    check_home()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -133,6 +161,7 @@ def new_run_path(kind: str, cpu_model: str, now: dt.datetime | None = None) -> P
 
 
 def saved_runs() -> list[Path]:
+    check_home()
     folder = results_dir()
     return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
@@ -183,9 +212,24 @@ class ResultsSink:
     """Every JSON destination of one run (the saved run, --json): rewritten atomically after
     each finished prompt or point, so an interrupted run keeps what it measured."""
 
-    def __init__(self, paths: list[Path]):
+    def __init__(self, paths: list[Path], reserved: list[Path] = ()):
         self.paths = [Path(p) for p in paths]
+        # files created empty to claim a name (the saved run): removed if nothing is written
+        self.reserved = [Path(p) for p in reserved]
         self.last: dict | None = None   # what was written last
+
+    def discard_unwritten(self) -> None:
+        """Remove the reserved files of a run that ended before writing anything (a bad
+        model name, an interrupt during loading): no empty results file is left behind."""
+        if self.last is not None:
+            return
+        for p in self.reserved:
+            try:
+                if p.stat().st_size == 0:
+                    p.unlink()
+            except OSError:
+                pass
+        self.paths = [p for p in self.paths if p not in self.reserved]
 
     def __call__(self, results: dict) -> None:
         from .report import write_json

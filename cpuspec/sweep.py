@@ -91,6 +91,11 @@ class Point:
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def label(self) -> str:
+        """`threads=2, k=4` for progress lines: the axes set away from their defaults (a
+        quant of "" is the file as given; 0 threads, GPU layers or cores, the default)."""
+        return ", ".join(f"{a}={v}" for a, v in self.as_dict().items() if v)
+
 
 def expand(axes: dict[str, list[int]]) -> list[Point]:
     """Cartesian product, ordered by AXES (GPU layers outermost: one model load per pair)."""
@@ -128,7 +133,7 @@ def run_sweep(base: BenchConfig, points: list[Point],
                 # A point without pinning runs where the sweep started, not on the CPUs of
                 # the pinned point before it.
                 pinner.pin(cfg.cpus or initial_cpus)
-                log(f"point {p.as_dict()}")
+                log(f"measuring point {p.label()}")
                 on_point(p, run_bench(cfg, log, loaded), None)
 
 

@@ -149,3 +149,24 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
     if not prompts:
         raise PromptsFileError(f"{path}: no prompts in file")
     return prompts
+
+
+def load_prompts(tasks: list[str] | None, prompts_file: Path | None,
+                 per_task: int | None = None, default_tasks: list[str] | None = None
+                 ) -> list[Prompt]:
+    """The built-in suites asked for (the defaults when neither they nor a file are given) and
+    the prompts file's lines. Raw and SD runs are paired by prompt id, so two prompts with one
+    id (`--tasks json` and a file with "task": "json") are refused rather than mismatched."""
+    prompts: list[Prompt] = []
+    if tasks or not prompts_file:
+        prompts += builtin_prompts(tasks or default_tasks or DEFAULT_TASKS, per_task)
+    if prompts_file:
+        from_file = read_prompts_file(prompts_file, per_task)
+        clash = sorted({p.task for p in from_file} & {p.task for p in prompts})
+        if clash:
+            raise PromptsFileError(
+                f"{prompts_file}: task {clash[0]!r} is also a built-in suite of this run, so "
+                f"two prompts would be called {clash[0]}-1; rename the task in the file (e.g. "
+                f"\"{clash[0]}-mine\") or leave {clash[0]} out of --tasks")
+        prompts += from_file
+    return prompts

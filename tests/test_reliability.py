@@ -145,7 +145,7 @@ def test_tampered_cache_is_caught(tmp_path, monkeypatch, cpuspec_home):
     os.utime(cached, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... mtime restored
     clean_error(run("models", "verify"), "differs from its sha256 pin")
     # A run hashes the file it uses: never "verified" for these bytes.
-    clean_error(run("models", "path", "m"), "cannot fetch m")
+    clean_error(run("models", "path", "m"), "m is not in the cache")
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])

@@ -57,7 +57,7 @@ def test_sweep_threads_and_k_one_table(tiny_models, tmp_path):
     res = CliRunner().invoke(main, tiny(tiny_models, "--threads", "1,2", "--draft-len", "1,2",
                                         "--json", str(out)))
     assert res.exit_code == 0, res.output
-    assert res.output.count("point threads=") == 4
+    assert res.stdout.count("point threads=") == 4
     table = [l for l in res.output.splitlines() if l.startswith("|")]
     assert table[0].split("|")[1].strip() == "threads" and "n_gpu_layers" not in table[0]
     assert len(table) == 2 + 4
@@ -148,4 +148,4 @@ def test_quant_axes_sweep_derived_variants(tiny_models, tmp_path, cpuspec_home):
     assert bad.exit_code != 0 and "'Q3_X' is not one of" in bad.output
     bad = CliRunner().invoke(main, tiny(tiny_models, "--drafter", "lookup",
                                         "--draft-quant", "Q4_0"))
-    assert bad.exit_code != 0 and "--draft-quant needs a draft model" in bad.output
+    assert bad.exit_code != 0 and "--draft-quant set the draft model" in bad.output

@@ -86,6 +86,22 @@ def perturb(weights: dict[str, np.ndarray], seed: int, scale: float) -> dict[str
     return out
 
 
+def make_wide_weights(seed: int, n_ff: int, n_layer: int) -> dict[str, np.ndarray]:
+    """A larger model of the same shape family (wider feed-forward, more layers), for tests
+    that need llama.cpp's quantizer to run for a while."""
+    rng = np.random.default_rng(seed)
+    w = make_weights(seed)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        base = {k.removeprefix("blk.0."): v for k, v in w.items() if k.startswith("blk.0.")}
+        for k, v in base.items():
+            w[p + k] = v
+        w[p + "ffn_gate.weight"] = rng.standard_normal((n_ff, N_EMBD)).astype(np.float32)
+        w[p + "ffn_up.weight"] = rng.standard_normal((n_ff, N_EMBD)).astype(np.float32)
+        w[p + "ffn_down.weight"] = rng.standard_normal((N_EMBD, n_ff)).astype(np.float32)
+    return w
+
+
 def write_model(path: Path, weights: dict[str, np.ndarray], name: str = "tiny",
                 swap_tokens: int | None = None) -> Path:
     """swap_tokens=i swaps the texts of tokens i and i + 1: same vocabulary size, another
@@ -100,8 +116,8 @@ def write_model(path: Path, weights: dict[str, np.ndarray], name: str = "tiny",
     wr.add_name(name)
     wr.add_context_length(N_CTX_TRAIN)
     wr.add_embedding_length(N_EMBD)
-    wr.add_block_count(N_LAYER)
-    wr.add_feed_forward_length(N_FF)
+    wr.add_block_count(sum(1 for t in weights if t.endswith("attn_q.weight")))
+    wr.add_feed_forward_length(weights["blk.0.ffn_up.weight"].shape[0])
     wr.add_head_count(N_HEAD)
     wr.add_head_count_kv(N_HEAD_KV)
     wr.add_rope_dimension_count(N_EMBD // N_HEAD)
