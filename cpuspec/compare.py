@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any, Callable
 
-from .report import FIELDS, _fmt, _json_safe, _with_ci, summarize, table_rows
+from .report import FIELDS, _fmt, _json_safe, speedup_cell, summarize, table_rows
 
 # The per-task metrics compared, by report.FIELDS name, in this order.
 COMPARE_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "a", "c", "beta", "break_even_a",
@@ -91,17 +91,19 @@ def compare_rows(runs: list[dict]) -> list[dict]:
     rows = []
     for task in tasks:
         for metric in COMPARE_METRICS:
-            values, cis = [], []
+            values, cis, cells = [], [], []
             for pr in per_run:
                 row, s = pr.get(task, ({}, {}))
                 values.append(row.get(metric))
-                cis.append(s.get("sd_speedup_ci") if metric == "sd_speedup" else
-                           s.get("adaptive_speedup_ci") if metric == "adaptive_speedup" else None)
+                interval = metric in ("sd_speedup", "adaptive_speedup")
+                prefix = metric.removesuffix("speedup")
+                cis.append(s.get(f"{prefix}speedup_ci") if interval else None)
+                cells.append(speedup_cell(s, prefix) if interval and s else None)
             if all(v is None or v != v for v in values):
                 continue
             out = {"task": task, "metric": metric,
                    "header": fields[metric].header or VERDICT_HEADER,
-                   "values": values, "ci": cis}
+                   "values": values, "ci": cis, "cells": cells}
             if len(runs) == 2 and all(isinstance(v, (int, float)) and v == v and v
                                       for v in values):
                 out["ratio"] = values[1] / values[0]
@@ -136,8 +138,8 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
     table = []
     for r in rows:
         f = fields[r["metric"]]
-        cells = [(_with_ci(v, ci) if ci is not None or r["metric"].endswith("speedup")
-                  else _fmt(v, f.fmt)) or "-" for v, ci in zip(r["values"], r["ci"])]
+        cells = [(cell if cell is not None else _fmt(v, f.fmt)) or "-"
+                 for v, cell in zip(r["values"], r["cells"])]
         table.append([r["task"], r["header"]] + cells +
                      ([_fmt(r.get("ratio"), ".2f")] if len(runs) == 2 else []))
     lines = [f"run {i + 1}: {n}: {m['cpu']}"

@@ -44,6 +44,21 @@ def cost_model(k: int, a: float, target_decode_s: float, draft_per_token_s: floa
                      pays=a > break_even)
 
 
+def cost_model_per_round(k: int, a: float, target_decode_s: float, drafting_s: float,
+                         verify_s: float, drafts: float) -> CostModel:
+    """The break-even check for rounds whose drafts vary (prompt lookup, the hybrid), from
+    mean seconds per round: α = drafting ÷ T, β = verify ÷ T − 1, c = drafting per draft ÷ T.
+    k is the most a round may draft."""
+    if target_decode_s <= 0:
+        raise ValueError("need a positive target decode time")
+    alpha = drafting_s / target_decode_s
+    beta = verify_s / target_decode_s - 1.0
+    break_even = 1.0 + alpha + beta
+    return CostModel(k=k, a=a, c=alpha / drafts if drafts > 0 else 0.0, alpha=alpha,
+                     beta=beta, break_even_a=break_even, margin=a - break_even,
+                     predicted_speedup=a / break_even, pays=a > break_even)
+
+
 def verdict_line(task: str, cm: CostModel, measured_speedup: float | None = None) -> str:
     sign = ">" if cm.pays else "<"
     line = (f"{task}: SD {'ON ' if cm.pays else 'OFF'}: a = {cm.a:.2f} {sign} 1 + α + β = "
@@ -253,9 +268,10 @@ def predict_parallel_generation_s(probe: dict, survival: list[float], k: int,
     """As predict_generation_s, for the parallel schedule (the draft drafts round r + 1 during
     round r's verify). A round finds its drafts ready (a hit) when round r kept all k drafts
     and the target's bonus is the draft's guess; the guess is taken to match as often as draft
-    k was accepted after draft k − 1 (the last conditional rate measured). A hit round costs
-    max((k + 1)·d, V(k + 1)); a miss drafts serially first: k·d + V(k + 1). The prefills run at
-    the same time: the longer of the two."""
+    k was accepted after draft k − 1 (the last conditional rate measured). Every round waits
+    for the draft-ahead (its last draft and k guesses: (k + 1)·d) beside the verify, so a round
+    costs max((k + 1)·d, V(k + 1)), and a miss drafts serially first, k·d more. The prefills
+    run at the same time: the longer of the two."""
     verify = {int(n): v for n, v in probe["verify_s"].items()}
     target_prefill, draft_prefill = scaled_prefills(probe, prompt_tokens)
     d, v = probe["draft_s"], verify[k + 1]
@@ -263,7 +279,7 @@ def predict_parallel_generation_s(probe: dict, survival: list[float], k: int,
     all_kept = survival[k - 1]
     guess_ok = survival[k - 1] / survival[k - 2] if k > 1 and survival[k - 2] > 0 else all_kept
     hit = all_kept * guess_ok
-    round_s = hit * max((k + 1) * d, v) + (1 - hit) * (k * d + v)
+    round_s = max((k + 1) * d, v) + (1 - hit) * k * d
     rounds = steps / expected_tokens(survival, k)
     raw = target_prefill + steps * verify[1]
     return raw, max(target_prefill, draft_prefill) + rounds * round_s

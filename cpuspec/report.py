@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .costs import CostModel, cost_model, verdict_line
+from .costs import CostModel, cost_model, cost_model_per_round, verdict_line
 from .speculative import ROUND_FIELDS
 
 # 2: end-to-end windows (e2e_s, draft_prefill_s), noise samples per run, "kind" on every file,
@@ -79,21 +79,37 @@ def _unit(r: dict) -> tuple:
 
 
 def paired_units(raw: list[dict], sd: list[dict]) -> np.ndarray:
-    """One row per (prompt, repetition) measured in both modes: raw tokens, raw seconds,
-    SD tokens, SD seconds (end-to-end)."""
+    """One row per prompt measured in both modes: raw tokens, raw seconds, SD tokens, SD
+    seconds (end-to-end), summed over the repetitions of that prompt that ran in both modes.
+    Repetitions of one prompt share its text and output, so they are one unit, not several:
+    resampling them apart would shrink the interval by up to √repetitions for nothing."""
     by_unit = {_unit(r): r for r in raw}
-    rows = [(len(by_unit[_unit(s)]["tokens"]), run_e2e_s(by_unit[_unit(s)]),
-             len(s["tokens"]), run_e2e_s(s)) for s in sd if _unit(s) in by_unit]
-    return np.array(rows, dtype=float).reshape(-1, 4)
+    per_prompt: dict[str, np.ndarray] = {}
+    for s in sd:
+        r = by_unit.get(_unit(s))
+        if r is not None:
+            row = np.array([len(r["tokens"]), run_e2e_s(r), len(s["tokens"]), run_e2e_s(s)])
+            per_prompt[s["prompt_id"]] = per_prompt.get(s["prompt_id"], 0) + row
+    return np.array(list(per_prompt.values()), dtype=float).reshape(-1, 4)
+
+
+# An interval from fewer independent units is a range, and is printed as one: a percentile
+# bootstrap over 2 units returns their min and max, whatever the level it is labelled with.
+MIN_CI_UNITS = 5
+
+
+def unit_speedups(units: np.ndarray) -> np.ndarray:
+    """Each paired unit's own speedup (SD t/s ÷ raw t/s)."""
+    return (units[:, 2] / units[:, 3]) / (units[:, 0] / units[:, 1])
 
 
 def bootstrap_speedup_ci(units: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
                          seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
     """95 % percentile-bootstrap interval of the speedup (SD t/s ÷ raw t/s over the resampled
-    prompts), resampling (prompt, repetition) pairs so raw and SD stay paired. None with fewer
-    than 2 pairs: one prompt says nothing about the spread."""
+    prompts), resampling paired prompt units (paired_units) so raw and SD stay together. None
+    with fewer than MIN_CI_UNITS units: the caller prints their range instead."""
     n = len(units)
-    if n < 2:
+    if n < MIN_CI_UNITS:
         return None
     idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
     s = units[idx].sum(axis=1)  # (resamples, 4)
@@ -115,9 +131,14 @@ def significance(ci: tuple[float, float] | None) -> str | None:
 def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
     units = paired_units(raw, sd)
     ci = bootstrap_speedup_ci(units)
+    each = unit_speedups(units) if len(units) else np.array([])
     out = {f"{prefix}tok_s": e2e_tok_s(sd), f"{prefix}decode_tok_s": decode_tok_s(sd),
            f"{prefix}speedup": e2e_tok_s(sd) / e2e_tok_s(raw) if raw and sd else float("nan"),
            f"{prefix}speedup_ci": list(ci) if ci else None,
+           f"{prefix}speedup_units": len(units),
+           # fewer units than an interval needs: the range of the units' own speedups
+           f"{prefix}speedup_range": [float(each.min()), float(each.max())]
+           if ci is None and len(units) >= 2 else None,
            f"{prefix}significance": significance(ci),
            f"{prefix}decode_speedup": decode_tok_s(sd) / decode_tok_s(raw)
            if raw and sd else float("nan")}
@@ -131,8 +152,9 @@ def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
 
 def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict],
                        parallel: bool = False) -> tuple[float, str] | None:
-    """An independent prediction of the SD run's end-to-end speedup: costs from the cost probe
-    (measured apart from every generation) and the acceptance observed, applied to the prompts
+    """A prediction of the SD run's end-to-end speedup whose costs come from the cost probe
+    (measured apart from every generation) and whose acceptance is this run's own (so it tests
+    the cost model, not the acceptance: PREDICTED_FROM), applied to the prompts
     and token counts the run had, for the serial or the parallel schedule. None when the probe
     lacks a batch size."""
     from .costs import predict_generation_s, predict_parallel_generation_s
@@ -141,6 +163,13 @@ def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict
     predict = predict_parallel_generation_s if parallel else predict_generation_s
     return _speedup_over_runs(probe, sd, lambda prompt_tokens, n_tokens: predict(
         probe, survival, k, prompt_tokens, n_tokens))
+
+
+# What each prediction uses, printed and stored beside it.
+PREDICTED_FROM = {
+    "model": "cost probe + this run's acceptance",
+    "variable": "cost probe + this run's rounds replayed",
+}
 
 
 def _speedup_over_runs(probe: dict, sd: list[dict], predict: Callable[[int, int], tuple]
@@ -183,6 +212,17 @@ def predict_from_rounds(probe: dict, k: int, sd: list[dict]) -> tuple[float, str
                                                           n_tokens, share, catchup))
 
 
+def _draft_s_per_token(sd: list[dict], full: list[dict], k: int, parallel: bool) -> float:
+    """The draft's time per drafted token. In the parallel schedule a round's draft_s is only
+    the wait for the draft (about 0 when its drafts were ready), so the draft's own time per
+    decode on its thread is taken instead (the schedule's ahead_s / ahead_decodes)."""
+    if parallel:
+        ahead = [r["schedule"] for r in sd if (r.get("schedule") or {}).get("ahead_decodes")]
+        if ahead:
+            return sum(a["ahead_s"] for a in ahead) / sum(a["ahead_decodes"] for a in ahead)
+    return statistics.median(r["draft_s"] / k for r in full)
+
+
 def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
                     parallel: bool = False, drafter: str = "model") -> dict[str, Any]:
     """Metrics of one task (or of all runs) from its raw and speculative runs."""
@@ -202,27 +242,44 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
         if raw else float("nan")
     out["sd_prompt_wall_s"] = statistics.median([run_e2e_s(r) for r in sd]) \
         if sd else float("nan")
-    # Full rounds only (k drafted): rounds shortened by max_tokens or an end token would bias a.
-    full = [r for r in _rounds(sd) if r["k"] == k]
+    # A model drafts k every round: its full rounds only (rounds shortened by max_tokens or
+    # an end token would bias a). Lookup and the hybrid draft what they find, often nothing:
+    # every round counts, or a, acceptance and the break-even describe the minority of rounds
+    # that drafted k (machine A's lookup run: a = 2.95 over those, 1.54 over all rounds).
+    variable = drafter != "model"
+    full = _rounds(sd) if variable else [r for r in _rounds(sd) if r["k"] == k]
+    drafted = [r for r in full if r["k"] > 0]
     out["n_rounds"] = len(full)
-    if full:
+    if drafted:
         acc = [r["n_accepted"] for r in full]
-        out["a"] = statistics.fmean(r["n_accepted"] + 1 for r in full)
-        out["acceptance_pct"] = 100.0 * sum(acc) / (k * len(full))
-        out["zero_accept_pct"] = 100.0 * sum(1 for x in acc if x == 0) / len(full)
-        # Position i (1-based) survives when at least i drafts were accepted.
-        out["per_position_acceptance_pct"] = [100.0 * sum(1 for x in acc if x >= i) / len(full)
-                                              for i in range(1, k + 1)]
+        out["a"] = statistics.fmean(x + 1 for x in acc)
+        out["acceptance_pct"] = 100.0 * sum(acc) / sum(r["k"] for r in drafted)
+        out["zero_accept_pct"] = 100.0 * sum(1 for r in drafted if r["n_accepted"] == 0) \
+            / len(drafted)
+        # Position i (1-based) survives when at least i drafts were accepted, among the rounds
+        # that drafted at least i (every full round of a model drafter).
+        out["per_position_acceptance_pct"] = [
+            100.0 * sum(1 for r in drafted if r["n_accepted"] >= i) /
+            max(sum(1 for r in drafted if r["k"] >= i), 1) for i in range(1, k + 1)]
         out["accepted_histogram"] = [sum(1 for x in acc if x == j) for j in range(k + 1)]
+        if variable:
+            out["drafted_rounds_pct"] = 100.0 * len(drafted) / len(full)
+            out["mean_drafts_per_round"] = statistics.fmean(r["k"] for r in full)
         overhead = [r["round_s"] - r["draft_s"] - r["verify_s"] for r in full]
         out["python_overhead_ms_per_round"] = statistics.median(overhead) * 1e3
         out["python_overhead_pct"] = 100.0 * sum(overhead) / sum(r["round_s"] for r in full)
         raw_lat = [x for r in raw for x in r["token_latencies_s"]]
         if raw_lat:
-            # Accounting, not prediction: the same rounds' own medians, a ÷ (1 + α + β).
-            cm = cost_model(k, out["a"], statistics.median(raw_lat),
-                            statistics.median(r["draft_s"] / k for r in full),
-                            statistics.median(r["verify_s"] for r in full))
+            # Accounting, not prediction: the same rounds' own times, a ÷ (1 + α + β).
+            t = statistics.median(raw_lat)
+            if variable:   # rounds differ in size: means per round, not medians
+                cm = cost_model_per_round(
+                    k, out["a"], t, statistics.fmean(r["draft_s"] for r in full),
+                    statistics.fmean(r["verify_s"] for r in full),
+                    statistics.fmean(r["k"] for r in full))
+            else:
+                cm = cost_model(k, out["a"], t, _draft_s_per_token(sd, full, k, parallel),
+                                statistics.median(r["verify_s"] for r in full))
             out["cost"] = cm.to_dict()
         if probe:
             survival = [p / 100.0 for p in out["per_position_acceptance_pct"]]
@@ -231,6 +288,7 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
                 if drafter == "model" else predict_from_rounds(probe, k, sd)
             if pred:
                 out["predicted_speedup"], out["predicted_window"] = pred
+                out["predicted_from"] = PREDICTED_FROM["variable" if variable else "model"]
                 out["prediction_error_pct"] = 100.0 * (out["sd_speedup"] / pred[0] - 1.0)
     if ad:
         out.update(_speedups(raw, ad, "adaptive_"))
@@ -247,8 +305,9 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
         out["warnings"].append(f"only {len(full)} full rounds: a and acceptance are rough; "
                                "raise --max-tokens or --repetitions")
     if sd and raw and out.get("sd_speedup_ci") is None:
-        out["warnings"].append("one prompt only: no interval for the speedup; use more "
-                               "prompts or --repetitions")
+        out["warnings"].append(f"{out.get('sd_speedup_units', 0)} prompt(s): no 95 % interval "
+                               f"below {MIN_CI_UNITS} prompts (repetitions of one prompt are "
+                               "one unit); use more prompts")
     lat = out["raw_latency_ms"]
     if raw and lat["p95"] > NOISY_P95_OVER_P50 * lat["p50"]:
         out["warnings"].append(f"noisy machine: raw token latency p95/p50 = "
@@ -388,10 +447,24 @@ def _ci(key: str, i: int) -> Callable[[dict], Any]:
     return lambda s: s[key][i] if s.get(key) else None
 
 
-def _with_ci(value: Any, ci: list | None) -> str | None:
+def _with_ci(value: Any, ci: list | None, rng: list | None = None,
+             n_units: int | None = None) -> str | None:
+    """`1.18 [1.13, 1.25]` with an interval; `1.18 (range 1.15–1.20, 2 prompts)` where there
+    were too few prompts for one."""
     if value is None or value != value:
         return None
-    return f"{value:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+    if ci:
+        return f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+    if rng:
+        return f"{value:.2f} (range {rng[0]:.2f}–{rng[1]:.2f}" + \
+            (f", {n_units} prompts)" if n_units else ")")
+    return f"{value:.2f}"
+
+
+def speedup_cell(s: dict, prefix: str = "sd_") -> str | None:
+    """A summary's speedup with its interval or, below MIN_CI_UNITS prompts, its range."""
+    return _with_ci(s.get(f"{prefix}speedup"), s.get(f"{prefix}speedup_ci"),
+                    s.get(f"{prefix}speedup_range"), s.get(f"{prefix}speedup_units"))
 
 
 FIELDS = [
@@ -401,15 +474,20 @@ FIELDS = [
     Field("sd_speedup", "SD ×raw e2e [95% CI]", lambda s: s["sd_speedup"], ".2f"),
     Field("sd_speedup_ci_low", "", _ci("sd_speedup_ci", 0), ".3f", text=False),
     Field("sd_speedup_ci_high", "", _ci("sd_speedup_ci", 1), ".3f", text=False),
+    Field("sd_speedup_range_low", "", _ci("sd_speedup_range", 0), ".3f", text=False),
+    Field("sd_speedup_range_high", "", _ci("sd_speedup_range", 1), ".3f", text=False),
+    Field("sd_speedup_units", "", lambda s: s.get("sd_speedup_units"), text=False),
     Field("sd_significance", "", lambda s: s.get("sd_significance"), text=False),
     Field("predicted_speedup", "predicted", lambda s: s.get("predicted_speedup"), ".2f"),
     Field("prediction_error_pct", "error %", lambda s: s.get("prediction_error_pct"), "+.0f"),
+    Field("predicted_from", "", lambda s: s.get("predicted_from"), text=False),
     Field("sd_decode_speedup", "decode-only ×raw", lambda s: s.get("sd_decode_speedup"),
           ".2f"),
     Field("a", "a", lambda s: s.get("a"), ".2f"),
     Field("break_even_a", "1+α+β", _cost("break_even_a"), ".2f"),
     Field("acceptance_pct", "accept %", lambda s: s.get("acceptance_pct"), ".1f"),
     Field("zero_accept_pct", "zero-acc %", lambda s: s.get("zero_accept_pct"), ".1f"),
+    Field("drafted_rounds_pct", "drafted %", lambda s: s.get("drafted_rounds_pct"), ".0f"),
     Field("c", "c", _cost("c"), ".2f"),
     Field("alpha", "α", _cost("alpha"), ".2f", text=False),
     Field("beta", "β", _cost("beta"), ".2f"),
@@ -449,7 +527,7 @@ def _fmt(value: Any, fmt: str) -> str:
 
 def _cell(f: Field, row: dict, s: dict) -> str:
     if f.name in _CI_OF:
-        return _with_ci(row[f.name], s.get(_CI_OF[f.name])) or "-"
+        return speedup_cell(s, f.name.removesuffix("speedup")) or "-"
     return _fmt(row[f.name], f.fmt)
 
 
@@ -524,19 +602,25 @@ def _static_details(task: str, s: dict, k: int) -> list[str]:
                         f"{au['min_margin_at_divergence']:.3f}"
                         if au["min_margin_at_divergence"] is not None else ""))
     lines.append(f"[{task}] end-to-end SD ×raw "
-                 f"{_with_ci(s['sd_speedup'], s.get('sd_speedup_ci'))}"
+                 f"{speedup_cell(s)}"
                  + (f" ({s['sd_significance']})" if s.get("sd_significance") else "")
                  + f"; decode-only {s['sd_decode_speedup']:.2f}×"
                  + ("; by repetition " + " ".join(f"{v:.2f}" for v in
                                                   s["sd_speedup_by_repetition"])
                     if s.get("sd_speedup_by_repetition") else ""))
     if "predicted_speedup" in s:
-        lines.append(f"[{task}] predicted from the cost probe and the acceptance: "
+        lines.append(f"[{task}] predicted from the "
+                     f"{s.get('predicted_from', PREDICTED_FROM['model'])}: "
                      f"{s['predicted_speedup']:.2f}× ({s['predicted_window']}); measured "
                      f"{s['sd_speedup']:.2f}×, error {s['prediction_error_pct']:+.0f}%")
+    if "drafted_rounds_pct" in s:
+        lines.append(f"[{task}] drafts per round vary: {s['drafted_rounds_pct']:.0f}% of "
+                     f"{s['n_rounds']} rounds drafted, {s['mean_drafts_per_round']:.2f} drafts "
+                     "per round; a, acceptance and 1 + α + β are over every round")
     if "cost" in s:
         lines.append(verdict_line(task, CostModel(**s["cost"]))
-                     + " (accounting: this run's own round medians)")
+                     + (" (accounting: this run's own round means)" if "drafted_rounds_pct"
+                        in s else " (accounting: this run's own round medians)"))
     return lines
 
 
@@ -544,7 +628,7 @@ def _adaptive_details(task: str, s: dict, k: int) -> list[str]:
     vs_static = (f", {s['adaptive_vs_static']:.2f}× static k = {k}"
                  if s.get("adaptive_vs_static") else "")
     lines = [f"[{task}] adaptive: "
-             f"{_with_ci(s['adaptive_speedup'], s.get('adaptive_speedup_ci'))}× raw "
+             f"{speedup_cell(s, 'adaptive_')}× raw "
              f"end-to-end{vs_static}; speculating in "
              f"{s['adaptive_speculating_pct']:.0f}% of rounds (k chosen: "
              + " ".join(f"{j}:{n}" for j, n in s["adaptive_k_histogram"].items())
@@ -708,7 +792,20 @@ def advise(results: dict) -> dict[str, dict]:
             "needed_acceptance_pct": None if need is None else 100 * need.break_even_acceptance,
             "needed_at_k": None if need is None else need.k,
             "c": draft_s / verify_s[1], "beta_at_k": verify_s[k + 1] / verify_s[1] - 1,
-            "table": [c.__dict__ for c in table]}
+            "table": [c.__dict__ for c in table],
+            # a break-even acceptance is a rate for k drafts every round; lookup and the hybrid
+            # have none, and their verdict rests on a against 1 + α + β instead
+            "break_even_computed": drafter == "model"}
+        if drafter != "model":
+            from .costs import round_terms
+            rounds, share, catchup = replay_inputs(
+                [r for r in results["runs"] if r["mode"] == "static"
+                 and (task == OVERALL or r["task"] == task)])
+            if rounds:
+                k_terms = k_best or k
+                a, alpha, beta = round_terms(probe, rounds, k_terms, share, catchup)
+                out[task]["terms"] = {"k": k_terms, "a": a, "alpha": alpha, "beta": beta,
+                                      "break_even_a": 1.0 + alpha + beta}
         if drafter == "model":  # the curve past k: where measuring a longer k is worth it
             ahead = beyond_measured(survival, draft_s, verify_s)
             best_ahead = max(ahead, key=lambda c: c.predicted_speedup, default=None)
@@ -733,6 +830,11 @@ def render_advice(advice: dict, k: int) -> str:
     for task, a in advice.items():
         if a["verdict"] == "ON":
             verdict = f"ON, k = {a['k_best']}"
+        elif not a.get("break_even_computed", True):
+            t = a.get("terms")
+            verdict = ("OFF: " + (f"a = {t['a']:.2f} < 1 + α + β = {t['break_even_a']:.2f} at "
+                                  f"k = {t['k']}; " if t else "")
+                       + "break-even acceptance not computed (drafts per round vary)")
         elif a["needed_acceptance_pct"] is None:
             verdict = "OFF: no acceptance is enough at these costs"
         else:

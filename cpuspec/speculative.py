@@ -291,7 +291,10 @@ def generate_speculative_parallel(target: Decoder, draft: Decoder, prompt: Seque
     t_prefill = clock()
     n_draft_kv = len(prompt)
     ahead: list[int] = []
-    extra = {"hits": 0, "misses": 0, "hidden_draft_s": 0.0, "discarded_drafts": 0}
+    # ahead_s / ahead_decodes: the draft's own time per decode on its thread (a round's
+    # draft_s holds only what this thread waited for, ~0 on a hit, so c is measured here)
+    extra = {"hits": 0, "misses": 0, "hidden_draft_s": 0.0, "discarded_drafts": 0,
+             "ahead_s": 0.0, "ahead_decodes": 0}
     rounds: list[RoundStats] = []
     latencies: list[float] = []
     t_prev = t_prefill
@@ -332,6 +335,9 @@ def generate_speculative_parallel(target: Decoder, draft: Decoder, prompt: Seque
             if n_draft_kv < kv:
                 draft.truncate(n_draft_kv)
         extra["hidden_draft_s"] += max(spec_s - (t_joined - t_verified), 0.0)
+        if spec is not None:   # draft_ahead decoded the last draft and every guess but one
+            extra["ahead_s"] += spec_s
+            extra["ahead_decodes"] += len(guesses)
         emitted = drafts[:n_accepted] + [next_token]
         emitted = cut_at_eog(target, emitted)
         tokens += emitted

@@ -55,7 +55,7 @@ def test_summarize_group_to_the_digit():
     assert s["sd_speedup"] == pytest.approx(0.63 / (0.7 + sd_time))
     assert s["sd_decode_speedup"] == pytest.approx(sd_tokens / sd_time / 100.0)
     assert s["sd_speedup_ci"] is None  # one prompt: no interval
-    assert any("one prompt only" in w for w in s["warnings"])
+    assert any("no 95 % interval below 5 prompts" in w for w in s["warnings"])
     cm = s["cost"]
     assert cm["c"] == pytest.approx(0.5)
     assert cm["alpha"] == pytest.approx(2.0)
