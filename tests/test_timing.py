@@ -159,8 +159,14 @@ def test_parallel_prediction_by_hand():
     probe = {"verify_s": {"1": 0.01, "3": 0.014}, "draft_s": 0.004,
              "target_prefill_s": 0.1, "draft_prefill_s": 0.04, "prompt_tokens": 10}
     # k = 2, survival [0.9, 0.8]: all kept 0.8, the guess matches 0.8 / 0.9 of the time:
-    # hit = 0.8 × 0.8/0.9 = 0.7111. Hit round: max(3 × 4 ms, 14 ms) = 14 ms; miss: 8 + 14 ms.
+    # hit = 0.8 × 0.8/0.9 = 0.7111. Every round waits for the draft-ahead beside the verify:
+    # max(3 × 4 ms, 14 ms) = 14 ms; a miss then drafts serially, 2 × 4 = 8 ms more. (The old
+    # model priced a miss as 8 + 14 ms without the wait, and so did every miss.)
     raw, sd = predict_parallel_generation_s(probe, [0.9, 0.8], 2, 10, 11)
     hit = 0.8 * 0.8 / 0.9
     assert raw == pytest.approx(0.1 + 10 * 0.01)
     assert sd == pytest.approx(0.1 + 10 / 2.7 * (hit * 0.014 + (1 - hit) * 0.022))
+    # A draft slower than the verify: the wait shows in misses too (3 × 6 = 18 ms > 14 ms).
+    slow = dict(probe, draft_s=0.006)
+    _, sd = predict_parallel_generation_s(slow, [0.9, 0.8], 2, 10, 11)
+    assert sd == pytest.approx(0.1 + 10 / 2.7 * (hit * 0.018 + (1 - hit) * (0.018 + 0.012)))
