@@ -753,8 +753,9 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
               help="Built-in tasks [default: json,code,story,grounded].")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
               help="JSONL prompts file (as for bench).")
-@click.option("--prompts-per-task", type=click.IntRange(2, 8), default=4, show_default=True,
-              help="Half of them to choose on, half to confirm on.")
+@click.option("--prompts-per-task", type=click.IntRange(2, 64), default=8, show_default=True,
+              help="Prompts 1, 4, 7, ... of each task choose, the others confirm: 8 gives 3 "
+                   "and 5, the fewest a 95 % interval is printed from.")
 @click.option("-n", "--max-tokens", type=click.IntRange(2, 4096), default=64,
               show_default=True)
 @click.option("-t", "--threads", type=int, callback=_positive)
@@ -768,13 +769,16 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
          budget, no_confirm, json_path, save, force):
     """Find where SD pays: targets × drafters × k, predicted by the cost model, then confirmed.
 
-    One static run at --k-max per target × drafter on half of the prompts gives the costs
-    (V(n), the draft's decode) and the acceptance that predict every k. Per task it answers
-    twice: the fastest configuration against raw decoding on the first target (raw decoding on
-    another target included), and where SD pays most against raw decoding on its own target;
-    the SD ones are measured (raw vs SD, end to end, with intervals and the lossless audit) on
-    the other half of the prompts. Prints the exact `cpuspec bench` command for each, and when
-    nothing pays, which of a and 1 + α + β is short.
+    Each candidate's cost curve comes first (seconds): candidates whose curve cannot pay even
+    with every draft accepted are skipped, the rest run most promising first. One static run
+    at --k-max per candidate on a third of the prompts gives the costs (V(n), the draft's
+    decode) and the acceptance that predict every k. Per task it answers twice: the fastest
+    configuration against raw decoding on the first target (raw decoding on another target
+    included), and where SD pays most against raw decoding on its own target. Every answer is
+    then measured on the other prompts (SD: raw vs SD with the lossless audit; the first
+    target's raw speed on the same prompts), with 95 % intervals from 5 prompts on. Prints the
+    exact `cpuspec bench` command for each, and when nothing pays, which of a and 1 + α + β
+    is short.
 
     \b
     Examples:

@@ -150,6 +150,15 @@ def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
     return out
 
 
+def speedup_stats(base: list[dict], other: list[dict]) -> dict[str, Any]:
+    """other ÷ base end to end, paired by prompt: the ratio, its 95 % interval (≥ MIN_CI_UNITS
+    prompts) or range (fewer), the number of prompt units and the verdict. `other` may be SD
+    runs or raw runs of another target."""
+    s = _speedups(base, other, "")
+    return {"speedup": s["speedup"], "ci": s["speedup_ci"], "range": s["speedup_range"],
+            "units": s["speedup_units"], "significance": s["significance"]}
+
+
 def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict],
                        parallel: bool = False) -> tuple[float, str] | None:
     """A prediction of the SD run's end-to-end speedup whose costs come from the cost probe

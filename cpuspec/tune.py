@@ -1,14 +1,22 @@
 """`cpuspec tune`: find the configuration where SD pays, guided by the cost model.
 
-1. Measure: for every (target, draft) combination, one static run at k_max on the tuning half
-   of the prompts. Its cost probe gives V(n) for n = 1..k_max+1 and the draft's cost; its rounds
-   give, per task, the survival P(n_accepted ≥ i) for every i ≤ k_max, which serves every
-   smaller k (greedy drafts do not depend on k).
-2. Predict every (combination, k) per task, end to end, with the same function that predicts a
+0. Rank: the cost curve of every (target, draft) pair first (seconds each): the best speedup
+   its curve allows if every draft were accepted, (k + 1)·V(1) ÷ (k·d + V(k + 1)), d = 0 for
+   prompt lookup and the hybrid. A candidate whose ceiling is ≤ 1 is skipped (even a = k + 1
+   cannot beat 1 + α + β); the rest are measured most promising first, so a budget is spent
+   where it can pay.
+1. Measure: for every candidate left, one static run at k_max on the choosing prompts. Its cost
+   probe gives V(n) for n = 1..k_max+1 and the draft's cost; its rounds give, per task, the
+   survival P(n_accepted ≥ i) for every i ≤ k_max, which serves every smaller k (greedy
+   drafts do not depend on k). A target none of whose candidates is measured gets a raw run,
+   so raw decoding on it stays an answer.
+2. Predict every (candidate, k) per task, end to end, with the same function that predicts a
    bench run (report.predict_from_probe), against raw decoding on the same target and on the
    reference (first) target.
-3. Confirm: run the best configuration of each task for real (raw and static SD) on the other
-   half of the prompts, so the reported speedup never comes from the prompts it was chosen on.
+3. Confirm every answer printed, on the other prompts: an SD answer by raw and static runs on
+   its target, raw decoding on another target by raw runs; the reference target's raw speed is
+   measured on the same prompts (never scaled from the choosing runs), so "× reference raw" is
+   a paired ratio with its interval (≥ 5 prompts) or range.
 """
 from __future__ import annotations
 
@@ -19,11 +27,17 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .bench import BenchConfig, run_bench
-from .report import OVERALL, predict_from_probe, predict_from_rounds, summarize
+from .bench import BenchConfig, run_bench, run_costs
+from .report import (OVERALL, predict_from_probe, predict_from_rounds, speedup_cell,
+                     speedup_stats, summarize)
 
 Log = Callable[[str], None]
 K_MAX = 8
+# Per task, prompts 1, 4, 7, ... choose and the others confirm: the built-in suites' 8 prompts
+# give 3 to choose on and 5 to confirm on, the fewest an interval is printed from.
+CHOOSE_EVERY = 3
+# Repetitions per batch size of the ranking's cost curves (median taken).
+COST_REPS = 3
 
 
 @dataclass(frozen=True)
@@ -48,16 +62,46 @@ class Candidate:
                                    drafter=self.drafter, **changes)
 
 
-def split_prompts(prompts: list) -> tuple[list, list]:
-    """Per task, alternate prompts between tuning and confirming (never tune on the numbers you
-    report)."""
+def split_prompts(prompts: list, every: int = CHOOSE_EVERY) -> tuple[list, list]:
+    """Per task, prompts 1, 1 + every, 1 + 2·every, ... to choose on, the others to confirm on
+    (never confirm on the numbers you chose with)."""
     tune, confirm, seen = [], [], {}
     for p in prompts:
         i = seen.get(p.task, 0)
-        (tune if i % 2 == 0 else confirm).append(p)
+        (tune if i % every == 0 else confirm).append(p)
         seen[p.task] = i + 1
     return tune, confirm
 
+
+def ceiling(probe: dict, k_max: int, draft_s: float) -> tuple[float, int]:
+    """The best speedup a cost curve allows with every draft accepted, and its k."""
+    verify = {int(n): v for n, v in probe["verify_s"].items()}
+    return max(((k + 1) * verify[1] / (k * draft_s + verify[k + 1]), k)
+               for k in range(1, k_max + 1) if k + 1 in verify)
+
+
+def rank_candidates(cfg: BenchConfig, candidates: list[Candidate], k_max: int,
+                    log: Log) -> list[dict]:
+    """Step 0 (see the module's docstring): one cost curve per (target, draft model); for the
+    lookup drafter, the target's curve (it is probed with itself as the draft)."""
+    probes: dict[tuple[str, str], dict] = {}
+    ranking = []
+    for cand in candidates:
+        draft = cand.draft or cand.target
+        key = (str(cand.target.path), str(draft.path))
+        if key not in probes:
+            log(f"tune: cost curve of {cand.target.spec.name}"
+                + (f" + {draft.spec.name}" if cand.draft else ""))
+            probes[key] = run_costs(dataclasses.replace(
+                cfg, pair=None, target_path=cand.target.path, draft_path=draft.path,
+                drafter="model", k=k_max), COST_REPS, log)["cost_probe"]
+        probe = probes[key]
+        best, k = ceiling(probe, k_max, probe["draft_s"] if cand.drafter == "model" else 0.0)
+        ranking.append({"candidate": cand.name, "ceiling": best, "ceiling_k": k,
+                        "ruled_out": best <= 1.0,
+                        "c": probe["draft_s"] / probe["verify_s"]["1"]
+                        if cand.drafter == "model" else 0.0})
+    return ranking
 
 def predictions(results: dict, k_max: int) -> dict[str, list[dict]]:
     """Per task, the predicted end-to-end speedup of every k in 1..k_max from one static run at
@@ -128,11 +172,32 @@ def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
     return shlex.join(args)
 
 
+def raw_speeds(doc: dict) -> dict[tuple[str, str], float]:
+    """Raw end-to-end t/s per (target, task) on the choosing prompts: the mean over every
+    choosing run with that target (its candidates' runs and its own raw run)."""
+    raws: dict[tuple[str, str], list[float]] = {}
+    for m in doc["measured"] + [{"candidate": r["target"], "results": r["results"]}
+                                for r in doc["raw_runs"]]:
+        name = m["candidate"].split(" + ")[0]
+        for task, s in summarize(m["results"]).items():
+            if task != OVERALL:
+                raws.setdefault((name, task), []).append(s["raw_tok_s"])
+    return {key: statistics.fmean(v) for key, v in raws.items()}
+
+
+def _confirmed(base_runs: list[dict], runs: list[dict]) -> dict:
+    """A paired ratio of end-to-end speeds on the confirm prompts, with what it could show:
+    the interval's half-width is the smallest difference from 1 it resolves."""
+    s = speedup_stats(base_runs, runs)
+    s["resolves"] = (s["ci"][1] - s["ci"][0]) / 2 if s["ci"] else None
+    return s
+
+
 def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _: None,
              k_max: int = K_MAX, confirm: bool = True, on_update=None,
              budget_s: float | None = None) -> dict:
-    """Measure, predict, confirm (see the module's docstring). With budget_s, candidates and
-    confirmations that would start after it are skipped, and the record says which."""
+    """Rank, measure, predict, confirm (see the module's docstring). With budget_s, steps that
+    would start after it are skipped, and the record says which."""
     start = time.monotonic()
 
     def over_budget(what: str) -> bool:
@@ -142,6 +207,10 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
             return True
         return False
 
+    def update():
+        if on_update:
+            on_update(doc)
+
     tune_prompts, confirm_prompts = split_prompts(cfg.prompts)
     if not tune_prompts or (confirm and not confirm_prompts):
         raise ValueError("tune needs at least 2 prompts per task (one to tune on, one to "
@@ -149,30 +218,65 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
     doc: dict = {"kind": "tune", "k_max": k_max, "candidates": [c.name for c in candidates],
                  "tune_prompts": [p.prompt_id for p in tune_prompts],
                  "confirm_prompts": [p.prompt_id for p in confirm_prompts],
-                 "measured": [], "recommendations": {}, "skipped_for_budget": []}
+                 "ranking": [], "measured": [], "raw_runs": [], "recommendations": {},
+                 "skipped_for_budget": []}
     base = dataclasses.replace(cfg, policies=["static"], warmup=1)
-    measured = []
-    for i, cand in enumerate(candidates):
-        if i and over_budget(cand.name):
+    raw_base = dataclasses.replace(cfg, policies=[], warmup=1, drafter="lookup",
+                                   draft_path=None, k=1)
+
+    doc["ranking"] = rank_candidates(cfg, candidates, k_max, log)
+    update()
+    order = sorted(zip(candidates, doc["ranking"]), key=lambda cr: -cr[1]["ceiling"])
+    measured, results = [], []
+    for cand, rank in order:
+        if rank["ruled_out"]:
+            log(f"tune: {cand.name}: skipped, its cost curve allows at most "
+                f"{rank['ceiling']:.2f}× even with every draft accepted")
             continue
-        log(f"tune {i + 1}/{len(candidates)}: {cand.name}, static k = {k_max} on "
-            f"{len(tune_prompts)} prompts")
+        if measured and over_budget(cand.name):
+            continue
+        log(f"tune {len(measured) + 1}: {cand.name}, static k = {k_max} on "
+            f"{len(tune_prompts)} prompts (ceiling {rank['ceiling']:.2f}×)")
         res = run_bench(cand.bench_config(base, prompts=tune_prompts, k=k_max), log)
         doc["measured"].append({"candidate": cand.name, "results": res,
                                 "predictions": predictions(res, k_max)})
         measured.append(cand)
-        if on_update:
-            on_update(doc)
-    doc["target_perplexity"] = target_perplexities(doc["measured"])
-    # Raw speed per (target, task): the mean over every tuning run with that target.
-    raws: dict[tuple[str, str], list[float]] = {}
-    for cand, m in zip(measured, doc["measured"]):
-        for task, p in m["predictions"].items():
-            raws.setdefault((cand.target.spec.name, task), []).append(p["raw_tok_s"])
-    raw_speed = {key: statistics.fmean(v) for key, v in raws.items()}
-    reference = measured[0].target.spec.name
+        results.append(res)
+        update()
+    # Raw decoding on every target: from its candidates' runs, else from a raw run of its own.
+    targets = {c.target.spec.name: c.target for c in candidates}
+    for name, target in targets.items():
+        if any(c.target.spec.name == name for c in measured) or \
+                (results and over_budget(f"raw run of {name}")):
+            continue
+        log(f"tune: {name}: raw decoding on {len(tune_prompts)} prompts (no SD candidate "
+            "of it measured)")
+        res = run_bench(dataclasses.replace(raw_base, target_path=target.path,
+                                            prompts=tune_prompts), log)
+        doc["raw_runs"].append({"target": name, "results": res})
+        results.append(res)
+        update()
+    doc["target_perplexity"] = target_perplexities(doc["measured"] + [
+        {"candidate": r["target"], "results": r["results"]} for r in doc["raw_runs"]])
+    raw_speed = raw_speeds(doc)
+    reference = candidates[0].target.spec.name
     doc["reference_target"] = reference
-    for task in doc["measured"][0]["predictions"]:
+    tasks = list(dict.fromkeys(p.task for p in tune_prompts))
+    raw_confirm: dict[str, dict] = {}     # target → its raw runs on the confirm prompts
+
+    def raw_runs_on(name: str, task: str) -> list[dict] | None:
+        if name not in raw_confirm:
+            if over_budget(f"raw runs of {name} on the confirm prompts"):
+                return None
+            log(f"tune: raw decoding of {name} on the {len(confirm_prompts)} confirm prompts")
+            raw_confirm[name] = run_bench(dataclasses.replace(
+                raw_base, target_path=targets[name].path, prompts=confirm_prompts), log)
+            doc.setdefault("confirm_runs", []).append(raw_confirm[name])
+        return [r for r in raw_confirm[name]["runs"] if r["task"] == task]
+
+    for task in tasks:
+        if (reference, task) not in raw_speed:
+            continue
         ref_raw = raw_speed[(reference, task)]
         sd_options = []
         for cand, m in zip(measured, doc["measured"]):
@@ -186,58 +290,102 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
                                    "_cand": cand, "_results": m["results"]})
         raw_options = [{"candidate": f"{t} (SD off)", "k": 0, "predicted_speedup": 1.0,
                         "predicted_vs_reference_raw": raw_speed[(t, task)] / ref_raw,
-                        "_target": c.target} for t, c in
-                       {c.target.spec.name: c for c in measured}.items()
-                       if (t, task) in raw_speed]
+                        "_target": targets[t]} for t in targets if (t, task) in raw_speed]
         fastest = max(sd_options + raw_options, key=lambda o: o["predicted_vs_reference_raw"])
-        best_sd = max(sd_options, key=lambda o: o["predicted_speedup"])
-        rec = {"recommended": _public(fastest), "best_sd": _public(best_sd),
+        rec = {"recommended": _public(fastest),
                "top": [_public(o) for o in sorted(sd_options + raw_options, key=lambda o:
                                                   -o["predicted_vs_reference_raw"])[:5]]}
         rec["recommended"]["sd"] = fastest["k"] > 0
         rec["recommended"]["command"] = command_for(cfg, fastest.get("_cand"), fastest["k"],
                                                     task, fastest.get("_target"))
-        rec["best_sd"]["pays"] = best_sd["predicted_speedup"] > 1.0
-        rec["best_sd"]["command"] = command_for(cfg, best_sd["_cand"], best_sd["k"], task)
-        rec["best_sd"]["terms"] = why_terms(best_sd["_results"], task, best_sd["k"])
+        best_sd = max(sd_options, key=lambda o: o["predicted_speedup"]) if sd_options else None
+        if best_sd is None:   # every candidate ruled out by its cost curve (or the budget)
+            top = max(doc["ranking"], key=lambda r: r["ceiling"])
+            rec["best_sd"] = {"candidate": top["candidate"], "k": top["ceiling_k"],
+                              "predicted_speedup": top["ceiling"], "pays": False,
+                              "ruled_out_by_cost_curve": True,
+                              "predicted_vs_reference_raw": float("nan"), "command": ""}
+        else:
+            rec["best_sd"] = _public(best_sd)
+            rec["best_sd"]["pays"] = best_sd["predicted_speedup"] > 1.0
+            rec["best_sd"]["command"] = command_for(cfg, best_sd["_cand"], best_sd["k"], task)
+            rec["best_sd"]["terms"] = why_terms(best_sd["_results"], task, best_sd["k"])
         to_confirm = [("best_sd", best_sd)] if rec["best_sd"]["pays"] else []
-        if rec["recommended"]["sd"] and (fastest["candidate"], fastest["k"]) != \
+        if fastest["k"] == 0:
+            if fastest["_target"].spec.name != reference:
+                to_confirm.append(("recommended", fastest))
+        elif best_sd is None or (fastest["candidate"], fastest["k"]) != \
                 (best_sd["candidate"], best_sd["k"]):
             to_confirm.append(("recommended", fastest))
+        prompts = [p for p in confirm_prompts if p.task == task]
         for key, option in to_confirm:
             if not confirm or over_budget(f"confirming {task} ({key})"):
                 continue
-            prompts = [p for p in confirm_prompts if p.task == task]
+            if option["k"] == 0:     # raw decoding on another target, against the reference's
+                other = raw_runs_on(option["_target"].spec.name, task)
+                ref = raw_runs_on(reference, task) if other is not None else None
+                if ref is None:
+                    continue
+                vs_ref = _confirmed(ref, other)
+                rec[key]["confirmed"] = {"vs_reference_raw": vs_ref["speedup"],
+                                         "vs_reference_raw_stats": vs_ref,
+                                         "n_prompts": vs_ref["units"]}
+                update()
+                continue
             log(f"tune: confirming {task}: {option['candidate']}, k = {option['k']} on "
                 f"{len(prompts)} other prompts")
             res = run_bench(option["_cand"].bench_config(base, prompts=prompts,
                                                          k=option["k"]), log)
+            doc.setdefault("confirm_runs", []).append(res)
             s = res["summary"][task]
+            raw = [r for r in res["runs"] if r["mode"] == "raw"]
+            sd = [r for r in res["runs"] if r["mode"] == "static"]
+            own = _confirmed(raw, sd)
+            ref = raw if option["_cand"].target.spec.name == reference else \
+                raw_runs_on(reference, task)
+            vs_ref = _confirmed(ref, sd) if ref is not None else None
             rec[key]["confirmed"] = {
-                "measured_speedup": s["sd_speedup"],
-                "measured_speedup_ci": s.get("sd_speedup_ci"),
+                "measured_speedup": s["sd_speedup"], "measured_speedup_ci": own["ci"],
+                "measured_speedup_range": own["range"], "n_prompts": own["units"],
+                "resolves": own["resolves"],
                 "predicted_on_these_prompts": s.get("predicted_speedup"),
+                "predicted_from": s.get("predicted_from"),
                 "audit": s["audit"], "raw_tok_s": s["raw_tok_s"], "sd_tok_s": s["sd_tok_s"],
-                # The reference's raw speed on these prompts is not measured: scaled by the
-                # ratio of the tuning runs' raw speeds.
-                "vs_reference_raw": s["sd_speedup"] * raw_speed[(option["_cand"].target.spec.name,
-                                                                task)] / ref_raw}
+                "vs_reference_raw": vs_ref["speedup"] if vs_ref else None,
+                "vs_reference_raw_stats": vs_ref}
             if key == "best_sd" and rec["recommended"]["sd"] and \
                     (fastest["candidate"], fastest["k"]) == (best_sd["candidate"], best_sd["k"]):
                 rec["recommended"]["confirmed"] = rec[key]["confirmed"]
-            doc.setdefault("confirm_runs", []).append(res)
+            update()
         doc["recommendations"][task] = rec
-        if on_update:
-            on_update(doc)
+        update()
     doc["complete"] = True
     return doc
 
 
 def _measured(c: dict, key: str) -> str:
-    if not c:
+    """A confirmed figure with its interval, or its range below 5 prompts. Files written
+    before the range existed stored two prompts' min and max as an interval: shown as a
+    range."""
+    if not c or c.get(key) is None:
         return "-"
-    ci = c.get("measured_speedup_ci") if key == "measured_speedup" else None
-    return f"{c[key]:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+    if key == "vs_reference_raw":
+        st = c.get("vs_reference_raw_stats")
+        if st:
+            return speedup_cell({"speedup": st["speedup"], "speedup_ci": st["ci"],
+                                 "speedup_range": st["range"], "speedup_units": st["units"]},
+                                "") or "-"
+        return f"{c[key]:.2f} (scaled)"
+    ci, rng, n = c.get("measured_speedup_ci"), c.get("measured_speedup_range"), \
+        c.get("n_prompts")
+    if n is None and ci:          # an older file: its "interval" came from 2 prompts
+        ci, rng, n = None, ci, 2
+    return speedup_cell({"speedup": c[key], "speedup_ci": ci, "speedup_range": rng,
+                         "speedup_units": n}, "") or "-"
+
+
+def _audit(c: dict) -> str:
+    return f"{c['audit']['identical']}/{c['audit']['n']}" if c.get("audit") else "-"
 
 
 def render_tune(doc: dict) -> str:
@@ -246,23 +394,29 @@ def render_tune(doc: dict) -> str:
     ref = doc.get("reference_target") or doc["candidates"][0].split(" + ")[0]
     fast, sd, lines = [], [], []
     for task, r in doc["recommendations"].items():
+        if "recommended" not in r:   # first files: one answer, SD against its own target
+            r = {"recommended": r, "best_sd": r}
         rec, best = r["recommended"], r["best_sd"]
         target = rec["candidate"].split(" + ")[0].removesuffix(" (SD off)")
         c = rec.get("confirmed", {})
         fast.append([task, rec["candidate"], rec["k"] or "-",
-                     f"{rec['predicted_vs_reference_raw']:.2f}", _measured(c, "vs_reference_raw"),
-                     f"{c['audit']['identical']}/{c['audit']['n']}" if c else "-",
-                     f"{ppl[target]:.2f}" if target in ppl else "-"])
+                     f"{rec['predicted_vs_reference_raw']:.2f}",
+                     _measured(c, "vs_reference_raw") if c or target != ref else "1 (itself)",
+                     _audit(c), f"{ppl[target]:.2f}" if target in ppl else "-"])
         c = best.get("confirmed", {})
         t = best.get("terms") or {}
+        pv = best["predicted_vs_reference_raw"]
         sd.append([task, best["candidate"], best["k"], f"{best['predicted_speedup']:.2f}",
-                   _measured(c, "measured_speedup"), f"{best['predicted_vs_reference_raw']:.2f}",
-                   _measured(c, "vs_reference_raw"),
-                   f"{c['audit']['identical']}/{c['audit']['n']}" if c else "-",
+                   _measured(c, "measured_speedup"), f"{pv:.2f}" if pv == pv else "-",
+                   _measured(c, "vs_reference_raw"), _audit(c),
                    f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
         lines.append(f"{task}: fastest: {rec['command']}")
         if best["pays"]:
             lines.append(f"{task}: SD pays most: {best['command']}")
+        elif best.get("ruled_out_by_cost_curve"):
+            lines.append(f"{task}: SD cannot pay with any candidate: the best cost curve, "
+                         f"{best['candidate']}, allows at most {best['predicted_speedup']:.2f}× "
+                         f"(k = {best['k']}) even with every draft accepted")
         elif t:
             short = t["break_even_a"] - t["a"]
             lines.append(
@@ -270,22 +424,44 @@ def render_tune(doc: dict) -> str:
                 f"k = {best['k']}, yields a = {t['a']:.2f} tokens per round against a round "
                 f"cost of 1 + α + β = {t['break_even_a']:.2f} decodes (α = {t['alpha']:.2f} "
                 f"drafting, β = {t['beta']:.2f} verifying); a is short by {short:.2f}")
-    out = [f"Fastest per task, against raw decoding on {ref} (the first target); SD off "
-           "where raw decoding on some target is faster than any SD configuration:",
-           tabulate(fast, headers=["task", "configuration", "k", "predicted ×ref raw",
-                                   "measured ×ref raw", "same output", "target perplexity"],
-                    disable_numparse=True),
-           "",
-           "Where SD pays most, against raw decoding on the same target:",
-           tabulate(sd, headers=["task", "target + draft", "k", "predicted ×raw",
-                                 "measured ×raw [95% CI]", "predicted ×ref raw",
-                                 "measured ×ref raw", "same output", "a vs 1+α+β"],
-                    disable_numparse=True),
-           "target perplexity on the built-in text: " + ", ".join(
-               f"{n} {v:.2f}" for n, v in ppl.items()),
-           f"(measured on prompts {', '.join(doc['confirm_prompts'])}, chosen on "
-           f"{', '.join(doc['tune_prompts'])}; measured ×ref raw scales the measured ×raw by "
-           "the tuning runs' raw speeds)"]
+        for key, what in (("best_sd", "SD"), ("recommended", "fastest")):
+            conf = r[key].get("confirmed") or {}
+            if conf.get("resolves"):
+                lines.append(f"{task}: {what} confirmed on {conf['n_prompts']} prompts; its "
+                             f"interval resolves differences of ±{conf['resolves']:.2f}")
+    out = []
+    if doc.get("ranking"):
+        out += ["Cost curves first: the most each candidate could give with every draft "
+                "accepted ((k + 1)·V(1) ÷ (k·d + V(k + 1)); d = 0 for lookup):",
+                tabulate([[r["candidate"], f"{r['ceiling']:.2f}", r["ceiling_k"],
+                           "skipped: cannot pay" if r["ruled_out"] else
+                           "measured" if any(m["candidate"] == r["candidate"]
+                                             for m in doc["measured"]) else "skipped: budget"]
+                          for r in sorted(doc["ranking"], key=lambda r: -r["ceiling"])],
+                         headers=["candidate", "ceiling ×raw", "at k", ""],
+                         disable_numparse=True), ""]
+    scaled = any("vs_reference_raw" in (r.get(k, r).get("confirmed") or {}) and
+                 "vs_reference_raw_stats" not in r.get(k, r)["confirmed"]
+                 for r in doc["recommendations"].values() for k in ("recommended", "best_sd"))
+    out += [f"Fastest per task, against raw decoding on {ref} (the first target); SD off "
+            "where raw decoding on some target is faster than any SD configuration:",
+            tabulate(fast, headers=["task", "configuration", "k", "predicted ×ref raw",
+                                    "measured ×ref raw", "same output", "target perplexity"],
+                     disable_numparse=True),
+            "",
+            "Where SD pays most, against raw decoding on the same target:",
+            tabulate(sd, headers=["task", "target + draft", "k", "predicted ×raw",
+                                  "measured ×raw [95% CI]", "predicted ×ref raw",
+                                  "measured ×ref raw", "same output", "a vs 1+α+β"],
+                     disable_numparse=True),
+            "target perplexity on the built-in text: " + ", ".join(
+                f"{n} {v:.2f}" for n, v in ppl.items()),
+            f"(predicted: the choosing runs' costs and acceptance, on prompts "
+            f"{', '.join(doc['tune_prompts'])}; measured on prompts "
+            f"{', '.join(doc['confirm_prompts'])}; 95 % intervals from ≥ 5 prompts, ranges "
+            "below; measured ×ref raw "
+            + ("(scaled): the measured ×raw times the choosing runs' raw-speed ratio)"
+               if scaled else "pairs each prompt with the reference's raw run on it)")]
     if doc.get("skipped_for_budget"):
         out.append("skipped for the budget: " + "; ".join(doc["skipped_for_budget"]))
     return "\n".join(out + lines)

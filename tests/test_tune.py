@@ -11,9 +11,21 @@ from cpuspec.tune import split_prompts
 
 
 def test_split_never_confirms_on_tuning_prompts():
-    tune, confirm = split_prompts(builtin_prompts(["json", "code"], 4))
-    assert [p.prompt_id for p in tune] == ["json-1", "json-3", "code-1", "code-3"]
-    assert [p.prompt_id for p in confirm] == ["json-2", "json-4", "code-2", "code-4"]
+    tune, confirm = split_prompts(builtin_prompts(["json", "code"], 8))
+    assert [p.prompt_id for p in tune] == ["json-1", "json-4", "json-7", "code-1", "code-4",
+                                           "code-7"]
+    assert [p.prompt_id for p in confirm] == ["json-2", "json-3", "json-5", "json-6", "json-8",
+                                              "code-2", "code-3", "code-5", "code-6", "code-8"]
+
+
+def test_ceiling_by_hand():
+    from cpuspec.tune import ceiling
+    probe = {"verify_s": {"1": 0.010, "2": 0.012, "3": 0.020, "4": 0.013}, "draft_s": 0.002}
+    # k = 1: 2·10/(2 + 12) = 1.4286; k = 2: 3·10/(4 + 20) = 1.25; k = 3: 4·10/(6 + 13) = 2.105
+    assert ceiling(probe, 3, 0.002) == pytest.approx((40 / 19, 3))
+    assert ceiling(probe, 2, 0.002) == pytest.approx((20 / 14, 1))
+    # A draft as dear as the target: (k + 1)/(k + V(k+1)/V(1)) < 1 at every k.
+    assert ceiling(probe, 3, 0.010)[0] < 1.0
 
 
 def test_tune_on_tiny_models(tiny_models, tmp_path):
@@ -27,37 +39,71 @@ def test_tune_on_tiny_models(tiny_models, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["kind"] == "tune" and doc["complete"] is True
     assert doc["tune_prompts"] == ["json-1"] and doc["confirm_prompts"] == ["json-2"]
-    assert len(doc["measured"]) == 3
     assert doc["candidates"][2] == "target + lookup"
+    # Cost curves first: what they rule out is never measured, the rest most promising first.
+    ranking = {r["candidate"]: r for r in doc["ranking"]}
+    assert list(ranking) == doc["candidates"]
+    measured = [m["candidate"] for m in doc["measured"]]
+    assert set(measured) == {n for n, r in ranking.items() if not r["ruled_out"]}
+    assert [ranking[n]["ceiling"] for n in measured] == sorted(
+        (ranking[n]["ceiling"] for n in measured), reverse=True)
+    assert "Cost curves first" in res.output
     assert list(doc["target_perplexity"]) == ["target"] and doc["target_perplexity"]["target"] > 1
     assert "target perplexity on the built-in text: target " in res.output
-    lookup = doc["measured"][2]["results"]
-    assert lookup["settings"]["drafter"] == "lookup" and lookup["models"]["draft"] == {
-        "drafter": "lookup", "ngram_max": 6, "ngram_min": 2}
-    preds = doc["measured"][0]["predictions"]["json"]["rows"]
-    assert [r["k"] for r in preds] == [1, 2, 3, 4]
+    if "target + lookup" in measured:
+        lookup = doc["measured"][measured.index("target + lookup")]["results"]
+        assert lookup["settings"]["drafter"] == "lookup" and lookup["models"]["draft"] == {
+            "drafter": "lookup", "ngram_max": 6, "ngram_min": 2}
+        preds = doc["measured"][measured.index("target + lookup")]["predictions"]["json"]
+        assert [r["k"] for r in preds["rows"]] == [1, 2, 3, 4]
     rec = doc["recommendations"]["json"]
-    # The recommendation is the fastest of every (draft, k) predicted, 3 drafters × 4 k, and
-    # of raw decoding on each target; best_sd is the best SD against its own target's raw.
+    # The recommendation is the fastest of every (draft, k) predicted and of raw decoding on
+    # each target; best_sd is the best SD against its own target's raw.
     top = rec["top"]
     assert top[0]["predicted_vs_reference_raw"] == rec["recommended"][
         "predicted_vs_reference_raw"] >= 1.0
     assert any(o["candidate"] == "target (SD off)" and o["k"] == 0 for o in top)
     best = rec["best_sd"]
-    assert best["k"] >= 1 and best["terms"]["break_even_a"] == pytest.approx(
-        1 + best["terms"]["alpha"] + best["terms"]["beta"])
+    assert best["k"] >= 1
     if best["pays"]:
         assert "SD pays most: cpuspec bench --target" in res.output
         assert best["confirmed"]["audit"]["identical"] == best["confirmed"]["audit"]["n"]
+        assert best["confirmed"]["n_prompts"] == 1 and best["confirmed"]["measured_speedup_range"] is None
     else:   # same-size tiny drafts cost as much as the target: SD cannot pay
         assert rec["recommended"]["candidate"] == "target (SD off)"
         assert "--policy off" in rec["recommended"]["command"]
-        assert "SD does not pay with any candidate" in res.output and "a is short by" in \
-            res.output and "confirmed" not in best
+        assert "SD does not pay with any candidate" in res.output or \
+            "SD cannot pay with any candidate" in res.output
+        assert "confirmed" not in best
     bad = CliRunner().invoke(main, ["tune", "--targets", str(tiny_models["target"]),
                                     "--drafts", str(tiny_models["draft"]), "--tasks", "json",
                                     "--prompts-per-task", "1"])
     assert bad.exit_code != 0 and "2" in bad.output
+
+
+def test_fastest_raw_on_another_target_is_confirmed(tiny_models, monkeypatch):
+    """Machine B's whole "fastest" column (raw decoding on the Q4_0 target) was never run on
+    the confirm prompts. Forced here: every SD candidate ruled out, the second target faster."""
+    from cpuspec import tune
+    from cpuspec.bench import BenchConfig
+    from cpuspec.models import local_model
+    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (0.5, 1))
+    monkeypatch.setattr(tune, "raw_speeds", lambda doc: {("target", "code"): 1.0,
+                                                         ("same", "code"): 2.0})
+    t, other = local_model(tiny_models["target"]), local_model(tiny_models["same"])
+    cands = [tune.Candidate(t, local_model(tiny_models["draft"])), tune.Candidate(other, None)]
+    cfg = BenchConfig(prompts=builtin_prompts(["code"], 8), threads=1, max_tokens=12)
+    doc = tune.run_tune(cfg, cands, k_max=2)
+    assert doc["measured"] == [] and [r["target"] for r in doc["raw_runs"]] == ["target", "same"]
+    rec = doc["recommendations"]["code"]
+    assert rec["recommended"]["candidate"] == "same (SD off)"
+    conf = rec["recommended"]["confirmed"]
+    st = conf["vs_reference_raw_stats"]
+    assert st["units"] == 5 and st["ci"] is not None        # five confirm prompts: an interval
+    assert 0.5 < conf["vs_reference_raw"] < 2.0               # the same weights: about 1
+    assert rec["best_sd"]["ruled_out_by_cost_curve"] and not rec["best_sd"]["pays"]
+    out = tune.render_tune(doc)
+    assert "SD cannot pay with any candidate" in out and "skipped: cannot pay" in out
 
 
 def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
@@ -74,6 +120,7 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
             p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
         return out
     monkeypatch.setattr(tune, "predictions", paying)
+    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (2.0, 2))  # not ruled out
     cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
     cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16)
     doc = tune.run_tune(cfg, [cand], k_max=3)
@@ -82,7 +129,8 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     assert best["pays"] and best["k"] == 2
     assert rec["recommended"]["sd"] and rec["recommended"]["k"] == 2  # beats raw (1.0)
     run = doc["confirm_runs"][0]
-    assert len(doc["confirm_runs"]) == 1   # one run serves both: the same configuration
+    assert len(doc["confirm_runs"]) == 1   # one run serves both: the same configuration,
+    # and its own raw runs are the reference's (the only target)
     assert [p["prompt_id"] for p in run["prompts"]] == ["code-2"] and run["settings"]["k"] == 2
     assert best["confirmed"]["audit"] == {"n": 1, "identical": 1,
                                           "min_margin_at_divergence": None}
