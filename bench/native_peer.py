@@ -32,7 +32,7 @@ import llama_cpp
 
 from cpuspec.bench import environment
 from cpuspec.engine import Model, Session
-from cpuspec.measure import decode_tok_s, filler_tokens, time_decodes, verify_tok_s
+from cpuspec.measure import time_decode_tok_s, filler_tokens, time_decodes, verify_tok_s
 from cpuspec.report import SCHEMA_VERSION
 from cpuspec.models import cpuspec_home, fetch_model, load_registry
 from cpuspec.speculative import generate_speculative
@@ -126,7 +126,7 @@ class NoStop:
 
 def cpuspec_raw(target: Session, n_gen: int) -> float:
     """Plain decodes after one token of context, as llama-bench's tg test."""
-    return decode_tok_s(target, n_gen, pos=1)
+    return time_decode_tok_s(target, n_gen, pos=1)
 
 
 def cpuspec_pp(target: Session, n_tokens: int, reps: int) -> float:

@@ -531,14 +531,10 @@ def _sweep(base, points, point_cfg, sink, csv_path):
     if line:
         click.echo(line)
     if csv_path:
-        import csv
-        import io
-        buf = io.StringIO()
+        from .report import csv_text
         fields = list(dict.fromkeys(k for r in doc["rows"] for k in r))
-        w = csv.DictWriter(buf, fields)
-        w.writeheader()
-        w.writerows(doc["rows"])
-        write_atomic(csv_path, buf.getvalue())
+        write_atomic(csv_path, csv_text(fields, [[r.get(f) for f in fields]
+                                                 for r in doc["rows"]]))
     for p in sink.paths:
         _log(f"wrote {p}")
 
@@ -1093,6 +1089,12 @@ def report(run, fmt, trace):
         note = f"(incomplete run: it was interrupted; {kept} kept)"
         # on stderr for csv and json, whose stdout a program reads; above the table otherwise
         click.echo(note, err=fmt in ("csv", "json"))
+    if results.get("kind") == "tune":
+        from .tune import render_tune
+        if not isinstance(results.get("recommendations"), dict):
+            raise click.ClickException(f"{path}: a damaged tune file (no recommendations)")
+        click.echo(render_tune(results))
+        return
     if results.get("kind") == "sweep":
         from .sweep import headline, render_sweep
         if not isinstance(results.get("rows"), list) or not isinstance(results.get("axes"), list):
@@ -1105,7 +1107,7 @@ def report(run, fmt, trace):
         return
     if results.get("kind") != "bench":
         raise click.ClickException(f"{path}: a {results.get('kind')} results file; report "
-                                   "prints bench and sweep files")
+                                   "prints bench, sweep and tune files")
     s = summarize(results)
     if fmt == "json":
         click.echo(render_rows_json(s))

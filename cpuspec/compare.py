@@ -12,7 +12,8 @@ import json
 import re
 from typing import Any, Callable
 
-from .report import FIELDS, _fmt, _json_safe, speedup_cell, summarize, table_rows
+from .report import (FIELDS, csv_text, fmt_value, json_safe, speedup_cell, summarize,
+                     table_rows)
 
 # The per-task metrics compared, by report.FIELDS name, in this order.
 COMPARE_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "a", "c", "beta", "break_even_a",
@@ -119,29 +120,23 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
     if fmt == "json":
         return json.dumps({"runs": [{"name": n, "machine": m} for n, m in zip(names, machines)],
                            "mismatches": mismatches(runs),
-                           "rows": [{k: _json_safe(v) if not isinstance(v, list) else
-                                     [_json_safe(x) for x in v] for k, v in r.items()}
+                           "rows": [{k: json_safe(v) if not isinstance(v, list) else
+                                     [json_safe(x) for x in v] for k, v in r.items()}
                                     for r in rows]}, indent=1)
     headers = ["task", "metric"] + [f"{label(m)} ({n})" for m, n in zip(machines, names)] + \
         (["2 ÷ 1"] if len(runs) == 2 else [])
     if fmt == "csv":
-        import csv
-        import io
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(["task", "metric"] + names + (["ratio"] if len(runs) == 2 else []))
-        for r in rows:
-            w.writerow([r["task"], r["metric"]] + ["" if v is None else v for v in r["values"]]
-                       + ([r.get("ratio", "")] if len(runs) == 2 else []))
-        return buf.getvalue()
+        return csv_text(["task", "metric"] + names + (["ratio"] if len(runs) == 2 else []),
+                        [[r["task"], r["metric"], *r["values"]]
+                         + ([r.get("ratio")] if len(runs) == 2 else []) for r in rows])
     from tabulate import tabulate
     table = []
     for r in rows:
         f = fields[r["metric"]]
-        cells = [(cell if cell is not None else _fmt(v, f.fmt)) or "-"
+        cells = [(cell if cell is not None else fmt_value(v, f.fmt)) or "-"
                  for v, cell in zip(r["values"], r["cells"])]
         table.append([r["task"], r["header"]] + cells +
-                     ([_fmt(r.get("ratio"), ".2f")] if len(runs) == 2 else []))
+                     ([fmt_value(r.get("ratio"), ".2f")] if len(runs) == 2 else []))
     lines = [f"run {i + 1}: {n}: {m['cpu']}"
              + (f" ({m['cpu_id']})" if m.get("cpu_id") else "")
              + f"; ISA {' '.join(m['isa']) or '?'}; backend "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .measure import decode_tok_s, verify_tok_s
+from .measure import time_decode_tok_s, verify_tok_s
 from .membw import BackgroundStreams, Sampler, probe_bandwidth
 
 
@@ -56,11 +56,11 @@ def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _:
         out["models"] = {name: {"file": m.path.name, "weight_bytes": m.size_bytes,
                                 "roofline_tok_s": bw_llama / m.size_bytes}
                          for name, (m, _) in models.items()}
-        decode_tok_s(target, 4)  # warm-up: page in the weights
-        decode_tok_s(draft, 4)
+        time_decode_tok_s(target, 4)  # warm-up: page in the weights
+        time_decode_tok_s(draft, 4)
         phases = {}
-        for phase, fn in (("raw", lambda: decode_tok_s(target, cfg.n_tokens)),
-                          ("draft", lambda: decode_tok_s(draft, cfg.n_tokens)),
+        for phase, fn in (("raw", lambda: time_decode_tok_s(target, cfg.n_tokens)),
+                          ("draft", lambda: time_decode_tok_s(draft, cfg.n_tokens)),
                           ("verify", lambda: verify_tok_s(target, cfg.k + 1,
                                                         max(1, cfg.n_tokens // 2)))):
             log(f"phase {phase}")
@@ -84,8 +84,8 @@ def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _:
             log(f"contention: {n} background stream(s)")
             with BackgroundStreams(stream_cpus[:n]):
                 curve.append({"streams": n,
-                              "target_tok_s": decode_tok_s(target, cfg.n_tokens),
-                              "draft_tok_s": decode_tok_s(draft, cfg.n_tokens)})
+                              "target_tok_s": time_decode_tok_s(target, cfg.n_tokens),
+                              "draft_tok_s": time_decode_tok_s(draft, cfg.n_tokens)})
         for row in curve:
             row["target_vs_alone"] = row["target_tok_s"] / curve[0]["target_tok_s"]
             row["draft_vs_alone"] = row["draft_tok_s"] / curve[0]["draft_tok_s"]

@@ -112,7 +112,7 @@ def probe_costs(target, draft, prompt: Sequence[int], k_max: int, reps: int = PR
             "draft_catchup_s_per_token": statistics.median(catchup_samples)}
 
 
-def decode_tok_s(session, n_tokens: int, pos: int = 1, clock: Clock = time.perf_counter
+def time_decode_tok_s(session, n_tokens: int, pos: int = 1, clock: Clock = time.perf_counter
                  ) -> float:
     """Plain one-token decodes from position `pos` on (llama-bench's tg test uses a near-empty
     context: pos = 1 after one token)."""

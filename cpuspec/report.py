@@ -154,9 +154,14 @@ def speedup_stats(base: list[dict], other: list[dict]) -> dict[str, Any]:
     """other ÷ base end to end, paired by prompt: the ratio, its 95 % interval (≥ MIN_CI_UNITS
     prompts) or range (fewer), the number of prompt units and the verdict. `other` may be SD
     runs or raw runs of another target."""
-    s = _speedups(base, other, "")
-    return {"speedup": s["speedup"], "ci": s["speedup_ci"], "range": s["speedup_range"],
-            "units": s["speedup_units"], "significance": s["significance"]}
+    units = paired_units(base, other)
+    ci = bootstrap_speedup_ci(units)
+    each = unit_speedups(units) if len(units) else np.array([])
+    return {"speedup": e2e_tok_s(other) / e2e_tok_s(base) if base and other else float("nan"),
+            "ci": list(ci) if ci else None,
+            "range": [float(each.min()), float(each.max())]
+            if ci is None and len(units) >= 2 else None,
+            "units": len(units), "significance": significance(ci)}
 
 
 def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict],
@@ -528,7 +533,7 @@ def _fields(summary: dict, text: bool) -> list[Field]:
             and any(r[f.name] is not None and r[f.name] == r[f.name] for r in rows)]
 
 
-def _fmt(value: Any, fmt: str) -> str:
+def fmt_value(value: Any, fmt: str) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "-"
     return format(value, fmt) if fmt else str(value)
@@ -537,7 +542,7 @@ def _fmt(value: Any, fmt: str) -> str:
 def _cell(f: Field, row: dict, s: dict) -> str:
     if f.name in _CI_OF:
         return speedup_cell(s, f.name.removesuffix("speedup")) or "-"
-    return _fmt(row[f.name], f.fmt)
+    return fmt_value(row[f.name], f.fmt)
 
 
 def render_table(summary: dict, tablefmt: str = "simple") -> str:
@@ -549,24 +554,30 @@ def render_table(summary: dict, tablefmt: str = "simple") -> str:
                     disable_numparse=True)
 
 
-def render_csv(summary: dict) -> str:
+def csv_text(header: list[str], rows: list[list]) -> str:
+    """The one CSV writer (bench, sweep and compare tables): None is an empty cell."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    fields = _fields(summary, text=False)
-    w.writerow([f.name for f in fields])
-    for r in table_rows(summary):
-        w.writerow(["" if r[f.name] is None else r[f.name] for f in fields])
+    w.writerow(header)
+    for r in rows:
+        w.writerow(["" if v is None else v for v in r])
     return buf.getvalue()
+
+
+def render_csv(summary: dict) -> str:
+    fields = _fields(summary, text=False)
+    return csv_text([f.name for f in fields],
+                    [[r[f.name] for f in fields] for r in table_rows(summary)])
 
 
 def render_rows_json(summary: dict) -> str:
     """The same rows as CSV, as strict JSON (NaN becomes null)."""
     fields = _fields(summary, text=False)
-    return json.dumps([{f.name: _json_safe(r[f.name]) for f in fields}
+    return json.dumps([{f.name: json_safe(r[f.name]) for f in fields}
                        for r in table_rows(summary)], indent=1, allow_nan=False)
 
 
-def _json_safe(v: Any) -> Any:
+def json_safe(v: Any) -> Any:
     return None if isinstance(v, float) and v != v else v
 
 
@@ -660,24 +671,6 @@ def render_audit(audit: list[dict]) -> str:
                      f"{a['sd_token']!r}); target top-2 logit margin there "
                      f"{'-' if margin is None else format(margin, '.3f')}")
     return "\n".join(lines)
-
-
-def _strict(value: Any) -> Any:
-    """NaN and infinities become null: a results file is strict JSON that any reader takes."""
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    return value
-
-
-def write_json(results: dict, path: Path) -> None:
-    """Write atomically (a crash mid-write never leaves a truncated results file), as strict
-    JSON."""
-    from .store import write_atomic
-    write_atomic(Path(path), json.dumps(_strict(results), indent=1, allow_nan=False))
 
 
 def read_json(path: Path) -> dict:
@@ -849,13 +842,13 @@ def render_advice(advice: dict, k: int) -> str:
         else:
             verdict = (f"OFF: needs ≥ {a['needed_acceptance_pct']:.0f}% acceptance "
                        f"(at k = {a['needed_at_k']})")
-        rows.append([task, verdict, _fmt(a["predicted_speedup_best"], ".2f"),
-                     _fmt(a["predicted_speedup_at_k"], ".2f"),
-                     _fmt(a["measured_speedup_at_k"], ".2f"),
-                     _fmt(a["measured_adaptive_speedup"], ".2f"),
-                     _fmt(a["acceptance_pct"], ".1f")]
-                    + ([_fmt(a.get("predicted_e2e_serial_at_k"), ".2f"),
-                        _fmt(a.get("predicted_e2e_parallel_at_k"), ".2f")] if split else []))
+        rows.append([task, verdict, fmt_value(a["predicted_speedup_best"], ".2f"),
+                     fmt_value(a["predicted_speedup_at_k"], ".2f"),
+                     fmt_value(a["measured_speedup_at_k"], ".2f"),
+                     fmt_value(a["measured_adaptive_speedup"], ".2f"),
+                     fmt_value(a["acceptance_pct"], ".1f")]
+                    + ([fmt_value(a.get("predicted_e2e_serial_at_k"), ".2f"),
+                        fmt_value(a.get("predicted_e2e_parallel_at_k"), ".2f")] if split else []))
     table = tabulate(rows, headers=["task", "advice", "predicted ×raw at k*",
                                    f"predicted ×raw k={k}", f"measured ×raw k={k}",
                                    "measured adaptive ×raw", "accept %"]

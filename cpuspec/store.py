@@ -110,6 +110,23 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _strict(value):
+    """NaN and infinities become null: a results file is strict JSON that any reader takes."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
+def write_json(results: dict, path: Path) -> None:
+    """Write atomically (a crash mid-write never leaves a truncated results file), as strict
+    JSON."""
+    write_atomic(Path(path), json.dumps(_strict(results), indent=1, allow_nan=False))
+
+
 def _umask() -> int:
     try:  # Linux says it without changing it
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -232,7 +249,6 @@ class ResultsSink:
         self.paths = [p for p in self.paths if p not in self.reserved]
 
     def __call__(self, results: dict) -> None:
-        from .report import write_json
         for p in self.paths:
             write_json(results, p)
         self.last = results

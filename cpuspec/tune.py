@@ -86,9 +86,13 @@ def rank_candidates(cfg: BenchConfig, candidates: list[Candidate], k_max: int,
     lookup drafter, the target's curve (it is probed with itself as the draft)."""
     probes: dict[tuple[str, str], dict] = {}
     ranking = []
-    for cand in candidates:
+    # lookup only needs the target's V(n): any probe of that target serves, so the pairs with
+    # draft models go first
+    for cand in sorted(candidates, key=lambda c: c.draft is None):
         draft = cand.draft or cand.target
         key = (str(cand.target.path), str(draft.path))
+        if cand.draft is None:
+            key = next((k for k in probes if k[0] == key[0]), key)
         if key not in probes:
             log(f"tune: cost curve of {cand.target.spec.name}"
                 + (f" + {draft.spec.name}" if cand.draft else ""))
@@ -101,7 +105,8 @@ def rank_candidates(cfg: BenchConfig, candidates: list[Candidate], k_max: int,
                         "ruled_out": best <= 1.0,
                         "c": probe["draft_s"] / probe["verify_s"]["1"]
                         if cand.drafter == "model" else 0.0})
-    return ranking
+    order = [c.name for c in candidates]
+    return sorted(ranking, key=lambda r: order.index(r["candidate"]))
 
 def predictions(results: dict, k_max: int) -> dict[str, list[dict]]:
     """Per task, the predicted end-to-end speedup of every k in 1..k_max from one static run at
@@ -424,11 +429,14 @@ def render_tune(doc: dict) -> str:
                 f"k = {best['k']}, yields a = {t['a']:.2f} tokens per round against a round "
                 f"cost of 1 + α + β = {t['break_even_a']:.2f} decodes (α = {t['alpha']:.2f} "
                 f"drafting, β = {t['beta']:.2f} verifying); a is short by {short:.2f}")
-        for key, what in (("best_sd", "SD"), ("recommended", "fastest")):
+        for key, what in (("best_sd", "SD ×raw"), ("recommended", "fastest ×ref raw")):
             conf = r[key].get("confirmed") or {}
-            if conf.get("resolves"):
+            # the figure each table shows: SD against its own raw, the fastest against the
+            # reference's raw
+            st = conf.get("vs_reference_raw_stats") if key == "recommended" else conf
+            if st and st.get("resolves"):
                 lines.append(f"{task}: {what} confirmed on {conf['n_prompts']} prompts; its "
-                             f"interval resolves differences of ±{conf['resolves']:.2f}")
+                             f"interval resolves differences of ±{st['resolves']:.2f}")
     out = []
     if doc.get("ranking"):
         out += ["Cost curves first: the most each candidate could give with every draft "

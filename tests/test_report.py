@@ -5,7 +5,8 @@ import pytest
 
 from cpuspec.costs import cost_model, verdict_line
 from cpuspec.report import (SCHEMA_VERSION, ResultsError, read_json, render_csv, render_details,
-                            render_table, summarize, summarize_group, write_json)
+                            render_table, summarize, summarize_group)
+from cpuspec.store import write_json
 
 K = 4
 

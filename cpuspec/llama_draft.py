@@ -1,0 +1,111 @@
+"""A draft model for llama-cpp-python's own speculative decoding.
+
+llama-cpp-python's high-level `Llama` takes `draft_model=`, any `LlamaDraftModel`, and ships
+only prompt lookup. This one is backed by a GGUF draft model (or by cpuspec's lookup, or the
+hybrid of both), so the configuration `cpuspec tune` finds can run where people run models:
+
+    from llama_cpp import Llama
+    import cpuspec
+    llm = Llama(model_path=TARGET, draft_model=cpuspec.DraftModel(DRAFT, k=7))
+    llm.create_completion(prompt, max_tokens=128, temperature=0)
+
+Llama.generate calls the draft model with every token so far (prompt and output) and verifies
+what it returns in one batch. The draft keeps its own KV cache in step: it remembers which
+tokens it holds, keeps the longest prefix they share with the new context (accepted drafts
+stay, rejected ones are rolled back) and decodes only the rest, so the prompt is read once per
+conversation, not once per round — and a follow-up turn that extends the same conversation
+reuses it. Drafting is cpuspec's own (speculative.draft_tokens over the same Decoders as the
+bench), so what the bench measures is what this runs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from llama_cpp.llama_speculative import LlamaDraftModel
+
+from .lookup import HybridDrafter, LookupDrafter
+from .speculative import draft_tokens
+
+DRAFTERS = ("model", "hybrid", "lookup")
+# As for `cpuspec bench -k`: no CPU gains from longer drafts (llama.cpp's --draft-max is 16).
+MAX_K = 32
+
+
+class DraftModel(LlamaDraftModel):
+    """Greedy drafts of up to k tokens per call for `Llama(draft_model=...)`.
+
+    drafter: "model" (the GGUF at model_path drafts every token), "hybrid" (prompt lookup on
+    an 8-token match, else the model; the model catches up on lookup's tokens in one batch),
+    or "lookup" (n-gram lookup only; model_path may be None). n_ctx bounds the conversation
+    the draft can follow; past it, it drafts nothing and generation goes on without it."""
+
+    def __init__(self, model_path: str | Path | None, k: int = 4, *, drafter: str = "model",
+                 n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0):
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be a whole number from 1 to {MAX_K}, not {k!r}")
+        if drafter not in DRAFTERS:
+            raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, not {drafter!r}")
+        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < k + 2:
+            raise ValueError(f"n_ctx must be a whole number of at least k + 2 = {k + 2}, "
+                             f"not {n_ctx!r}")
+        if n_threads is not None and (not isinstance(n_threads, int) or n_threads < 1):
+            raise ValueError(f"n_threads must be a positive whole number, not {n_threads!r}")
+        self.k, self.drafter, self.n_ctx = k, drafter, n_ctx
+        self.model = self.session = None
+        if drafter == "lookup":
+            self.decoder = LookupDrafter()
+        else:
+            if model_path is None:
+                raise ValueError(f"drafter {drafter!r} needs a draft model file")
+            path = Path(model_path)
+            if path.is_dir():
+                raise ValueError(f"draft model {path} is a folder; pass the .gguf file in it")
+            if not path.is_file():
+                raise FileNotFoundError(f"draft model file not found: {path}")
+            from .engine import EngineError, Model, Session
+            from .hardware import default_threads
+            try:
+                self.model = Model(path, n_gpu_layers)
+                self.session = Session(self.model, n_ctx, n_threads or default_threads())
+            except EngineError as exc:
+                self.close()
+                raise ValueError(str(exc)) from None
+            self.decoder = self.session if drafter == "model" else HybridDrafter(self.session)
+        self.held: list[int] = []   # the tokens the drafter's KV (or history) holds
+        self.stats = {"calls": 0, "drafts": 0, "tokens_read": 0}
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        ctx = [int(t) for t in input_ids]
+        self.stats["calls"] += 1
+        if not ctx or len(ctx) + self.k + 1 > self.n_ctx:
+            return np.array([], dtype=np.intc)
+        # Keep what the new context shares with what the drafter holds; read only the rest
+        # (at least the last token: its logits give the first draft).
+        keep = 0
+        for held, new in zip(self.held, ctx):
+            if held != new:
+                break
+            keep += 1
+        keep = min(keep, len(ctx) - 1)
+        self.decoder.truncate(keep)
+        drafts, pos = draft_tokens(self.decoder, ctx[keep:], keep, self.k)
+        self.held = ctx + drafts[:pos - len(ctx)]
+        self.stats["drafts"] += len(drafts)
+        self.stats["tokens_read"] += len(ctx) - keep
+        return np.array(drafts, dtype=np.intc)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        if self.model is not None:
+            self.model.close()
+            self.model = None
+
+    def __del__(self):  # pragma: no cover (interpreter-dependent timing)
+        try:
+            self.close()
+        except Exception:
+            pass
