@@ -142,3 +142,29 @@ def test_hybrid_without_a_model_is_refused():
     res = CliRunner().invoke(main, ["tune", "--drafts", "lookup,hybrid:", "--tasks", "json"])
     assert res.exit_code != 0 and "'hybrid:' names no draft model" in res.output
     assert "Traceback" not in res.output
+
+
+def test_a_small_predicted_gain_does_not_beat_raw_decoding(tiny_models, monkeypatch):
+    """Machine C: SD on the Q4_0 target was predicted at 1.02-1.04x its raw speed, picked as
+    the fastest answer, and measured 0.87-0.89x. A gain inside the prediction's error no longer
+    decides: raw decoding stays the fastest answer, SD stays 'where SD pays most'."""
+    from cpuspec import tune
+    from cpuspec.bench import BenchConfig
+    from cpuspec.models import local_model
+    real = tune.predictions
+
+    def marginal(results, k_max):
+        out = real(results, k_max)
+        for p in out.values():
+            for row in p["rows"]:
+                row["predicted_speedup"] = 1.0 + tune.FASTEST_SD_MARGIN / 2
+        return out
+    monkeypatch.setattr(tune, "predictions", marginal)
+    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (2.0, 2))
+    cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
+    cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=12)
+    doc = tune.run_tune(cfg, [cand], k_max=2, confirm=False)
+    rec = doc["recommendations"]["code"]
+    assert rec["recommended"]["candidate"] == "target (SD off)"
+    assert all(o["k"] == 0 for o in rec["top"])
+    assert rec["best_sd"]["pays"] and rec["best_sd"]["k"] >= 1
