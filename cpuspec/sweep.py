@@ -156,8 +156,11 @@ def quantized(fetched: tuple, target_quant: str, draft_quant: str,
 # The metrics of a sweep row: names from report.FIELDS, so a sweep and a bench share one list
 # of fields (header, format) and one definition of each number.
 SWEEP_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "sd_speedup_ci_low",
-                 "sd_speedup_ci_high", "predicted_speedup", "a", "c", "alpha", "beta",
+                 "sd_speedup_ci_high", "sd_speedup_range_low", "sd_speedup_range_high",
+                 "sd_speedup_units", "predicted_speedup", "a", "c", "alpha", "beta",
                  "break_even_a", "adaptive_speedup")
+# Stored in each row, shown inside the speedup's cell rather than as columns of their own.
+_IN_SPEEDUP_CELL = ("sd_speedup_ci", "sd_speedup_range", "sd_speedup_units")
 
 
 def sweep_row(point: Point, results: dict | None, skip: str | None) -> dict:
@@ -185,10 +188,10 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") ->
     """Markdown table: the axes that vary, then the metrics; with GPU points, each point's raw
     tok/s relative to the CPU-only point of the same threads/k/cores."""
     from tabulate import tabulate
-    from .report import FIELDS, _with_ci
+    from .report import FIELDS, speedup_cell
     rows = [_upgrade_row(r) for r in rows]
     fields = {f.name: f for f in FIELDS}
-    shown = [m for m in SWEEP_METRICS if not m.startswith("sd_speedup_ci")]
+    shown = [m for m in SWEEP_METRICS if not m.startswith(_IN_SPEEDUP_CELL)]
     gpu = any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows)
     cpu_raw = {(r["p_cores"], r["e_cores"], r["threads"], r["k"]): r.get("raw_tok_s")
                for r in rows if not r["n_gpu_layers"] and not r["draft_gpu_layers"]}
@@ -203,7 +206,11 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") ->
         for m in shown:
             if m == "sd_speedup":
                 ci = [r.get("sd_speedup_ci_low"), r.get("sd_speedup_ci_high")]
-                line.append(_with_ci(r.get(m), ci if None not in ci else None) or "-")
+                rng = [r.get("sd_speedup_range_low"), r.get("sd_speedup_range_high")]
+                line.append(speedup_cell({
+                    "sd_speedup": r.get(m), "sd_speedup_ci": ci if None not in ci else None,
+                    "sd_speedup_range": rng if None not in rng else None,
+                    "sd_speedup_units": r.get("sd_speedup_units")}) or "-")
             else:
                 line.append("-" if r.get(m) is None else format(r[m], fields[m].fmt))
         line.append(r.get("verdict") or "-")

@@ -215,7 +215,8 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
 
     def over_budget(what: str, share: float = 1.0) -> bool:
         if budget_s is not None and time.monotonic() - start > share * budget_s:
-            log(f"tune: budget of {budget_s / 60:.0f} min spent; skipping {what}")
+            log(f"tune: {share * budget_s / 60:.1f} of the {budget_s / 60:.0f} min budget spent"
+                + (" on measuring" if share < 1 else "") + f"; skipping {what}")
             doc["skipped_for_budget"].append(what)
             return True
         return False
@@ -257,10 +258,13 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
         results.append(res)
         update()
     # Raw decoding on every target: from its candidates' runs, else from a raw run of its own.
+    # The first target's is the yardstick of every answer: never skipped for the budget.
     targets = {c.target.spec.name: c.target for c in candidates}
+    reference = candidates[0].target.spec.name
     for name, target in targets.items():
         if any(c.target.spec.name == name for c in measured) or \
-                (results and over_budget(f"raw run of {name}", MEASURE_SHARE)):
+                (name != reference and results and
+                 over_budget(f"raw run of {name}", MEASURE_SHARE)):
             continue
         log(f"tune: {name}: raw decoding on {len(tune_prompts)} prompts (no SD candidate "
             "of it measured)")
@@ -272,7 +276,6 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
     doc["target_perplexity"] = target_perplexities(doc["measured"] + [
         {"candidate": r["target"], "results": r["results"]} for r in doc["raw_runs"]])
     raw_speed = raw_speeds(doc)
-    reference = candidates[0].target.spec.name
     doc["reference_target"] = reference
     tasks = list(dict.fromkeys(p.task for p in tune_prompts))
     raw_confirm: dict[str, dict] = {}     # target → its raw runs on the confirm prompts

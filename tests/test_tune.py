@@ -168,3 +168,18 @@ def test_a_small_predicted_gain_does_not_beat_raw_decoding(tiny_models, monkeypa
     assert rec["recommended"]["candidate"] == "target (SD off)"
     assert all(o["k"] == 0 for o in rec["top"])
     assert rec["best_sd"]["pays"] and rec["best_sd"]["k"] >= 1
+
+
+def test_the_reference_raw_run_survives_the_budget(tiny_models):
+    """Machine C, --budget 12: every candidate of the first target was cut, so was its raw
+    run, and tune printed no answer at all. The yardstick is now always measured."""
+    from cpuspec import tune
+    from cpuspec.bench import BenchConfig
+    from cpuspec.models import local_model
+    ref, other = local_model(tiny_models["target"]), local_model(tiny_models["same"])
+    cands = [tune.Candidate(ref, local_model(tiny_models["draft"])), tune.Candidate(other, None)]
+    cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=12)
+    doc = tune.run_tune(cfg, cands, k_max=2, budget_s=1e-9, confirm=False)
+    assert doc["recommendations"]["code"]["recommended"]["candidate"]
+    assert any(r["target"] == "target" for r in doc["raw_runs"]) or \
+        any(m["candidate"].startswith("target + ") for m in doc["measured"])
