@@ -419,7 +419,8 @@ def render_tune(doc: dict) -> str:
         c = rec.get("confirmed", {})
         fast.append([task, rec["candidate"], rec["k"] or "-",
                      f"{rec['predicted_vs_reference_raw']:.2f}",
-                     _measured(c, "vs_reference_raw") if c or target != ref else "1 (itself)",
+                     _measured(c, "vs_reference_raw") if c or rec["k"] or target != ref
+                     else "1 (itself)",
                      _audit(c), f"{ppl[target]:.2f}" if target in ppl else "-"])
         c = best.get("confirmed", {})
         t = best.get("terms") or {}
