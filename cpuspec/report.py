@@ -129,17 +129,11 @@ def significance(ci: tuple[float, float] | None) -> str | None:
 
 
 def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
-    units = paired_units(raw, sd)
-    ci = bootstrap_speedup_ci(units)
-    each = unit_speedups(units) if len(units) else np.array([])
+    st = speedup_stats(raw, sd)
     out = {f"{prefix}tok_s": e2e_tok_s(sd), f"{prefix}decode_tok_s": decode_tok_s(sd),
-           f"{prefix}speedup": e2e_tok_s(sd) / e2e_tok_s(raw) if raw and sd else float("nan"),
-           f"{prefix}speedup_ci": list(ci) if ci else None,
-           f"{prefix}speedup_units": len(units),
-           # fewer units than an interval needs: the range of the units' own speedups
-           f"{prefix}speedup_range": [float(each.min()), float(each.max())]
-           if ci is None and len(units) >= 2 else None,
-           f"{prefix}significance": significance(ci),
+           f"{prefix}speedup": st["speedup"], f"{prefix}speedup_ci": st["ci"],
+           f"{prefix}speedup_units": st["units"], f"{prefix}speedup_range": st["range"],
+           f"{prefix}significance": st["significance"],
            f"{prefix}decode_speedup": decode_tok_s(sd) / decode_tok_s(raw)
            if raw and sd else float("nan")}
     reps = sorted({r.get("repetition", 0) for r in sd})
@@ -156,6 +150,7 @@ def speedup_stats(base: list[dict], other: list[dict]) -> dict[str, Any]:
     runs or raw runs of another target."""
     units = paired_units(base, other)
     ci = bootstrap_speedup_ci(units)
+    # fewer units than an interval needs: the range of the units' own speedups
     each = unit_speedups(units) if len(units) else np.array([])
     return {"speedup": e2e_tok_s(other) / e2e_tok_s(base) if base and other else float("nan"),
             "ci": list(ci) if ci else None,
