@@ -683,6 +683,88 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, json_path, save, 
 
 
 @main.command()
+@click.option("--pair", help="Model pair from models.toml [default: the default pair].")
+@click.option("--target", help="Target: a registered name or a GGUF file [default: the pair's].")
+@click.option("--draft", help="Draft: a registered name or a GGUF file [default: the pair's].")
+@click.option("-k", "--draft-len", "k", type=click.IntRange(1, 32), default=4, show_default=True)
+@click.option("--drafter", type=click.Choice(["model", "hybrid", "lookup"]), default="model",
+              show_default=True)
+@click.option("--tasks", callback=_task_list, default="json,code", show_default=True)
+@click.option("--prompts-per-task", type=click.IntRange(1, 8), default=5, show_default=True)
+@click.option("-n", "--max-tokens", type=click.IntRange(2, 1024), default=64, show_default=True)
+@click.option("-t", "--threads", type=int, callback=_positive)
+@click.option("--paths", "path_list", default="cpuspec,llama-cpp-python,llama.cpp",
+              show_default=True, help="Comma list of cpuspec, cpuspec+redecode, "
+              "llama-cpp-python, llama.cpp.")
+@click.option("--llama-bin", type=click.Path(path_type=Path, file_okay=False),
+              help="Folder with llama.cpp's llama-speculative-simple and llama-completion "
+                   "[default: $CPUSPEC_LLAMA_BIN, cpuspec's build, then PATH].")
+@click.option("--build-native", is_flag=True, help="Build llama.cpp's programs from the "
+              "installed llama-cpp-python's sources first (once, ~15 min on 2 cores).")
+@click.option("--native-rounds", is_flag=True, help="Run llama.cpp's SD once more per prompt, "
+              "untimed, logging each round's accepted/drafted.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@_save_options
+def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, threads,
+          path_list, llama_bin, build_native, native_rounds, json_path, save, force):
+    """Does the speedup reach your stack? One configuration through cpuspec's loop,
+    llama-cpp-python (with cpuspec.DraftModel) and llama.cpp's own programs, each SD ×raw.
+
+    \b
+    Examples:
+      cpuspec paths --target T.gguf --draft D.gguf -k 7
+      cpuspec paths --paths cpuspec,cpuspec+redecode,llama.cpp --build-native
+    """
+    from . import native, paths as core
+    from .bench import environment
+    from .engine import EngineError
+    from .hardware import default_threads, detect_hardware
+    from .report import SCHEMA_VERSION
+    chosen = [p.strip() for p in path_list.split(",") if p.strip()]
+    bad = [p for p in chosen if p not in core.ALL_PATHS]
+    if not chosen or bad:
+        raise click.BadParameter(f"unknown path {', '.join(bad) or repr(path_list)}; choose "
+                                 f"from {', '.join(core.ALL_PATHS)}", param_hint="'--paths'")
+    if core.REDECODE in chosen and drafter != "model":
+        raise click.BadParameter(f"{core.REDECODE} imitates llama.cpp's draft model: it needs "
+                                 "--drafter model", param_hint="'--paths'")
+    threads = threads or default_threads()
+    _check_limits([k], max_tokens, [threads], None)
+    reg = _registry()
+    names = [target or reg.pair(pair).target] + ([] if drafter == "lookup" else
+                                                 [draft or reg.pair(pair).draft])
+    for name in names:
+        _check_model_name(reg, name)
+    bin_dir = None
+    if core.LLAMA_CPP in chosen:
+        try:
+            bin_dir = native.build(_log) if build_native else native.find_bin_dir(llama_bin)
+        except native.NativeError as exc:
+            raise click.ClickException(str(exc))
+        if bin_dir is None:
+            _log("llama.cpp: no llama-speculative-simple and llama-completion found (give "
+                 "--llama-bin DIR, or --build-native); measuring without the llama.cpp path")
+            chosen.remove(core.LLAMA_CPP)
+    sink = _prepare_outputs([json_path], [Path(n) for n in names if n.endswith(".gguf")],
+                            force, save, "paths", detect_hardware().cpu_model)
+    with _guarded(sink):
+        try:
+            files = [_resolve_model(reg, n).path for n in names]
+            cfg = core.PathsConfig(files[0], files[1] if len(files) > 1 else None, k, drafter,
+                                   builtin_prompts(tasks, prompts_per_task), max_tokens,
+                                   threads, tuple(chosen), bin_dir, native_rounds)
+            doc = core.measure_paths(
+                cfg, environment(threads), _log,
+                lambda d: sink({"schema_version": SCHEMA_VERSION, **d}))
+        except (ModelError, EngineError, native.NativeError, ValueError) as exc:
+            raise click.ClickException(str(exc))
+        sink({"schema_version": SCHEMA_VERSION, **doc})
+    click.echo(core.render_paths(doc))
+    for p in sink.paths:
+        _log(f"wrote {p}")
+
+
+@main.command()
 @click.argument("models_", metavar="MODEL...", nargs=-1, required=True)
 @click.option("--reference", help="Model (name or file) whose greedy output is the yardstick "
                                   "[default: the default pair's target].")

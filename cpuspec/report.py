@@ -55,11 +55,17 @@ def run_e2e_s(run: dict) -> float:
     return run["prefill_s"] + run.get("draft_prefill_s", 0.0) + run["decode_s"]
 
 
+def n_tokens(run: dict) -> int:
+    """Tokens one generation produced: its token ids, or the count a program reported where
+    the ids were never seen (llama.cpp's programs, llama-cpp-python's completion)."""
+    return run["n_tokens"] if "n_tokens" in run else len(run["tokens"])
+
+
 def e2e_tok_s(runs: list[dict]) -> float:
     """End-to-end: every generated token (the first one comes from the prefill) over the whole
     window, the prefills included."""
     seconds = sum(run_e2e_s(r) for r in runs)
-    return sum(len(r["tokens"]) for r in runs) / seconds if seconds > 0 else float("nan")
+    return sum(n_tokens(r) for r in runs) / seconds if seconds > 0 else float("nan")
 
 
 def decode_tok_s(runs: list[dict]) -> float:
@@ -88,7 +94,7 @@ def paired_units(raw: list[dict], sd: list[dict]) -> np.ndarray:
     for s in sd:
         r = by_unit.get(_unit(s))
         if r is not None:
-            row = np.array([len(r["tokens"]), run_e2e_s(r), len(s["tokens"]), run_e2e_s(s)])
+            row = np.array([n_tokens(r), run_e2e_s(r), n_tokens(s), run_e2e_s(s)])
             per_prompt[s["prompt_id"]] = per_prompt.get(s["prompt_id"], 0) + row
     return np.array(list(per_prompt.values()), dtype=float).reshape(-1, 4)
 

@@ -1,0 +1,164 @@
+"""`cpuspec paths` and the llama.cpp programs behind it: the paths run end to end on tiny
+models, the imitation of llama.cpp's draft bookkeeping changes time, not tokens, and every
+printed llama.cpp command line uses flags the vendored llama.cpp accepts (checked against the
+programs' --help where they are built)."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REAL_MODELS_HOME
+from cpuspec import native
+from cpuspec.cli import main
+from cpuspec.engine import Model, Session
+from cpuspec.paths import verify_redecode
+from cpuspec.speculative import generate_speculative, verify_greedy
+
+
+def real_bin_dir(need=native.BUILD_TARGETS):
+    """llama.cpp's programs if this machine has them: $CPUSPEC_LLAMA_BIN, the cached build
+    under the user's cpuspec home (not the test's), or PATH."""
+    old = os.environ.get("CPUSPEC_HOME")
+    os.environ["CPUSPEC_HOME"] = REAL_MODELS_HOME
+    try:
+        return native.find_bin_dir(None, need)
+    finally:
+        os.environ["CPUSPEC_HOME"] = old
+
+
+class Counting:
+    """A Decoder that counts the tokens it decodes."""
+
+    def __init__(self, inner):
+        self.inner, self.decoded = inner, 0
+
+    def eval(self, tokens, pos, n_out):
+        self.decoded += len(tokens)
+        return self.inner.eval(tokens, pos, n_out)
+
+    def truncate(self, pos):
+        self.inner.truncate(pos)
+
+    def is_eog(self, token):
+        return self.inner.is_eog(token)
+
+
+def test_the_redecode_imitation_costs_a_draft_batch_per_round_and_changes_no_token(tiny_models):
+    """llama.cpp's draft-simple decodes the verify batch [last, d1..dk] on the draft again each
+    round. Imitated, the output and every round's acceptance stay as they were (a draft KV left
+    with duplicate or missing positions would change them), and the draft decodes k + 1 more
+    tokens in each round that drafted."""
+    with Model(tiny_models["target"]) as tm, Model(tiny_models["draft"]) as dm, \
+            Session(tm, 256, 1) as target, Session(dm, 256, 1) as dsess:
+        prompt = tm.tokenize("The quick brown fox jumps over the lazy dog. The quick")
+        plain, imitated = Counting(dsess), Counting(dsess)
+        a = generate_speculative(target, plain, prompt, 40, 4, verify=verify_greedy)
+        b = generate_speculative(target, imitated, prompt, 40, 4, verify=verify_redecode)
+    assert a.tokens == b.tokens
+    assert [(r.k, r.n_accepted) for r in a.rounds] == [(r.k, r.n_accepted) for r in b.rounds]
+    assert 0 < sum(r.n_accepted for r in a.rounds) < sum(r.k for r in a.rounds)  # mixed rounds
+    extra = sum(r.k + 1 for r in b.rounds if r.k)
+    assert imitated.decoded - plain.decoded == extra
+
+
+def run_paths(tiny_models, tmp_path, *args):
+    out = tmp_path / "paths.json"
+    res = CliRunner().invoke(main, ["paths", "--target", str(tiny_models["target"]), "--draft",
+                                    str(tiny_models["draft"]), "--tasks", "json,code",
+                                    "--prompts-per-task", "1", "-n", "12", "-t", "1",
+                                    "--no-save", "--json", str(out), *args])
+    return res, out
+
+
+def test_paths_measures_each_path_against_its_own_raw_decoding(tiny_models, tmp_path):
+    res, out = run_paths(tiny_models, tmp_path, "-k", "3", "--paths",
+                         "cpuspec,cpuspec+redecode,llama-cpp-python")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "paths" and doc["complete"] and doc["schema_version"] >= 2
+    assert {(r["path"], r["mode"]) for r in doc["runs"]} == {
+        ("cpuspec", "raw"), ("cpuspec", "static"), ("cpuspec+redecode", "static"),
+        ("llama-cpp-python", "raw"), ("llama-cpp-python", "static")}
+    assert {r["prompt_id"] for r in doc["runs"]} == {"json-1", "code-1"}
+    # greedy SD is lossless on every path: the SD text is the raw text, prompt by prompt
+    raw = {(r["path"], r["prompt_id"]): r["text"] for r in doc["runs"] if r["mode"] == "raw"}
+    for r in doc["runs"]:
+        if r["mode"] == "static":
+            base = "cpuspec" if r["path"] == "cpuspec+redecode" else r["path"]
+            assert r["text"] == raw[(base, r["prompt_id"])], r
+            # llama-cpp-python skips its length check on a token that ends inside a UTF-8
+            # character (the tiny models' vocabulary is bytes): it may count one more
+            assert r["n_tokens"] == 12 or r["path"] == "llama-cpp-python" and \
+                12 < r["n_tokens"] <= 12 + 3
+    assert "range" in res.output and "2 prompts" in res.output   # 2 prompts: no interval
+    for path in ("cpuspec+redecode", "llama-cpp-python"):
+        assert path in res.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--paths", "cpuspec,bogus"], "unknown path bogus"),
+    (["--paths", "cpuspec+redecode", "--drafter", "hybrid"], "needs --drafter model"),
+    (["--paths", "", ], "unknown path"),
+])
+def test_paths_refuses_bad_choices(tiny_models, tmp_path, args, message):
+    res, out = run_paths(tiny_models, tmp_path, *args)
+    assert res.exit_code == 2 and message in res.output
+    assert "Traceback" not in res.output and not out.exists()
+
+
+def test_a_named_llama_bin_without_the_programs_is_an_error(tiny_models, tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    res, out = run_paths(tiny_models, tmp_path, "--paths", "cpuspec,llama.cpp", "--llama-bin",
+                         str(empty))
+    assert res.exit_code == 1 and "has no llama-speculative-simple" in res.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("drafter", ["model", "hybrid", "lookup"])
+def test_printed_llama_cpp_flags_are_ones_that_version_accepts(drafter):
+    """Every flag of the printed server and CLI command lines appears in that program's --help
+    (the llama.cpp that llama-cpp-python vendors renamed --draft-max to --spec-draft-n-max: a
+    stale flag stops the server at start)."""
+    bin_dir = real_bin_dir((native.SERVER, native.CLI))
+    if bin_dir is None:
+        pytest.skip("llama.cpp's llama-server and llama-cli are not built here "
+                    "(`cpuspec paths --build-native`)")
+    for tool, argv in native.invocations("t.gguf", "d.gguf", 7, drafter, 2).items():
+        known = native.help_flags(bin_dir, tool)
+        assert native.unknown_flags(argv, known) == [], tool
+        # the help's removed arguments do not count: a printed --draft-max would fail here
+        assert "--spec-draft-n-max" in known and "--draft-max" not in known
+
+
+def test_unknown_flags_finds_a_flag_missing_from_help():
+    known = {"-m", "--spec-draft-n-max", "-t"}
+    assert native.unknown_flags(["llama-server", "-m", "x", "--draft-max", "7", "-t", "2"],
+                                known) == ["--draft-max"]
+
+
+def test_llama_cpp_runs_the_configuration_losslessly(tiny_models):
+    """llama-speculative-simple and llama-completion on the tiny models: the SD text equals
+    the raw text and both report a time window."""
+    bin_dir = real_bin_dir(native.MEASURED)
+    if bin_dir is None:
+        pytest.skip("llama.cpp's llama-speculative-simple and llama-completion are not built "
+                    "here (`cpuspec paths --build-native`)")
+    prompt = "The quick brown fox jumps over the lazy dog. The quick"
+    raw = native.run_completion(bin_dir, str(tiny_models["target"]), prompt, 16, 1, 256)
+    sd = native.run_speculative(bin_dir, str(tiny_models["target"]), str(tiny_models["draft"]),
+                                prompt, 16, 3, 1, 256)
+    assert raw.tokens == 16 and raw.e2e_s > 0
+    # llama-completion ends its output with a newline; the SD program may go past -n (its
+    # last round drafts whatever is left, then accepts)
+    assert sd.text.startswith(raw.text.rstrip("\n")) and sd.e2e_s > 0
+    assert sd.tokens >= 16 and sd.acc_rate_pos and sd.draft_gen_ms > 0
+    assert sd.drafted > 0 and 0 <= sd.accepted <= sd.drafted
+    detailed = native.run_speculative(bin_dir, str(tiny_models["target"]),
+                                      str(tiny_models["draft"]), prompt, 16, 3, 1, 256,
+                                      per_round=True)
+    assert detailed.text == sd.text
+    assert sum(d for _, d in detailed.rounds) == detailed.drafted
+    assert sum(a for a, _ in detailed.rounds) == detailed.accepted
