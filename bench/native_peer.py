@@ -3,8 +3,8 @@
 threads and prompts.
 
 Builds `llama-bench` and `llama-speculative-simple` from the llama.cpp vendored in the sdist of
-the installed llama-cpp-python version (pip download, cmake, CPU backend, no curl; cached under
-$CPUSPEC_HOME/native), then alternates the two sides (A B A B) and reports medians and ratios:
+the installed llama-cpp-python version (cpuspec.native.build: pip download, cmake, CPU backend,
+no curl; cached under $CPUSPEC_HOME/native), then alternates the two sides (A B A B) and reports medians and ratios:
   1. raw decode:  cpuspec one-token decodes      vs  llama-bench -p 0 -n N (tg t/s)
   2. verify cost: cpuspec (k+1)-token batch t/s  vs  llama-bench -p k+1 -n 0 (pp t/s)
   3. SD:          cpuspec generate_speculative   vs  llama-speculative-simple --spec-type
@@ -19,27 +19,25 @@ import argparse
 import cProfile
 import io
 import json
-import os
 import pstats
-import re
 import statistics
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import llama_cpp
 
+from cpuspec import native
 from cpuspec.bench import environment
 from cpuspec.engine import Model, Session
 from cpuspec.measure import time_decode_tok_s, filler_tokens, time_decodes, verify_tok_s
 from cpuspec.report import SCHEMA_VERSION
-from cpuspec.models import cpuspec_home, fetch_model, load_registry
+from cpuspec.models import fetch_model, load_registry
 from cpuspec.speculative import generate_speculative
 from cpuspec.tasks import builtin_prompts
 
 HERE = Path(__file__).resolve().parent
-TARGETS = ["llama-bench", "llama-speculative-simple"]
+BENCH, SPECULATIVE = native.BENCH, native.SPECULATIVE
 
 
 def log(msg: str) -> None:
@@ -47,32 +45,8 @@ def log(msg: str) -> None:
 
 
 def build_native() -> Path:
-    """Return the folder holding the native binaries, building them on first use."""
-    version = llama_cpp.__version__
-    root = cpuspec_home() / "native" / f"llama-cpp-python-{version}"
-    bin_dir = root / "build" / "bin"
-    if all((bin_dir / t).is_file() for t in TARGETS):
-        return bin_dir
-    root.mkdir(parents=True, exist_ok=True)
-    src = root / f"llama_cpp_python-{version}"
-    if not src.is_dir():
-        log(f"native: pip download llama-cpp-python=={version} (sdist)")
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                        ":all:", "-q", "-d", str(root), f"llama-cpp-python=={version}"],
-                       check=True)
-        with tarfile.open(next(root.glob("llama_cpp_python-*.tar.gz"))) as tar:
-            tar.extractall(root, filter="data")
-    llama_src = src / "vendor" / "llama.cpp"
-    log("native: cmake configure + build (CPU backend; first run only, ~10 min on 2 cores)")
-    subprocess.run(["cmake", "-S", str(llama_src), "-B", str(root / "build"),
-                    "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
-                    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
-                    "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON"],
-                   check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", str(root / "build"), "--config", "Release", "-j",
-                    str(os.cpu_count() or 2), "--target", *TARGETS],
-                   check=True, stdout=subprocess.DEVNULL)
-    return bin_dir
+    """The folder holding the native binaries (cpuspec.native builds them on first use)."""
+    return native.build(log, [BENCH, SPECULATIVE])
 
 
 def native_bench(bin_dir: Path, model: Path, threads: int, n_prompt: int, n_gen: int,
@@ -85,27 +59,13 @@ def native_bench(bin_dir: Path, model: Path, threads: int, n_prompt: int, n_gen:
 
 def native_spec(bin_dir: Path, target: Path, draft: Path, threads: int, prompt: str, n: int,
                 k: int, n_ctx: int) -> dict:
-    """llama-speculative-simple on one prompt. Its "encoded" window holds the target's and the
-    draft's prompt prefill (common_speculative_process decodes the prompt on the draft), its
-    "decoded" window every round after them: together, the same end-to-end window as ours."""
-    proc = subprocess.run(
-        [str(bin_dir / "llama-speculative-simple"), "-m", str(target), "-md", str(draft),
-         "-p", prompt, "-n", str(n), "--temp", "0", "--top-k", "1", "--seed", "1",
-         "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min",
-         "0", "--spec-draft-p-min", "0", "-t", str(threads), "-tb", str(threads),
-         "-c", str(n_ctx), "-ngl", "0", "-ngld", "0"],
-        capture_output=True, text=True)
-    text = proc.stdout + proc.stderr
-    line = r"{}\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s"
-    enc = re.search(line.format("encoded"), text)
-    dec = re.search(line.format("decoded"), text)
-    accept = re.search(r"accept\s+=\s+([\d.]+)%", text)
-    if proc.returncode != 0 or not dec or not enc:
-        raise RuntimeError(f"llama-speculative-simple failed:\n{text[-2000:]}")
-    tokens, enc_s, dec_s = int(dec.group(1)), float(enc.group(2)), float(dec.group(2))
-    return {"e2e_tok_s": tokens / (enc_s + dec_s), "decode_tok_s": float(dec.group(3)),
-            "prefill_s": enc_s, "decode_s": dec_s, "tokens": tokens,
-            "acceptance_pct": float(accept.group(1)) if accept else None}
+    """llama-speculative-simple on one prompt (cpuspec.native.run_speculative). Its "encoded"
+    window holds the target's and the draft's prompt prefill, its "decoded" window every round
+    after them: together, the same end-to-end window as ours."""
+    r = native.run_speculative(bin_dir, str(target), str(draft), prompt, n, k, threads, n_ctx)
+    return {"e2e_tok_s": r.tokens / r.e2e_s, "decode_tok_s": r.tokens / r.decode_s,
+            "prefill_s": r.prefill_s, "decode_s": r.decode_s, "tokens": r.tokens,
+            "acceptance_pct": 100.0 * r.accepted / r.drafted if r.drafted else None}
 
 
 class NoStop:

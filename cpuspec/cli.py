@@ -1144,8 +1144,20 @@ def advise(run, as_json):
                                    "the bench with --policy static)")
     if as_json:
         click.echo(json.dumps(advice, indent=1))
-    else:
-        click.echo(render_advice(advice, results["settings"]["k"]))
+        return
+    click.echo(render_advice(advice, results["settings"]["k"]))
+    models, settings = results.get("models") or {}, results["settings"]
+    target = (models.get("target") or {}).get("path")
+    draft = (models.get("draft") or {}).get("path")
+    on = {task: a["k_best"] for task, a in advice.items() if a["verdict"] == "ON"}
+    if target and on:
+        from .native import how_to_run
+        for k_best in sorted(set(on.values())):
+            tasks = ", ".join(t for t, k in on.items() if k == k_best)
+            click.echo(f"\nTo run it ({tasks}; k = {k_best}) outside cpuspec:")
+            click.echo("\n".join(how_to_run(target, draft, k_best,
+                                             settings.get("drafter", "model"),
+                                             settings["threads"], indent="  ")))
 
 
 @main.command()
@@ -1187,9 +1199,15 @@ def report(run, fmt, trace):
         if line:
             click.echo(line)
         return
+    if results.get("kind") == "paths":
+        from .paths import render_paths
+        if not isinstance(results.get("runs"), list) or "settings" not in results:
+            raise click.ClickException(f"{path}: a damaged paths file (no runs or settings)")
+        click.echo(render_paths(results))
+        return
     if results.get("kind") != "bench":
         raise click.ClickException(f"{path}: a {results.get('kind')} results file; report "
-                                   "prints bench, sweep and tune files")
+                                   "prints bench, sweep, tune and paths files")
     s = summarize(results)
     if fmt == "json":
         click.echo(render_rows_json(s))

@@ -185,6 +185,9 @@ class NativeRun:
     drafted: int = 0
     accepted: int = 0
     rounds: list[tuple[int, int]] = field(default_factory=list)  # (accepted, drafted)
+    # per_round: from the debug log's timestamps, each round's drafting (the previous round's
+    # end to its last draft) and the rest (target verify, the draft's re-decode, sampling), ms
+    round_phases_ms: list[tuple[float, float]] = field(default_factory=list)
     target_eval_ms: float | None = None    # the target's one-token decodes (llama_perf)
     target_eval_runs: int | None = None
     prompt_eval_ms: float | None = None    # the target's batches: the prompt, and for SD
@@ -226,7 +229,7 @@ def run_speculative(bin_dir: Path, target: str, draft: str | None, prompt: str, 
               re.findall(r"accepted (\d+)/(\d+) draft tokens", err)]
     run = NativeRun(int(dec.group(1)), float(enc.group(2)), float(dec.group(2)),
                     _generated_text(out, prompt), int(drafted.group(1)), int(accepted.group(1)),
-                    rounds)
+                    rounds, _round_phases(err) if per_round else [])
     _perf(err, run)
     return run
 
@@ -250,6 +253,27 @@ def run_completion(bin_dir: Path, target: str, prompt: str, n: int, threads: int
     # the window cpuspec's raw decoding has: prefill, decodes and choosing each token
     run.decode_s += (run.sampling_ms or 0.0) / 1e3
     return run
+
+
+def _stamp(line: str) -> float:
+    """Seconds from a llama.cpp log line's timestamp (minutes.seconds.ms.us)."""
+    m, sec, ms, us = (int(x) for x in line.split(maxsplit=1)[0].split("."))
+    return 60 * m + sec + ms / 1e3 + us / 1e6
+
+
+def _round_phases(err: str) -> list[tuple[float, float]]:
+    """Per round, from a debug log: (drafting ms, verify + re-decode + sampling ms). A round
+    logs a candidate line per draft token, then "accepted a/d draft tokens"."""
+    phases, last_cand, prev_end = [], None, None
+    for line in err.splitlines():
+        if "draft candidate   0," in line:
+            last_cand = _stamp(line)
+        elif "draft tokens, the last target token" in line and last_cand is not None:
+            end = _stamp(line)
+            if prev_end is not None:
+                phases.append((1e3 * (last_cand - prev_end), 1e3 * (end - last_cand)))
+            prev_end, last_cand = end, None
+    return phases
 
 
 def _perf(err: str, run: NativeRun) -> None:
@@ -306,3 +330,61 @@ def _run(argv: list[str]) -> tuple[str, str]:
     if rc != 0:
         raise NativeError(f"{Path(argv[0]).name} exited {rc}:\n{err[-2000:]}")
     return out, err
+
+
+# --- what tune and advise print under an SD recommendation ---------------------------------
+
+def measured_paths(target: str, draft: str | None, k: int, drafter: str
+                   ) -> tuple[dict, Path] | None:
+    """The newest complete saved `cpuspec paths` run of this configuration (same target and
+    draft files by name, k and drafter) that measured llama.cpp or llama-cpp-python."""
+    import json
+
+    from .store import OutputError, saved_runs
+    try:
+        runs = saved_runs()
+    except OutputError:
+        return None
+    for path in reversed(runs):
+        if not path.stem.endswith("-paths"):
+            continue
+        try:
+            doc = json.loads(path.read_text())
+            s = doc["settings"]
+            same = (Path(s["target"]).name == Path(target).name
+                    and (Path(s["draft"]).name if s.get("draft") else None)
+                    == (Path(draft).name if draft else None)
+                    and s["k"] == k and s["drafter"] == drafter)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if same and doc.get("complete"):
+            return doc, path
+    return None
+
+
+def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,
+               indent: str = "    ") -> list[str]:
+    """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
+    command lines, the llama-cpp-python call, and how much of cpuspec's gain each kept when
+    `cpuspec paths` measured it here (or the command that measures it)."""
+    lines = [f"{indent}{tool}: {shell(argv)}"
+             for tool, argv in invocations(target, draft, k, drafter, threads).items()]
+    lines.append(f"{indent}llama-cpp-python: "
+                 f"{python_snippet(target, draft, k, drafter, threads)}")
+    found = measured_paths(target, draft, k, drafter)
+    if found is None:
+        lines.append(f"{indent}how much of the gain each keeps: cpuspec paths --target "
+                     f"{shlex.quote(str(target))}"
+                     + (f" --draft {shlex.quote(str(draft))}" if draft else "")
+                     + f" -k {k}" + (f" --drafter {drafter}" if drafter != "model" else ""))
+        return lines
+    from .paths import LLAMA_CPP, LLAMA_CPP_PYTHON, summarize_paths
+    from .report import OVERALL
+    row = summarize_paths(found[0]).get(OVERALL, {})
+    kept = [f"{p} SD ×raw {row[p]['speedup']:.2f} = {row[p]['over_cpuspec']:.2f} of "
+            f"cpuspec's {row['cpuspec']['speedup']:.2f}"
+            for p in (LLAMA_CPP, LLAMA_CPP_PYTHON) if p in row and "cpuspec" in row
+            and row[p].get("over_cpuspec")]
+    if kept:
+        lines.append(f"{indent}measured here ({found[1].stem}): " + "; ".join(kept))
+    return lines

@@ -164,15 +164,25 @@ def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftMo
             llm = plain if mode == "raw" else spec
             llm.reset()   # no prompt cache across calls: each reads its prompt, as ours do
             before = dict(drafter.stats)
+            # streamed, as a chat front end takes it: the first chunk's time is the prompt's
+            # prefill (with draft_model=, llama-cpp-python computes logits for every prompt
+            # row: logits_all) and the first token
             t0 = time.perf_counter()
-            out = llm.create_completion(texts[p.prompt_id], max_tokens=n, temperature=0.0,
-                                        top_k=1, repeat_penalty=1.0)
+            first, chunks = None, []
+            for chunk in llm.create_completion(texts[p.prompt_id], max_tokens=n,
+                                               temperature=0.0, top_k=1, repeat_penalty=1.0,
+                                               stream=True):
+                if first is None:
+                    first = time.perf_counter() - t0
+                chunks.append(chunk["choices"][0]["text"])
             e2e = time.perf_counter() - t0
             extra = {} if mode == "raw" else {
                 "draft_calls": drafter.stats["calls"] - before["calls"],
                 "drafted": drafter.stats["drafts"] - before["drafts"]}
-            return _record(p, LLAMA_CPP_PYTHON, mode, out["usage"]["completion_tokens"], e2e,
-                           out["choices"][0]["text"], **extra)
+            # one chunk per token, except a token that ends inside a UTF-8 character, which
+            # waits for the next: both modes stream the same text, so SD ×raw holds
+            return _record(p, LLAMA_CPP_PYTHON, mode, len(chunks), e2e, "".join(chunks),
+                           first_chunk_s=first, **extra)
         runners[LLAMA_CPP_PYTHON] = high_level
     if LLAMA_CPP in cfg.paths:
         def llama_cpp(p, mode, n):
@@ -187,14 +197,16 @@ def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftMo
             r = native.run_speculative(cfg.bin_dir, str(cfg.target),
                                        str(cfg.draft) if cfg.draft else None, text, n, cfg.k,
                                        cfg.threads, n_ctx, cfg.drafter)
-            rounds = []
+            rounds, phases = [], []
             if cfg.native_rounds:   # untimed: debug logging slows the program
-                rounds = native.run_speculative(
+                detail = native.run_speculative(
                     cfg.bin_dir, str(cfg.target), str(cfg.draft) if cfg.draft else None, text,
-                    n, cfg.k, cfg.threads, n_ctx, cfg.drafter, per_round=True).rounds
+                    n, cfg.k, cfg.threads, n_ctx, cfg.drafter, per_round=True)
+                rounds, phases = detail.rounds, detail.round_phases_ms
             return _record(p, LLAMA_CPP, mode, r.tokens, r.e2e_s, r.text, prefill_s=r.prefill_s,
                            decode_s=r.decode_s, drafted=r.drafted, accepted=r.accepted,
                            rounds=[[a, d] for a, d in rounds], draft_calls=r.draft_calls,
+                           round_phases_ms=[list(x) for x in phases],
                            target_eval_ms=r.target_eval_ms, target_eval_runs=r.target_eval_runs,
                            prompt_eval_ms=r.prompt_eval_ms,
                            prompt_eval_tokens=r.prompt_eval_tokens, sampling_ms=r.sampling_ms,
@@ -271,11 +283,12 @@ def round_budget(doc: dict) -> dict[str, dict]:
     """Where an SD round's time goes, per path, over every SD generation (ms per round).
     cpuspec's loop times its draft and verify phases itself; "other" is the rest of the round
     (for cpuspec+redecode the verify phase holds the draft's re-decode, shown apart as the
-    difference from cpuspec's verify). llama.cpp's programs print their totals: the verify
-    time is the target's batch time (llama_perf's "prompt eval") less the prompt's own prefill
-    (from llama-completion on the same prompt), drafting is the drafter's draft() time, and
-    "other" is the decode window's rest: the draft's re-decode of each verify batch
-    (common_speculative_process, untimed by llama.cpp) and the program's bookkeeping."""
+    difference from cpuspec's verify). llama.cpp's programs print their totals: drafting is
+    the drafter's draft() time; verify is the target's batch time (llama_perf's "prompt eval")
+    less the prompt's own prefill (llama-completion's, same prompt), and it holds the draft's
+    re-decode of the batch too: llama.cpp times a decode up to the context's next
+    synchronize, which comes after common_speculative_process (seen in its debug log's
+    timestamps); "other" is the rest of the decode window."""
     out: dict[str, dict] = {}
     sd = [r for r in doc["runs"] if r["mode"] == "static"]
     for path in doc["settings"]["paths"]:
@@ -308,9 +321,13 @@ def round_budget(doc: dict) -> dict[str, dict]:
             decode = 1e3 * sum(r["decode_s"] for r in runs)
             out[path] = {"rounds": n, "tokens_per_round": sum(r["n_tokens"] for r in runs) / n,
                          "draft_ms": draft / n, "verify_ms": verify / n,
-                         "sampling_ms": sampling / n,
+                         "redecode_in_verify": True, "sampling_ms": sampling / n,
                          "other_ms": (decode - draft - verify - sampling) / n,
                          "round_ms": decode / n}
+    for path, b in out.items():   # generations whose first round kept none of its drafts
+        firsts = [r["rounds"][0] for r in sd if r["path"] == path and r.get("rounds")]
+        b["first_round_none"] = (f"{sum(1 for a, d in firsts if d and not a)}/{len(firsts)}"
+                                 if firsts else None)
     if CPUSPEC in out and REDECODE in out:
         extra = out[REDECODE]["verify_ms"] - out[CPUSPEC]["verify_ms"]
         out[REDECODE]["verify_ms"] -= extra
@@ -347,15 +364,35 @@ def render_paths(doc: dict) -> str:
         lines += ["", "Where an SD round's time goes (ms per round, every SD generation):",
                   tabulate([[p, b["rounds"], fmt_value(b["tokens_per_round"], ".2f"),
                              fmt_value(b["draft_ms"], ".1f"), fmt_value(b["verify_ms"], ".1f"),
+                             "in verify" if b.get("redecode_in_verify") else
                              fmt_value(b.get("redecode_ms"), ".1f"),
                              fmt_value(b["sampling_ms"], ".1f"), fmt_value(b["other_ms"], ".1f"),
-                             fmt_value(b["round_ms"], ".1f")] for p, b in budget.items()],
+                             fmt_value(b["round_ms"], ".1f"), b["first_round_none"] or "-"]
+                            for p, b in budget.items()],
                            headers=["path", "rounds", "tokens/round", "draft", "verify",
-                                    "draft re-decode", "sampling", "other", "round"],
+                                    "draft re-decode", "sampling", "other", "round",
+                                    "1st round kept 0"],
                            tablefmt="simple", disable_numparse=True),
-                  "llama.cpp's 'other' holds its draft's re-decode of each verify batch "
-                  "(untimed by llama.cpp) and its bookkeeping; its verify is the target's batch "
-                  "time less the prompt's prefill."]
+                  "llama.cpp's verify is its target's batch time less the prompt's prefill; "
+                  "llama.cpp times a decode up to the next synchronize, so it holds the "
+                  "draft's re-decode of the batch too."]
+    phases = [x for r in doc["runs"] if r["path"] == LLAMA_CPP for x in
+              r.get("round_phases_ms") or []]
+    if phases:
+        import statistics
+        lines += [f"llama.cpp's debug log (untimed runs, {len(phases)} rounds), median per "
+                  f"round: drafting {statistics.median(x[0] for x in phases):.0f} ms, verify + "
+                  f"the draft's re-decode + sampling "
+                  f"{statistics.median(x[1] for x in phases):.0f} ms"]
+    first = {mode: [r["first_chunk_s"] for r in doc["runs"] if r["path"] == LLAMA_CPP_PYTHON
+                    and r["mode"] == mode and r.get("first_chunk_s") is not None]
+             for mode in ("raw", "static")}
+    if first["raw"] and first["static"]:
+        raw_s, sd_s = (sum(v) / len(v) for v in (first["raw"], first["static"]))
+        lines += ["", f"llama-cpp-python's first token (the prompt's prefill), mean: raw "
+                      f"{1e3 * raw_s:.0f} ms, with draft_model= {1e3 * sd_s:.0f} ms "
+                      f"(+{1e3 * (sd_s - raw_s):.0f} ms: it then computes logits for every "
+                      "prompt row, logits_all)"]
     lines += ["", "paths: " + "; ".join(f"{p}: {PATH_NOTES[p]}" for p in s["paths"])]
     if not doc.get("complete", True):
         lines.append("INTERRUPTED: the prompts that finished are shown")

@@ -185,6 +185,24 @@ def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
     return shlex.join(args)
 
 
+def run_it_elsewhere(command: str) -> list[str]:
+    """Under a recommended SD configuration's `cpuspec bench` line: the same configuration in
+    llama.cpp's server and CLI and in llama-cpp-python, and what `cpuspec paths` measured of
+    it here (native.how_to_run)."""
+    from .native import how_to_run
+    args = shlex.split(command)
+
+    def opt(*names, default=None):
+        for name in names:
+            if name in args and args.index(name) + 1 < len(args):
+                return args[args.index(name) + 1]
+        return default
+    if opt("--target") is None or opt("-k") is None:
+        return []
+    return how_to_run(opt("--target"), opt("--draft"), int(opt("-k")),
+                      opt("--drafter", default="model"), int(opt("--threads", default="1")))
+
+
 def raw_speeds(doc: dict) -> dict[tuple[str, str], float]:
     """Raw end-to-end t/s per (target, task) on the choosing prompts: the mean over every
     choosing run with that target (its candidates' runs and its own raw run)."""
@@ -430,8 +448,11 @@ def render_tune(doc: dict) -> str:
                    _measured(c, "vs_reference_raw"), _audit(c),
                    f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
         lines.append(f"{task}: fastest: {rec['command']}")
+        if rec["k"] and rec["command"] != best["command"]:
+            lines += run_it_elsewhere(rec["command"])
         if best["pays"]:
             lines.append(f"{task}: SD pays most: {best['command']}")
+            lines += run_it_elsewhere(best["command"])
         elif best.get("ruled_out_by_cost_curve"):
             lines.append(f"{task}: SD cannot pay with any candidate: the best cost curve, "
                          f"{best['candidate']}, allows at most {best['predicted_speedup']:.2f}× "
