@@ -13,7 +13,7 @@ import click
 
 from . import __version__
 from .models import ModelError, cached_path, fetch_model, is_cached, load_registry
-from .tasks import DEFAULT_TASKS, SUITES, PromptsFileError, builtin_prompts, load_prompts
+from .tasks import ALL_TASKS, DEFAULT_TASKS, PromptsFileError, builtin_prompts, load_prompts
 
 
 def _log(msg: str) -> None:
@@ -111,10 +111,10 @@ def _task_list(ctx, param, value):
     if value is None:
         return None
     tasks = [t.strip() for t in value.split(",") if t.strip()]
-    unknown = [t for t in tasks if t not in SUITES]
+    unknown = [t for t in tasks if t not in ALL_TASKS]
     if not tasks or unknown:
         raise click.BadParameter(f"unknown task {', '.join(unknown) or repr(value)}; "
-                                 f"built-in tasks: {', '.join(SUITES)}")
+                                 f"built-in tasks: {', '.join(ALL_TASKS)}")
     return tasks
 
 
@@ -152,7 +152,7 @@ def _task_list(ctx, param, value):
 @click.option("-n", "--max-tokens", type=int, default=128, show_default=True,
               callback=_positive, help="Tokens generated per prompt.")
 @click.option("--tasks", callback=_task_list,
-              help=f"Comma list of built-in tasks ({','.join(SUITES)}) [default: "
+              help=f"Comma list of built-in tasks ({','.join(ALL_TASKS)}) [default: "
                    f"{','.join(DEFAULT_TASKS)}, or none when --prompts is given].")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
               help='JSONL file of {"task": ..., "prompt": ...} lines to bench as well.')

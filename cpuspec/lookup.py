@@ -48,27 +48,74 @@ def lookup_next(history: Sequence[int], ngram_max: int = NGRAM_MAX,
     return lookup_match(history, ngram_max, ngram_min)[0]
 
 
+class NgramIndex:
+    """lookup_match over a growing and shrinking token list, without rescanning it: for each n,
+    every n-gram that has a next token maps to its start positions (ascending). Appending a
+    token registers the n-grams it completes the continuation of; truncating unregisters
+    them. A query is one dict lookup per n, so a draft costs the same after 4 k tokens of
+    prompt as after 40 (the scan in lookup_match grows with the history)."""
+
+    def __init__(self, ngram_max: int = NGRAM_MAX, ngram_min: int = NGRAM_MIN):
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self.history: list[int] = []
+        self.starts: list[dict[tuple, list[int]]] = [{} for _ in range(ngram_max + 1)]
+
+    def __len__(self) -> int:
+        return len(self.history)
+
+    def append(self, tokens: Sequence[int]) -> None:
+        h = self.history
+        for tok in tokens:
+            q = len(h)   # tok lands at q: the n-grams ending at q - 1 now have a next token
+            for n in range(self.ngram_min, min(self.ngram_max, q) + 1):
+                self.starts[n].setdefault(tuple(h[q - n:q]), []).append(q - n)
+            h.append(tok)
+
+    def truncate(self, pos: int) -> None:
+        h = self.history
+        for q in range(len(h) - 1, pos - 1, -1):   # undo the appends, newest first
+            for n in range(self.ngram_min, min(self.ngram_max, q) + 1):
+                key = tuple(h[q - n:q])
+                found = self.starts[n][key]
+                found.pop()
+                if not found:
+                    del self.starts[n][key]
+        del h[pos:]
+
+    def match(self) -> tuple[int, int]:
+        """lookup_match(self.history, ngram_max, ngram_min), from the index."""
+        h = self.history
+        for n in range(min(self.ngram_max, len(h) - 1), self.ngram_min - 1, -1):
+            found = self.starts[n].get(tuple(h[len(h) - n:]))
+            if found:
+                return h[found[-1] + n], n
+        return NO_DRAFT, 0
+
+
 class LookupDrafter:
     """A Decoder over a token list: eval appends and guesses, truncate cuts."""
 
     def __init__(self, is_eog=lambda t: False, ngram_max: int = NGRAM_MAX,
                  ngram_min: int = NGRAM_MIN):
-        self.history: list[int] = []
+        self.index = NgramIndex(ngram_max, ngram_min)
         self._is_eog = is_eog
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
 
+    @property
+    def history(self) -> list[int]:
+        return self.index.history
+
     def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
-        if pos != len(self.history):
-            raise ValueError(f"lookup drafter: eval at {pos}, history has {len(self.history)}")
-        self.history += tokens
+        if pos != len(self.index):
+            raise ValueError(f"lookup drafter: eval at {pos}, history has {len(self.index)}")
+        self.index.append(tokens)
         if NO_DRAFT in tokens:
             return [NO_DRAFT] * n_out
         # Only the last guess is used by the loop; earlier outputs are not needed.
-        return [NO_DRAFT] * (n_out - 1) + [lookup_next(self.history, self.ngram_max,
-                                                       self.ngram_min)]
+        return [NO_DRAFT] * (n_out - 1) + [self.index.match()[0]]
 
     def truncate(self, pos: int) -> None:
-        del self.history[pos:]
+        self.index.truncate(pos)
 
     def is_eog(self, token: int) -> bool:
         return self._is_eog(token)
@@ -87,9 +134,13 @@ class HybridDrafter:
     def __init__(self, model, ngram_max: int = HYBRID_NGRAM, ngram_min: int = HYBRID_NGRAM):
         self.model = model
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
-        self.history: list[int] = []
+        self.index = NgramIndex(ngram_max, ngram_min)
         self.model_kv = 0
         self.stats = self._zero()
+
+    @property
+    def history(self) -> list[int]:
+        return self.index.history
 
     @staticmethod
     def _zero() -> dict:
@@ -100,14 +151,14 @@ class HybridDrafter:
         return out
 
     def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
-        if pos != len(self.history):
-            raise ValueError(f"hybrid drafter: eval at {pos}, history has {len(self.history)}")
-        self.history += tokens
+        if pos != len(self.index):
+            raise ValueError(f"hybrid drafter: eval at {pos}, history has {len(self.index)}")
+        self.index.append(tokens)
         if pos == 0:  # the prompt: the model's prefill
             out = self.model.eval(tokens, 0, n_out)
             self.model_kv = len(self.history)
             return out
-        guess = lookup_next(self.history, self.ngram_max, self.ngram_min)
+        guess = self.index.match()[0]
         if guess != NO_DRAFT:
             self.stats["lookup_drafts"] += 1
             return [NO_DRAFT] * (n_out - 1) + [guess]
@@ -119,7 +170,7 @@ class HybridDrafter:
         return [NO_DRAFT] * (n_out - 1) + out
 
     def truncate(self, pos: int) -> None:
-        del self.history[pos:]
+        self.index.truncate(pos)
         # Always forwarded: the model may hold positions this drafter never gave it (a cost
         # probe, an earlier generation).
         self.model_kv = min(self.model_kv, pos)

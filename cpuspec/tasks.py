@@ -92,22 +92,87 @@ SUITES: dict[str, list[str]] = {
 }
 
 
+# Long inputs from real text that nobody on this project wrote, shipped verbatim in
+# cpuspec/data/long and pinned by sha256 so every machine runs the same prompts: five modules of
+# CPython 3.11.7's standard library (0.8-1.5 k tokens each) and the five parts of the licence
+# file CPython ships (LICENSE.txt), both under the PSF License Version 2 (its text is that
+# licence file). See cpuspec/data/long/SOURCES.md.
+LONG_DIR = Path(__file__).parent / "data" / "long"
+LONG_SOURCES = {
+    "colorsys.py.txt": "d9800f8e81d46e63ca6f2e7d6ac5f344d85afb92c3cf6d103b5f977f1ad66ac2",
+    "bisect.py.txt": "e5b2ff166f48a06e70ae831d8c9b47283fcd0c254306eee12d3dae9c55e11526",
+    "nturl2path.py.txt": "980982ba66cc403d17874369d2770e09845b3d49f1d4514e1c52e01518114332",
+    "genericpath.py.txt": "9d58ad64056a89f12258a62596c2073cd9e52b459dde152f710edc0cffcd865b",
+    "reprlib.py.txt": "264433cc232332db871666b3bb6e4c2cb97b092cb8d5056a45ec2e53daea2b1c",
+    "PSF-LICENSE.txt": "3b2f81fe21d181c499c59a256c8e1968455d6689d269aa85373bfb6af41da3bf",
+}
+MODULES = list(LONG_SOURCES)[:5]
+# The licence file's five parts (line ranges, 1-based, inclusive): history; terms and the PSF
+# licence; BeOpen; CNRI; CWI and the zero-clause BSD licence.
+LICENSE_PARTS = [(1, 58), (59, 122), (123, 172), (173, 243), (244, 10_000)]
+LONG_INSTRUCTIONS = {
+    # the answer copies the input: where lookup has the most to copy from
+    "long-edit": "Add type hints to every function and method in this Python module. Return "
+                 "the complete module, otherwise unchanged, and nothing else.\n\n```python\n"
+                 "{text}```",
+    # the answer names the input's parts and explains them: some copying
+    "long-explain": "Explain this Python module: first what it is for, then each function in "
+                    "turn, with its parameters and what it returns.\n\n```python\n{text}```",
+    # a document: extraction, word for word
+    "long-doc": "Copy, word for word, every sentence of the text below that grants a right or "
+                "states a condition or an obligation, one per line.\n\n{text}",
+}
+LONG_TASKS = list(LONG_INSTRUCTIONS)
+
+
+
+
+def long_text(name: str) -> str:
+    import hashlib
+    path = LONG_DIR / name
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LongSourceError(f"long-input text {path} cannot be read: {exc.strerror or exc}"
+                              ) from None
+    if hashlib.sha256(data).hexdigest() != LONG_SOURCES[name]:
+        raise LongSourceError(f"long-input text {path} is not the pinned text (sha256 "
+                              "differs); reinstall cpuspec")
+    return data.decode("utf-8")
+
+
+def long_prompts(task: str) -> list[str]:
+    """The prompts of one long-input suite, built from the pinned texts."""
+    template = LONG_INSTRUCTIONS[task]
+    if task == "long-doc":
+        lines = long_text("PSF-LICENSE.txt").splitlines(keepends=True)
+        return [template.format(text="".join(lines[a - 1:b]).strip() + "\n")
+                for a, b in LICENSE_PARTS]
+    return [template.format(text=long_text(name)) for name in MODULES]
+
+
 # What `cpuspec bench` runs without --tasks; "grounded" is for the lookup drafter.
 DEFAULT_TASKS = ["json", "code", "story"]
+ALL_TASKS = [*SUITES, *LONG_TASKS]
 
 
 class PromptsFileError(ValueError):
     """A prompts file cannot be used; the message names the file and line."""
 
 
+class LongSourceError(PromptsFileError):
+    """A shipped long-input text is missing or is not the pinned one."""
+
+
 def builtin_prompts(tasks: list[str], per_task: int | None = None) -> list[Prompt]:
-    unknown = [t for t in tasks if t not in SUITES]
+    unknown = [t for t in tasks if t not in ALL_TASKS]
     if unknown:
         raise KeyError(f"unknown task {', '.join(unknown)}; built-in tasks: "
-                       f"{', '.join(SUITES)}")
+                       f"{', '.join(ALL_TASKS)}")
     out = []
     for task in tasks:
-        texts = SUITES[task][:per_task] if per_task else SUITES[task]
+        suite = SUITES[task] if task in SUITES else long_prompts(task)
+        texts = suite[:per_task] if per_task else suite
         out += [Prompt(task, f"{task}-{i + 1}", t) for i, t in enumerate(texts)]
     return out
 

@@ -172,7 +172,7 @@ def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
                 target=None) -> str:
     """The `cpuspec bench` line that reproduces a recommendation (k = 0: raw decoding on
     `target`)."""
-    from .tasks import SUITES
+    from .tasks import ALL_TASKS
     if cand is None:
         args = ["cpuspec", "bench", "--target", str(target.path), "--policy", "off"]
     else:
@@ -181,7 +181,7 @@ def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
         args += ["--drafter", cand.drafter] if cand.drafter != "model" else []
         args += ["-k", str(k)]
     args += ["--threads", str(cfg.threads), "--max-tokens", str(cfg.max_tokens)]
-    args += ["--tasks", task] if task in SUITES else ["--prompts", "YOUR_PROMPTS.jsonl"]
+    args += ["--tasks", task] if task in ALL_TASKS else ["--prompts", "YOUR_PROMPTS.jsonl"]
     return shlex.join(args)
 
 

@@ -161,3 +161,27 @@ def test_round_replay_predicts_a_hybrid_run_where_fixed_k_does_not():
     survival = [sum(r.n_accepted >= i for r in full) / len(full) for i in range(1, 5)]
     _, fixed = predict_generation_s(probe, survival, 4, len(source), len(g.tokens))
     assert abs(fixed / g.e2e_s - 1) > 0.10
+
+
+def test_the_ngram_index_answers_as_the_scan_does_through_appends_and_truncates():
+    """NgramIndex keeps lookup_match's answer (token and n) without rescanning: checked
+    against the scan after every step of random appends and rollbacks over a two-token
+    alphabet, where matches of every length occur."""
+    import random
+
+    from cpuspec.lookup import NgramIndex, lookup_match
+    rng = random.Random(7)
+    for ngram_max, ngram_min in [(6, 2), (8, 8), (3, 1)]:
+        index = NgramIndex(ngram_max, ngram_min)
+        hits = 0
+        for _ in range(400):
+            if index.history and rng.random() < 0.25:   # roll back rejected drafts
+                index.truncate(len(index.history) - rng.randint(1, min(12, len(index.history))))
+            else:
+                index.append([rng.randrange(2) for _ in range(rng.randint(1, 9))])
+            expected = lookup_match(index.history, ngram_max, ngram_min)
+            assert index.match() == expected
+            hits += expected[1] > 0
+        assert hits > 10   # the index is exercised on matches, not only misses
+        index.truncate(0)
+        assert index.history == [] and all(not d for d in index.starts)
