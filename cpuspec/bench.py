@@ -85,6 +85,7 @@ def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str,
             "decode_s": g.decode_s, "e2e_s": g.e2e_s,
             "token_latencies_s": g.token_latencies_s,
             "rounds": [r.as_row() for r in g.rounds], "stop": g.stop,
+            **({"reused_prompt_tokens": g.reused} if g.reused else {}),
             "noise": noise.to_dict(), **({"schedule": g.extra} if g.extra else {}),
             **({"drafter_stats": g.drafter_stats} if g.drafter_stats else {})}
 
@@ -234,7 +235,7 @@ class Generator:
         return self.policies[task]
 
     def __call__(self, mode: str, tokens: list[int], max_tokens: int, seed_key=(0,),
-                 task: str = "") -> Generation:
+                 task: str = "", reuse: int = 0) -> Generation:
         cfg = self.cfg
         t, d, verify = self.target, self.draft, verify_greedy
         if cfg.temperature > 0:  # seeded per generation: reruns draw the same tokens
@@ -244,40 +245,81 @@ class Generator:
                 SamplingDecoder(self.draft, cfg.temperature, rng)
             verify = RejectionVerify(rng)
         if mode == "raw":
-            return generate_raw(t, tokens, max_tokens)
+            return generate_raw(t, tokens, max_tokens, reuse=reuse)
         if isinstance(d, HybridDrafter):
             d.take_stats()  # counts from earlier generations (warm-up) are not this one's
-            g = self._speculate(mode, t, d, tokens, max_tokens, verify, task)
+            g = self._speculate(mode, t, d, tokens, max_tokens, verify, task, reuse)
             g.drafter_stats = d.take_stats()
             return g
-        return self._speculate(mode, t, d, tokens, max_tokens, verify, task)
+        return self._speculate(mode, t, d, tokens, max_tokens, verify, task, reuse)
 
-    def _speculate(self, mode, t, d, tokens, max_tokens, verify, task) -> Generation:
+    def _speculate(self, mode, t, d, tokens, max_tokens, verify, task, reuse=0) -> Generation:
         cfg = self.cfg
         if mode == "static" and cfg.schedule == "parallel":
             return generate_speculative_parallel(t, d, tokens, max_tokens, cfg.k,
                                                  self.owner.submit, self.draft_async)
         if mode == "static":
-            return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify)
+            return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify,
+                                        reuse=reuse)
         policy = self.adaptive_policy(task)
         start = len(policy.trace)
-        g = generate_speculative(t, d, tokens, max_tokens, policy, verify=verify)
+        g = generate_speculative(t, d, tokens, max_tokens, policy, verify=verify, reuse=reuse)
         self.traces[mode] = policy.trace[start:]  # this generation's decisions
         return g
 
 
 def measure_prompt(gen: Generator, p: Prompt, tokens: list[int], rep: int, index: int,
-                   seed_key: tuple) -> tuple[dict[str, Generation], dict[str, NoiseSample]]:
+                   seed_key: tuple, reuse: int = 0
+                   ) -> tuple[dict[str, Generation], dict[str, NoiseSample]]:
     """Every mode once on one prompt, each inside a noise probe. The mode that goes first
-    rotates with `index`, so a drifting machine biases none of them."""
+    rotates with `index`, so a drifting machine biases none of them. reuse: the sessions hold
+    tokens[:reuse] already (a follow-up turn; see prepare_followup)."""
     modes = gen.modes
     order = modes[index % len(modes):] + modes[:index % len(modes)]
     gens, noise = {}, {}
     for mode in order:
         with NoiseProbe() as probe:
-            gens[mode] = gen(mode, tokens, gen.cfg.max_tokens, seed_key, p.task)
+            gens[mode] = gen(mode, tokens, gen.cfg.max_tokens, seed_key, p.task, reuse)
         noise[mode] = probe.sample
     return gens, noise
+
+
+# A follow-up prompt's first turn is answered greedily by the target with up to this many
+# tokens (not timed), before the second turn is measured.
+FIRST_TURN_TOKENS = 64
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def answer_first_turn(target_m, target, p: Prompt, first: list[int]) -> tuple[list[int], dict]:
+    """A follow-up prompt's second turn, as a chat server sees it: the first turn answered by
+    the target (greedy, FIRST_TURN_TOKENS at most), then the follow-up message. Returns the
+    second turn's tokens and what was reused: the longest prefix they share with the first
+    turn's tokens and answer, which a server keeps in its KV cache."""
+    g = generate_raw(target, first, FIRST_TURN_TOKENS)
+    answer = [t for t in g.tokens if not target_m.is_eog(t)]
+    text = target_m.detokenize(answer)
+    second = target_m.tokenize(target_m.format_chat(p.followup, [(p.text, text)]))
+    reuse = min(common_prefix(second, first + answer), len(second) - 1)
+    return second, {"first_answer": text, "first_turn_tokens": len(first),
+                    "second_turn_tokens": len(second), "reused_tokens": reuse}
+
+
+def prepare_followup(target, draft, tokens: list[int], reuse: int, with_draft: bool) -> None:
+    """Put the conversation so far (tokens[:reuse]) in the target's KV and, for SD, the
+    draft's, untimed, as a chat server holds it from the first turn."""
+    target.truncate(0)
+    target.eval(tokens[:reuse], 0, 1)
+    if with_draft:
+        draft.truncate(0)
+        draft.eval(tokens[:reuse], 0, 1)
 
 
 def context_size(prompt_lengths: list[int], cfg: BenchConfig) -> int:
@@ -325,8 +367,13 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
     target_m = loaded.target_m
     with contextlib.ExitStack() as stack:
         encoded = [target_m.tokenize(target_m.format_chat(p.text)) for p in cfg.prompts]
-        n_ctx = context_size([len(e) for e in encoded], cfg)
-        check_trained_context(cfg, [len(e) for e in encoded], loaded)
+        if any(p.followup for p in cfg.prompts) and cfg.schedule == "parallel":
+            raise ValueError("follow-up turns run with the serial schedule only")
+        # a follow-up's second turn holds the first, its answer and the follow-up message
+        lengths = [len(e) + (FIRST_TURN_TOKENS + len(target_m.tokenize(p.followup)) + 32
+                             if p.followup else 0) for p, e in zip(cfg.prompts, encoded)]
+        n_ctx = context_size(lengths, cfg)
+        check_trained_context(cfg, lengths, loaded)
         if on_update:
             on_update(results)
         target_session = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
@@ -354,13 +401,22 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         log(f"cost probe: prefills, target decode of 1..{curve} tokens, draft decode")
         gen.probe = results["cost_probe"] = probe_costs(target, draft_model, encoded[0],
                                                         curve - 1)
+        reuse = [0] * len(cfg.prompts)
+        for i, p in enumerate(cfg.prompts):
+            if p.followup:
+                log(f"{p.prompt_id}: answering the first turn (not timed)")
+                encoded[i], info = answer_first_turn(target_m, target, p, encoded[i])
+                reuse[i] = info["reused_tokens"]
+                results.setdefault("followups", {})[p.prompt_id] = info
         total = cfg.repetitions * len(cfg.prompts)
         done = 0
         for rep in range(cfg.repetitions):
-            for p, tokens in zip(cfg.prompts, encoded):
+            for p, tokens, kept in zip(cfg.prompts, encoded, reuse):
                 done += 1
                 for attempt in range(MAX_NOISE_RERUNS + 1):
-                    gens, noise = measure_prompt(gen, p, tokens, rep, done, (rep, done))
+                    if kept:
+                        prepare_followup(target, draft, tokens, kept, bool(cfg.policies))
+                    gens, noise = measure_prompt(gen, p, tokens, rep, done, (rep, done), kept)
                     busiest = max(n.other_cpus for n in noise.values())
                     worst = max(noise.values(), key=lambda n: (len(n.reasons()),
                                                                n.other_cpus))

@@ -120,19 +120,25 @@ class Model:
         tmpl = ll.llama_model_chat_template(self.ptr, None)
         return tmpl.decode(errors="replace") if tmpl else None
 
-    def format_chat(self, user_text: str) -> str:
-        """The user message in the model's chat template, ready for the assistant's reply; the
-        plain text when the model has no template (tiny test models)."""
+    def format_chat(self, user_text: str, history: Sequence[tuple[str, str]] = ()) -> str:
+        """The user message in the model's chat template, ready for the assistant's reply,
+        after the earlier (user, assistant) turns of `history`; the plain texts one after the
+        other when the model has no template (tiny test models)."""
         tmpl = ll.llama_model_chat_template(self.ptr, None)
         if not tmpl:
-            return user_text
-        msgs = (ll.llama_chat_message * 1)()
-        msgs[0].role = b"user"
-        msgs[0].content = user_text.encode()
-        size = 4 * len(user_text) + 256
+            return "".join(u + a for u, a in history) + user_text
+        turns = [m for (u, a) in history for m in ((b"user", u), (b"assistant", a))]
+        turns.append((b"user", user_text))
+        msgs = (ll.llama_chat_message * len(turns))()
+        keep = []   # the encoded contents must outlive the call
+        for i, (role, text) in enumerate(turns):
+            keep.append(text.encode())
+            msgs[i].role = role
+            msgs[i].content = keep[-1]
+        size = 4 * sum(len(t) for _, t in turns) + 256
         for _ in range(2):
             buf = ctypes.create_string_buffer(size)
-            n = ll.llama_chat_apply_template(tmpl, msgs, 1, True, buf, size)
+            n = ll.llama_chat_apply_template(tmpl, msgs, len(turns), True, buf, size)
             if n < 0:
                 raise EngineError("llama.cpp does not support this model's chat template")
             if n <= size:

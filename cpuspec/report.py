@@ -193,7 +193,9 @@ def _speedup_over_runs(probe: dict, sd: list[dict], predict: Callable[[int, int]
     window the probe allows."""
     raw_s = sd_s = 0.0
     for r in sd:
-        t_raw, t_sd = predict(r["prompt_tokens"], len(r["tokens"]))
+        # a follow-up turn prefills only what its conversation's KV did not hold
+        t_raw, t_sd = predict(r["prompt_tokens"] - r.get("reused_prompt_tokens", 0),
+                              len(r["tokens"]))
         raw_s, sd_s = raw_s + t_raw, sd_s + t_sd
     window = "end-to-end" if "target_prefill_s" in probe else "decode-only"
     return (raw_s / sd_s, window) if sd_s > 0 else None

@@ -64,6 +64,7 @@ class Generation:
     draft_prefill_s: float = 0.0        # the draft's prompt prefill (0 for raw decoding)
     extra: dict = field(default_factory=dict)   # schedule-specific counts (parallel)
     drafter_stats: dict = field(default_factory=dict)  # the hybrid drafter's counts
+    reused: int = 0                     # prompt tokens already in the KV (a follow-up turn)
 
     @property
     def decode_tokens(self) -> int:
@@ -85,12 +86,21 @@ def _stop_reason(decoder: Decoder, tokens: list[int], max_tokens: int) -> str | 
     return None
 
 
+def _check_reuse(prompt: Sequence[int], reuse: int) -> None:
+    if not 0 <= reuse < len(prompt):
+        raise ValueError(f"reuse must leave at least one prompt token to read: {reuse} of "
+                         f"{len(prompt)}")
+
+
 def generate_raw(target: Decoder, prompt: Sequence[int], max_tokens: int,
-                 clock: Clock = time.perf_counter) -> Generation:
-    """Target alone, one token per decode: the baseline speculative decoding must beat."""
-    target.truncate(0)
+                 clock: Clock = time.perf_counter, reuse: int = 0) -> Generation:
+    """Target alone, one token per decode: the baseline speculative decoding must beat.
+    reuse: the target's KV already holds prompt[:reuse] (an earlier turn of the same
+    conversation, as a chat server keeps it); only the rest is prefilled and timed."""
+    _check_reuse(prompt, reuse)
+    target.truncate(reuse)
     t0 = clock()
-    tokens = target.eval(prompt, 0, 1)
+    tokens = target.eval(prompt[reuse:], reuse, 1)
     t_prefill = clock()
     latencies = []
     t_prev = t_prefill
@@ -100,7 +110,7 @@ def generate_raw(target: Decoder, prompt: Sequence[int], max_tokens: int,
         latencies.append(now - t_prev)
         t_prev = now
     return Generation(len(prompt), tokens, t_prefill - t0, t_prev - t_prefill, latencies,
-                      stop=stop)
+                      stop=stop, reused=reuse)
 
 
 # A drafter answers this instead of a token when it has no guess (the lookup drafter).
@@ -175,7 +185,7 @@ Verify = Callable[[Decoder, Decoder, int, list[int], int], tuple[int, int]]
 def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
                          max_tokens: int, k: int | KPolicy,
                          clock: Clock = time.perf_counter,
-                         verify: Verify = verify_greedy) -> Generation:
+                         verify: Verify = verify_greedy, reuse: int = 0) -> Generation:
     """Speculative decoding. Greedy by default: with exact arithmetic its output equals
     generate_raw's. `k` is a fixed draft length or a policy that picks one per round
     (policy.py); `verify` is the acceptance rule (sampling.py has the stochastic one).
@@ -187,16 +197,20 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
     The draft reads the prompt only when the first round drafts (a policy that never speculates
     never pays the draft's prefill); that prefill is timed as draft_prefill_s, outside the
     round and the decode-only window, inside the end-to-end one.
+
+    reuse: both the target's and the draft's KV already hold prompt[:reuse] (a follow-up
+    turn); both read only the rest.
     """
     if isinstance(k, int):
         if k < 1:
             raise ValueError("k must be ≥ 1")
         k = _FixedK(k)
     policy = k
-    target.truncate(0)
-    draft.truncate(0)
+    _check_reuse(prompt, reuse)
+    target.truncate(reuse)
+    draft.truncate(reuse)
     t0 = clock()
-    tokens = target.eval(prompt, 0, 1)
+    tokens = target.eval(prompt[reuse:], reuse, 1)
     t_prefill = clock()
     n_draft_kv = None  # the draft has not read the prompt yet
     draft_prefill_s = 0.0
@@ -209,7 +223,7 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
         k_round = min(policy.next_k(), max_tokens - len(tokens) - 1)
         if k_round > 0 and n_draft_kv is None:  # the draft's prompt prefill, on first use
             t_draft_prefill = clock()
-            draft.eval(prompt, 0, 1)
+            draft.eval(prompt[reuse:], reuse, 1)
             n_draft_kv = len(prompt)
             spent = clock() - t_draft_prefill
             draft_prefill_s += spent
@@ -245,7 +259,7 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
         latencies += [rounds[-1].round_s / len(emitted)] * len(emitted)
         t_prev = now
     return Generation(len(prompt), tokens, t_prefill - t0, t_prev - t_prefill - draft_prefill_s,
-                      latencies, rounds, stop, draft_prefill_s=draft_prefill_s)
+                      latencies, rounds, stop, draft_prefill_s=draft_prefill_s, reused=reuse)
 
 
 # --- a parallel schedule: the draft works on the next round while the target verifies --------

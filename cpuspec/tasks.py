@@ -16,6 +16,10 @@ class Prompt:
     task: str
     prompt_id: str
     text: str
+    # A second turn of the same conversation: `text` is asked first, answered (greedy, by the
+    # target, not timed), and then `followup` is what is measured, with the first turn's KV
+    # kept as a chat server keeps it. Empty for one-turn prompts.
+    followup: str = ""
 
 
 SUITES: dict[str, list[str]] = {
@@ -122,7 +126,15 @@ LONG_INSTRUCTIONS = {
     "long-doc": "Copy, word for word, every sentence of the text below that grants a right or "
                 "states a condition or an obligation, one per line.\n\n{text}",
 }
-LONG_TASKS = list(LONG_INSTRUCTIONS)
+# Follow-up turns: first the module with a question about it, then an edit of it, which copies
+# from the first turn's input (the prompt lookup's material).
+FOLLOWUP = {
+    "long-followup": ("What is this Python module for? Answer in two sentences.\n\n```python\n"
+                      "{text}```",
+                      "Now add type hints to every function and method of the module. Return "
+                      "the complete module, otherwise unchanged, and nothing else."),
+}
+LONG_TASKS = [*LONG_INSTRUCTIONS, *FOLLOWUP]
 
 
 
@@ -142,8 +154,9 @@ def long_text(name: str) -> str:
 
 
 def long_prompts(task: str) -> list[str]:
-    """The prompts of one long-input suite, built from the pinned texts."""
-    template = LONG_INSTRUCTIONS[task]
+    """The prompts of one long-input suite, built from the pinned texts (for a follow-up
+    suite, the first turns)."""
+    template = FOLLOWUP[task][0] if task in FOLLOWUP else LONG_INSTRUCTIONS[task]
     if task == "long-doc":
         lines = long_text("PSF-LICENSE.txt").splitlines(keepends=True)
         return [template.format(text="".join(lines[a - 1:b]).strip() + "\n")
@@ -173,12 +186,14 @@ def builtin_prompts(tasks: list[str], per_task: int | None = None) -> list[Promp
     for task in tasks:
         suite = SUITES[task] if task in SUITES else long_prompts(task)
         texts = suite[:per_task] if per_task else suite
-        out += [Prompt(task, f"{task}-{i + 1}", t) for i, t in enumerate(texts)]
+        followup = FOLLOWUP[task][1] if task in FOLLOWUP else ""
+        out += [Prompt(task, f"{task}-{i + 1}", t, followup) for i, t in enumerate(texts)]
     return out
 
 
 def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
-    """Read `{"task": "...", "prompt": "..."}` per line; blank lines and `#` comments skipped."""
+    """Read `{"task": "...", "prompt": "..."}` per line (with "followup": "..." for a second
+    turn of the same conversation); blank lines and `#` comments skipped."""
     path = Path(path)
     try:
         if path.is_dir():
@@ -203,14 +218,18 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
         if not isinstance(obj, dict):
             raise PromptsFileError(f"{path}:{lineno}: expected a JSON object")
         task, text = obj.get("task", "user"), obj.get("prompt")
+        followup = obj.get("followup", "")
         if not isinstance(text, str) or not text.strip():
             raise PromptsFileError(f"{path}:{lineno}: \"prompt\" must be a non-empty string")
+        if not isinstance(followup, str):
+            raise PromptsFileError(f"{path}:{lineno}: \"followup\" must be a string")
         if not isinstance(task, str) or not task.strip():
             raise PromptsFileError(f"{path}:{lineno}: \"task\" must be a non-empty string")
         counts[task] = counts.get(task, 0) + 1
         if per_task and counts[task] > per_task:
             continue
-        prompts.append(Prompt(task, f"{task}-{counts[task]}", text))
+        prompts.append(Prompt(task, f"{task}-{counts[task]}", text,
+                              followup if followup.strip() else ""))
     if not prompts:
         raise PromptsFileError(f"{path}: no prompts in file")
     return prompts

@@ -54,3 +54,81 @@ def test_a_changed_text_is_refused_with_a_clear_message(tmp_path, monkeypatch):
 def test_unknown_task_lists_the_long_suites():
     res = CliRunner().invoke(main, ["bench", "--tasks", "long-nope", "--no-save"])
     assert res.exit_code == 2 and "long-edit" in res.output
+
+
+# --- follow-up turns: the first turn's KV kept -------------------------------------------
+
+PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
+
+
+class Counting:
+    def __init__(self, inner):
+        self.inner, self.decoded = inner, 0
+
+    def eval(self, tokens, pos, n_out):
+        self.decoded += len(tokens)
+        return self.inner.eval(tokens, pos, n_out)
+
+    def truncate(self, pos):
+        self.inner.truncate(pos)
+
+    def is_eog(self, token):
+        return self.inner.is_eog(token)
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup"])
+def test_a_reused_prefix_is_not_read_again_and_changes_no_token(tiny_models, drafter):
+    """With the first part of the prompt already in both KV caches, raw and SD read only the
+    rest, and every token is what reading the whole prompt gives."""
+    from cpuspec.engine import Model, Session
+    from cpuspec.lookup import LookupDrafter
+    from cpuspec.speculative import generate_raw, generate_speculative
+    with Model(tiny_models["target"]) as tm, Model(tiny_models["draft"]) as dm, \
+            Session(tm, 256, 1) as ts, Session(dm, 256, 1) as ds:
+        prompt = tm.tokenize(PROMPT)
+        reuse = len(prompt) - 5
+        draft = ds if drafter == "model" else LookupDrafter(tm.is_eog)
+        full_raw = generate_raw(ts, prompt, 24).tokens
+        full_sd = generate_speculative(ts, draft, prompt, 24, 3).tokens
+        target, counted = Counting(ts), Counting(draft)
+        ts.truncate(0)
+        ts.eval(prompt[:reuse], 0, 1)
+        draft.truncate(0)
+        draft.eval(prompt[:reuse], 0, 1)
+        g = generate_raw(target, prompt, 24, reuse=reuse)
+        assert g.tokens == full_raw and g.reused == reuse
+        assert target.decoded == 5 + len(g.tokens) - 1   # the 5 new prompt tokens, then 1 per token
+        s = generate_speculative(ts, counted, prompt, 24, 3, reuse=reuse)
+        assert s.tokens == full_sd == full_raw
+        assert counted.decoded < reuse             # the draft did not read the prefix again
+        with pytest.raises(ValueError, match="reuse"):
+            generate_raw(ts, prompt, 4, reuse=len(prompt))
+
+
+def test_bench_measures_the_second_turn_of_a_conversation(tiny_models, tmp_path):
+    """A prompts file line with "followup": the first turn is answered (not timed) and the
+    second is measured with the first turn's KV kept; both modes agree token for token."""
+    import json
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"task": "chat", "prompt": PROMPT,
+                                   "followup": " Now say it again: " + PROMPT}) + "\n")
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(main, [
+        "bench", "--target", str(tiny_models["target"]), "--draft", str(tiny_models["draft"]),
+        "--threads", "1", "--max-tokens", "24", "--warmup", "0", "--prompts", str(prompts),
+        "--policy", "static", "--no-save", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    info = doc["followups"]["chat-1"]
+    assert info["reused_tokens"] >= info["first_turn_tokens"] > 0
+    assert info["second_turn_tokens"] > info["reused_tokens"]
+    assert {r["reused_prompt_tokens"] for r in doc["runs"]} == {info["reused_tokens"]}
+    assert all(r["prompt_tokens"] == info["second_turn_tokens"] for r in doc["runs"])
+    assert all(a["identical"] for a in doc["audit"])
+
+
+def test_the_followup_suite_is_two_turns_over_each_module():
+    prompts = tasks.builtin_prompts(["long-followup"])
+    assert len(prompts) == 5 and all(p.followup.startswith("Now add type hints") for p in prompts)
+    for p, name in zip(prompts, tasks.MODULES):
+        assert (tasks.LONG_DIR / name).read_text() in p.text
