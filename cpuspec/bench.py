@@ -24,7 +24,7 @@ from .lookup import HYBRID_NGRAM, NGRAM_MAX, NGRAM_MIN, HybridDrafter, LookupDra
 from .measure import CATCHUP_PROBE_TOKENS, CURVE_N, NoiseProbe, NoiseSample, probe_costs
 from .policy import AdaptivePolicy
 from .sampling import RejectionVerify, SamplingDecoder
-from .speculative import (Generation, generate_raw, generate_speculative,
+from .speculative import (Generation, common_prefix, generate_raw, generate_speculative,
                           generate_speculative_parallel, verify_greedy)
 from .tasks import Prompt
 
@@ -287,15 +287,6 @@ def measure_prompt(gen: Generator, p: Prompt, tokens: list[int], rep: int, index
 # A follow-up prompt's first turn is answered greedily by the target with up to this many
 # tokens (not timed), before the second turn is measured.
 FIRST_TURN_TOKENS = 64
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def answer_first_turn(target_m, target, p: Prompt, first: list[int]) -> tuple[list[int], dict]:

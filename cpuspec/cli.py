@@ -1157,7 +1157,8 @@ def advise(run, as_json):
             click.echo(f"\nTo run it ({tasks}; k = {k_best}) outside cpuspec:")
             click.echo("\n".join(how_to_run(target, draft, k_best,
                                              settings.get("drafter", "model"),
-                                             settings["threads"], indent="  ")))
+                                             settings["threads"], indent="  ",
+                                             meta=results.get("meta"))))
 
 
 @main.command()

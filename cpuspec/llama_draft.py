@@ -26,7 +26,7 @@ import numpy as np
 from llama_cpp.llama_speculative import LlamaDraftModel
 
 from .lookup import HybridDrafter, LookupDrafter
-from .speculative import draft_tokens
+from .speculative import common_prefix, draft_tokens
 
 DRAFTERS = ("model", "hybrid", "lookup")
 # As for `cpuspec bench -k`: no CPU gains from longer drafts (llama.cpp's --draft-max is 16).
@@ -83,12 +83,7 @@ class DraftModel(LlamaDraftModel):
             return np.array([], dtype=np.intc)
         # Keep what the new context shares with what the drafter holds; read only the rest
         # (at least the last token: its logits give the first draft).
-        keep = 0
-        for held, new in zip(self.held, ctx):
-            if held != new:
-                break
-            keep += 1
-        keep = min(keep, len(ctx) - 1)
+        keep = min(common_prefix(self.held, ctx), len(ctx) - 1)
         self.decoder.truncate(keep)
         drafts, pos = draft_tokens(self.decoder, ctx[keep:], keep, self.k)
         self.held = ctx + drafts[:pos - len(ctx)]

@@ -334,10 +334,17 @@ def _run(argv: list[str]) -> tuple[str, str]:
 
 # --- what tune and advise print under an SD recommendation ---------------------------------
 
-def measured_paths(target: str, draft: str | None, k: int, drafter: str
-                   ) -> tuple[dict, Path] | None:
+def _machine(meta: dict | None) -> tuple:
+    meta = meta or {}
+    return ((meta.get("hardware") or {}).get("cpu_model"), meta.get("llama_system_info"))
+
+
+def measured_paths(target: str, draft: str | None, k: int, drafter: str,
+                   meta: dict | None = None) -> tuple[dict, Path] | None:
     """The newest complete saved `cpuspec paths` run of this configuration (same target and
-    draft files by name, k and drafter) that measured llama.cpp or llama-cpp-python."""
+    draft files by name, k and drafter); with `meta` (the environment of the file being
+    printed), only one from the same machine (CPU model and llama.cpp's system info): a
+    recorded file from elsewhere is not answered with this machine's runs."""
     import json
 
     from .store import OutputError, saved_runs
@@ -357,13 +364,14 @@ def measured_paths(target: str, draft: str | None, k: int, drafter: str
                     and s["k"] == k and s["drafter"] == drafter)
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if same and doc.get("complete"):
+        if same and doc.get("complete") and (meta is None
+                                             or _machine(doc.get("meta")) == _machine(meta)):
             return doc, path
     return None
 
 
 def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,
-               indent: str = "    ") -> list[str]:
+               indent: str = "    ", meta: dict | None = None) -> list[str]:
     """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
     command lines, the llama-cpp-python call, and how much of cpuspec's gain each kept when
     `cpuspec paths` measured it here (or the command that measures it)."""
@@ -371,7 +379,7 @@ def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: in
              for tool, argv in invocations(target, draft, k, drafter, threads).items()]
     lines.append(f"{indent}llama-cpp-python: "
                  f"{python_snippet(target, draft, k, drafter, threads)}")
-    found = measured_paths(target, draft, k, drafter)
+    found = measured_paths(target, draft, k, drafter, meta)
     if found is None:
         lines.append(f"{indent}how much of the gain each keeps: cpuspec paths --target "
                      f"{shlex.quote(str(target))}"

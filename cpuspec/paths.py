@@ -254,7 +254,8 @@ def summarize_paths(doc: dict) -> dict:
     MIN_CI_UNITS prompts, else range), raw and SD t/s, acceptance where the path counts it,
     and how many SD outputs equal the same path's raw output; and each path's SD ×raw over
     cpuspec's."""
-    from .report import OVERALL, e2e_tok_s, speedup_stats
+    from .report import OVERALL
+    from .stats import e2e_tok_s, speedup_stats
     runs = doc["runs"]
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     out = {}

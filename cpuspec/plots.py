@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from .compare import label, machine
-from .report import OVERALL, percentile, policy_events, summarize
+from .report import OVERALL, policy_events, summarize
+from .stats import percentile
 
 PLOT_HINT = "plots need matplotlib: pip install 'cpuspec[plot]'"
 

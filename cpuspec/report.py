@@ -1,4 +1,5 @@
-"""Statistics from raw samples, and every printer of them.
+"""Summaries of a results file (per task, from the statistics in stats.py), and every printer
+of them.
 
 Results keep raw samples only (per-token latencies, per-round records); everything here is
 computed when reading, so an old results file can be summarised again by newer code. One list of
@@ -15,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 from .costs import CostModel, cost_model, cost_model_per_round, verdict_line
 from .speculative import ROUND_FIELDS
+from .stats import (MIN_CI_UNITS, decode_tok_s, e2e_tok_s, percentile, run_e2e_s,
+                    speedup_stats)
 
 # 2: end-to-end windows (e2e_s, draft_prefill_s), noise samples per run, "kind" on every file,
 #    prefill timings in the cost probe. Files of schema_version 1 are still read (see read_json).
@@ -30,108 +31,17 @@ MIN_ROUNDS_FOR_STABLE_A = 30
 # Per-token latency spread (p95 / p50) beyond which a run is called noisy: on a quiet machine,
 # decode steps of one model differ by a few percent at most.
 NOISY_P95_OVER_P50 = 1.5
-# Bootstrap resamples for the 95 % intervals (fixed seed: a report reads the same every time).
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
-
-
 class ResultsError(ValueError):
     """A results file cannot be read; the message says why."""
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
 
 
 def _rounds(runs: list[dict]) -> list[dict]:
     return [dict(zip(ROUND_FIELDS, r)) for run in runs for r in run.get("rounds", [])]
 
 
-def run_e2e_s(run: dict) -> float:
-    """End-to-end seconds of one generation. Files of schema 1 have no e2e_s; there prefill_s
-    held the target's and (for SD) the draft's prefill together, so the sum is the same window."""
-    if "e2e_s" in run:
-        return run["e2e_s"]
-    return run["prefill_s"] + run.get("draft_prefill_s", 0.0) + run["decode_s"]
-
-
-def n_tokens(run: dict) -> int:
-    """Tokens one generation produced: its token ids, or the count a program reported where
-    the ids were never seen (llama.cpp's programs, llama-cpp-python's completion)."""
-    return run["n_tokens"] if "n_tokens" in run else len(run["tokens"])
-
-
-def e2e_tok_s(runs: list[dict]) -> float:
-    """End-to-end: every generated token (the first one comes from the prefill) over the whole
-    window, the prefills included."""
-    seconds = sum(run_e2e_s(r) for r in runs)
-    return sum(n_tokens(r) for r in runs) / seconds if seconds > 0 else float("nan")
-
-
-def decode_tok_s(runs: list[dict]) -> float:
-    """Decode-only: the tokens after the first over the time after both prefills."""
-    seconds = sum(r["decode_s"] for r in runs)
-    tokens = sum(len(r["token_latencies_s"]) for r in runs)
-    return tokens / seconds if seconds > 0 else float("nan")
-
-
 def _latency_ms(runs: list[dict]) -> dict[str, float]:
     lat = [x for r in runs for x in r["token_latencies_s"]]
     return {f"p{q}": percentile(lat, q) * 1e3 for q in (50, 95, 99)}
-
-
-def _unit(r: dict) -> tuple:
-    return r["prompt_id"], r.get("repetition", 0)
-
-
-def paired_units(raw: list[dict], sd: list[dict]) -> np.ndarray:
-    """One row per prompt measured in both modes: raw tokens, raw seconds, SD tokens, SD
-    seconds (end-to-end), summed over the repetitions of that prompt that ran in both modes.
-    Repetitions of one prompt share its text and output, so they are one unit, not several:
-    resampling them apart would shrink the interval by up to √repetitions for nothing."""
-    by_unit = {_unit(r): r for r in raw}
-    per_prompt: dict[str, np.ndarray] = {}
-    for s in sd:
-        r = by_unit.get(_unit(s))
-        if r is not None:
-            row = np.array([n_tokens(r), run_e2e_s(r), n_tokens(s), run_e2e_s(s)])
-            per_prompt[s["prompt_id"]] = per_prompt.get(s["prompt_id"], 0) + row
-    return np.array(list(per_prompt.values()), dtype=float).reshape(-1, 4)
-
-
-# An interval from fewer independent units is a range, and is printed as one: a percentile
-# bootstrap over 2 units returns their min and max, whatever the level it is labelled with.
-MIN_CI_UNITS = 5
-
-
-def unit_speedups(units: np.ndarray) -> np.ndarray:
-    """Each paired unit's own speedup (SD t/s ÷ raw t/s)."""
-    return (units[:, 2] / units[:, 3]) / (units[:, 0] / units[:, 1])
-
-
-def bootstrap_speedup_ci(units: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
-                         seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
-    """95 % percentile-bootstrap interval of the speedup (SD t/s ÷ raw t/s over the resampled
-    prompts), resampling paired prompt units (paired_units) so raw and SD stay together. None
-    with fewer than MIN_CI_UNITS units: the caller prints their range instead."""
-    n = len(units)
-    if n < MIN_CI_UNITS:
-        return None
-    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    s = units[idx].sum(axis=1)  # (resamples, 4)
-    ratios = (s[:, 2] / s[:, 3]) / (s[:, 0] / s[:, 1])
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def significance(ci: tuple[float, float] | None) -> str | None:
-    if ci is None:
-        return None
-    if ci[0] > 1.0:
-        return "faster"
-    if ci[1] < 1.0:
-        return "slower"
-    return "not significant"
 
 
 def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
@@ -148,21 +58,6 @@ def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
                   / e2e_tok_s([r for r in raw if r.get("repetition", 0) == j]) for j in reps]
         out[f"{prefix}speedup_by_repetition"] = by_rep
     return out
-
-
-def speedup_stats(base: list[dict], other: list[dict]) -> dict[str, Any]:
-    """other ÷ base end to end, paired by prompt: the ratio, its 95 % interval (≥ MIN_CI_UNITS
-    prompts) or range (fewer), the number of prompt units and the verdict. `other` may be SD
-    runs or raw runs of another target."""
-    units = paired_units(base, other)
-    ci = bootstrap_speedup_ci(units)
-    # fewer units than an interval needs: the range of the units' own speedups
-    each = unit_speedups(units) if len(units) else np.array([])
-    return {"speedup": e2e_tok_s(other) / e2e_tok_s(base) if base and other else float("nan"),
-            "ci": list(ci) if ci else None,
-            "range": [float(each.min()), float(each.max())]
-            if ci is None and len(units) >= 2 else None,
-            "units": len(units), "significance": significance(ci)}
 
 
 def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict],

@@ -150,14 +150,19 @@ def cut_at_eog(decoder: Decoder, emitted: list[int]) -> list[int]:
     return emitted
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens a and b share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def count_accepted(drafts: Sequence[int], target_choice: Sequence[int]) -> int:
     """Greedy verification: the longest prefix of drafts equal to the target's argmax choices."""
-    n_accepted = 0
-    for d, t in zip(drafts, target_choice):
-        if d != t:
-            break
-        n_accepted += 1
-    return n_accepted
+    return common_prefix(drafts, target_choice)
 
 
 class KPolicy(Protocol):

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .bench import BenchConfig, run_bench, run_costs
-from .report import (OVERALL, predict_from_probe, predict_from_rounds, speedup_cell,
-                     speedup_stats, summarize)
+from .report import OVERALL, predict_from_probe, predict_from_rounds, speedup_cell, summarize
+from .stats import speedup_stats
 
 Log = Callable[[str], None]
 K_MAX = 8
@@ -185,7 +185,7 @@ def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
     return shlex.join(args)
 
 
-def run_it_elsewhere(command: str) -> list[str]:
+def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
     """Under a recommended SD configuration's `cpuspec bench` line: the same configuration in
     llama.cpp's server and CLI and in llama-cpp-python, and what `cpuspec paths` measured of
     it here (native.how_to_run)."""
@@ -200,7 +200,8 @@ def run_it_elsewhere(command: str) -> list[str]:
     if opt("--target") is None or opt("-k") is None:
         return []
     return how_to_run(opt("--target"), opt("--draft"), int(opt("-k")),
-                      opt("--drafter", default="model"), int(opt("--threads", default="1")))
+                      opt("--drafter", default="model"), int(opt("--threads", default="1")),
+                      meta=meta)
 
 
 def raw_speeds(doc: dict) -> dict[tuple[str, str], float]:
@@ -449,10 +450,10 @@ def render_tune(doc: dict) -> str:
                    f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
         lines.append(f"{task}: fastest: {rec['command']}")
         if rec["k"] and rec["command"] != best["command"]:
-            lines += run_it_elsewhere(rec["command"])
+            lines += run_it_elsewhere(rec["command"], doc.get("meta"))
         if best["pays"]:
             lines.append(f"{task}: SD pays most: {best['command']}")
-            lines += run_it_elsewhere(best["command"])
+            lines += run_it_elsewhere(best["command"], doc.get("meta"))
         elif best.get("ruled_out_by_cost_curve"):
             lines.append(f"{task}: SD cannot pay with any candidate: the best cost curve, "
                          f"{best['candidate']}, allows at most {best['predicted_speedup']:.2f}× "

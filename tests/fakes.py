@@ -54,3 +54,20 @@ def flaky_draft_rule(ctx: Sequence[int]) -> int:
     """Agrees with the target except where the context length is a multiple of 5 or 7."""
     t = target_rule(ctx)
     return (t + 1) % VOCAB if len(ctx) % 5 == 0 or len(ctx) % 7 == 0 else t
+
+
+class Counting:
+    """Wraps a real Decoder and counts the tokens it decodes."""
+
+    def __init__(self, inner):
+        self.inner, self.decoded = inner, 0
+
+    def eval(self, tokens, pos, n_out):
+        self.decoded += len(tokens)
+        return self.inner.eval(tokens, pos, n_out)
+
+    def truncate(self, pos):
+        self.inner.truncate(pos)
+
+    def is_eog(self, token):
+        return self.inner.is_eog(token)

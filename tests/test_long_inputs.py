@@ -6,6 +6,8 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
+from fakes import Counting
+
 from cpuspec import tasks
 from cpuspec.cli import main
 
@@ -59,21 +61,6 @@ def test_unknown_task_lists_the_long_suites():
 # --- follow-up turns: the first turn's KV kept -------------------------------------------
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
-
-
-class Counting:
-    def __init__(self, inner):
-        self.inner, self.decoded = inner, 0
-
-    def eval(self, tokens, pos, n_out):
-        self.decoded += len(tokens)
-        return self.inner.eval(tokens, pos, n_out)
-
-    def truncate(self, pos):
-        self.inner.truncate(pos)
-
-    def is_eog(self, token):
-        return self.inner.is_eog(token)
 
 
 @pytest.mark.parametrize("drafter", ["model", "lookup"])

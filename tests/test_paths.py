@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import REAL_MODELS_HOME
+from fakes import Counting
 from cpuspec import native
 from cpuspec.cli import main
 from cpuspec.engine import Model, Session
@@ -26,23 +27,6 @@ def real_bin_dir(need=native.BUILD_TARGETS):
         return native.find_bin_dir(None, need)
     finally:
         os.environ["CPUSPEC_HOME"] = old
-
-
-class Counting:
-    """A Decoder that counts the tokens it decodes."""
-
-    def __init__(self, inner):
-        self.inner, self.decoded = inner, 0
-
-    def eval(self, tokens, pos, n_out):
-        self.decoded += len(tokens)
-        return self.inner.eval(tokens, pos, n_out)
-
-    def truncate(self, pos):
-        self.inner.truncate(pos)
-
-    def is_eog(self, token):
-        return self.inner.is_eog(token)
 
 
 def test_the_redecode_imitation_costs_a_draft_batch_per_round_and_changes_no_token(tiny_models):
@@ -208,3 +192,17 @@ def test_tune_report_prints_how_to_run_and_what_paths_measured(cpuspec_home):
     line = next(x for x in out.splitlines() if "measured here" in x)
     assert f"llama.cpp SD ×raw {row['llama.cpp'][3]} = {row['llama.cpp'][-3]} of cpuspec's " \
            f"{row['cpuspec'][3]}" in line
+
+
+def test_a_file_from_another_machine_is_not_answered_with_this_machines_paths_run(
+        cpuspec_home):
+    """Machine C's tune (AVX2 only) names the same derived files as machine B's paths run, but
+    B's measurement says nothing about C: no "measured here" line for it."""
+    saved = cpuspec_home / "results"
+    saved.mkdir(parents=True)
+    recorded = RECORDED / "epyc-family25-model17" / "paths_q8_0_k7.json"
+    (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(recorded.read_text())
+    tune_c = RECORDED / "epyc-family25-model1" / "tune_json_code.json"
+    out = CliRunner().invoke(main, ["report", str(tune_c)]).output
+    assert "SD pays most" in out and "llama-server -m" in out
+    assert "measured here" not in out and "how much of the gain each keeps" in out

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from cpuspec.cli import main
 from cpuspec.costs import predict_generation_s
 from cpuspec.measure import PSI_CPU, NoiseProbe, NoiseSample, noise_reasons, probe_costs
-from cpuspec.report import (bootstrap_speedup_ci, noise_report, read_json, render_noise,
-                            significance, summarize)
+from cpuspec.report import noise_report, read_json, render_noise, summarize
+from cpuspec.stats import bootstrap_speedup_ci, significance
 from fakes import FakeClock, FakeDecoder, target_rule
 
 V1_RESULTS = Path(__file__).parent.parent / "bench" / "results" / "avx2-build" / \
@@ -42,7 +42,7 @@ def test_repetitions_of_one_prompt_are_one_unit():
     """Five prompts repeated ten times, each repetition identical: the repetitions carry no
     independent information, so the interval must be the one of the five prompts run once.
     An unclustered bootstrap (50 units) gives an interval about √10 times narrower."""
-    from cpuspec.report import paired_units
+    from cpuspec.stats import paired_units
     speed = [1.3, 0.9, 1.2, 1.0, 1.1]
     def runs(reps):
         out = []
@@ -66,7 +66,7 @@ def test_repetitions_of_one_prompt_are_one_unit():
 def test_raw_and_sd_stay_paired():
     """Prompts of very different lengths, SD exactly 1.25× on each: a paired bootstrap says
     1.25 with no spread; resampling raw and SD apart would mix long and short prompts."""
-    from cpuspec.report import paired_units
+    from cpuspec.stats import paired_units
     raw = [_gen(f"t-{i}", 0, "raw", 10 * (i + 1) ** 2, 0.1 * (i + 1) ** 2) for i in range(6)]
     sd = [_gen(f"t-{i}", 0, "static", 10 * (i + 1) ** 2, 0.08 * (i + 1) ** 2)
           for i in reversed(range(6))]          # another order: pairing is by prompt id

@@ -1,0 +1,38 @@
+"""Recorded results files render as they did: the text a user reads from `cpuspec report` and
+`cpuspec advise` on a handful of real files (bench, lookup, sweep, tune, paths; machines A, B
+and C, schema 1 and 2) is compared with stored output, so a refactor that changes a printed
+figure fails here. To accept an intended change, regenerate the expected files with
+`CPUSPEC_REGEN_EXPECTED=1 python -m pytest tests/test_render_recorded.py` and review the diff."""
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPECTED = Path(__file__).resolve().parent / "expected"
+CASES = [
+    ("report", "bench/results/epyc-family25-model17/bench_q8_0_k7.json", "text"),
+    ("report", "bench/results/epyc-family25-model17/bench_q8_0_k7.json", "csv"),
+    ("advise", "bench/results/epyc-family25-model17/bench_q8_0_k7.json", None),
+    ("report", "bench/results/lookup62_q4_0_k3.json", "text"),
+    ("advise", "bench/results/lookup62_q4_0_k3.json", None),
+    ("report", "bench/results/avx2-build/bench_2threads.json", "text"),
+    ("report", "bench/results/avx2-build/sweep_threads_k.json", "text"),
+    ("report", "bench/results/epyc-family25-model1/tune_json_code.json", "text"),
+    ("report", "bench/results/epyc-family25-model17/paths_q8_0_k7.json", "text"),
+]
+
+
+@pytest.mark.parametrize("cmd, path, fmt", CASES)
+def test_recorded_file_renders_as_stored(cmd, path, fmt):
+    args = [cmd, str(ROOT / path)] + (["--format", fmt] if fmt else [])
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    name = f"{cmd}-{path.replace('/', '_')}" + (f".{fmt}" if fmt else "") + ".txt"
+    expected = EXPECTED / name
+    if os.environ.get("CPUSPEC_REGEN_EXPECTED"):
+        expected.write_text(res.output)
+    assert res.output == expected.read_text()
