@@ -686,13 +686,18 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, json_path, save, 
 @click.option("--pair", help="Model pair from models.toml [default: the default pair].")
 @click.option("--target", help="Target: a registered name or a GGUF file [default: the pair's].")
 @click.option("--draft", help="Draft: a registered name or a GGUF file [default: the pair's].")
-@click.option("-k", "--draft-len", "k", type=click.IntRange(1, 32), default=4, show_default=True)
+@click.option("-k", "--draft-len", "k", type=click.IntRange(1, 32), default=4, show_default=True,
+              help="Draft tokens per round (llama.cpp's --spec-draft-n-max).")
 @click.option("--drafter", type=click.Choice(["model", "hybrid", "lookup"]), default="model",
-              show_default=True)
-@click.option("--tasks", callback=_task_list, default="json,code", show_default=True)
-@click.option("--prompts-per-task", type=click.IntRange(1, 8), default=5, show_default=True)
-@click.option("-n", "--max-tokens", type=click.IntRange(2, 1024), default=64, show_default=True)
-@click.option("-t", "--threads", type=int, callback=_positive)
+              show_default=True, help="As for `cpuspec bench`.")
+@click.option("--tasks", callback=_task_list, default="json,code", show_default=True,
+              help="Comma list of built-in tasks.")
+@click.option("--prompts-per-task", type=click.IntRange(1, 8), default=5, show_default=True,
+              help="Prompts per task (5 or more for an interval over all of them).")
+@click.option("-n", "--max-tokens", type=click.IntRange(2, 1024), default=64, show_default=True,
+              help="Tokens generated per prompt.")
+@click.option("-t", "--threads", type=int, callback=_positive,
+              help="Threads for every path [default: the physical cores].")
 @click.option("--paths", "path_list", default="cpuspec,llama-cpp-python,llama.cpp",
               show_default=True, help="Comma list of cpuspec, cpuspec+redecode, "
               "llama-cpp-python, llama.cpp.")
