@@ -99,7 +99,6 @@ class LookupDrafter:
                  ngram_min: int = NGRAM_MIN):
         self.index = NgramIndex(ngram_max, ngram_min)
         self._is_eog = is_eog
-        self.ngram_max, self.ngram_min = ngram_max, ngram_min
 
     @property
     def history(self) -> list[int]:
@@ -133,7 +132,6 @@ class HybridDrafter:
 
     def __init__(self, model, ngram_max: int = HYBRID_NGRAM, ngram_min: int = HYBRID_NGRAM):
         self.model = model
-        self.ngram_max, self.ngram_min = ngram_max, ngram_min
         self.index = NgramIndex(ngram_max, ngram_min)
         self.model_kv = 0
         self.stats = self._zero()

@@ -207,7 +207,7 @@ _LINE = r"{}\s+(\d+) tokens in\s+([\d.]+) seconds"
 
 def run_speculative(bin_dir: Path, target: str, draft: str | None, prompt: str, n: int, k: int,
                     threads: int, n_ctx: int, drafter: str = "model",
-                    extra: Sequence[str] = (), per_round: bool = False) -> NativeRun:
+                    per_round: bool = False) -> NativeRun:
     """llama-speculative-simple, greedy, on one prompt (chat-formatted text; specials are
     parsed). Its "encoded" window holds both prompt prefills, "decoded" every round.
     per_round: log at debug level to read each round's accepted/drafted (the logging costs
@@ -215,7 +215,7 @@ def run_speculative(bin_dir: Path, target: str, draft: str | None, prompt: str, 
     argv = [str(bin_dir / SPECULATIVE), "-m", str(target), *spec_flags(draft, k, drafter),
             "-p", prompt, "-n", str(n), "--temp", "0", "--top-k", "1", "--seed", "1",
             "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx),
-            *(["-v"] if per_round else ["-lv", "4"]), *extra]
+            *(["-v"] if per_round else ["-lv", "4"])]
     if drafter != "lookup":
         argv += ["-td", str(threads), "-tbd", str(threads)]
     out, err = _run_logged(argv, "decoded")
@@ -243,15 +243,15 @@ def run_completion(bin_dir: Path, target: str, prompt: str, n: int, threads: int
             str(threads), "-c", str(n_ctx), "-no-cnv", "--no-display-prompt", "-sp",
             "--no-warmup"]
     out, err = _run_logged(argv, "prompt eval time")
-    prompt_eval = re.search(r"prompt eval time =\s+([\d.]+) ms /\s+(\d+) tokens", err)
-    eval_ = re.search(r"\beval time =\s+([\d.]+) ms /\s+(\d+) runs", err)
-    if not (prompt_eval and eval_):
-        raise NativeError(f"{COMPLETION} printed no timing:\n{err[-2000:]}")
-    run = NativeRun(int(eval_.group(2)) + 1, float(prompt_eval.group(1)) / 1e3,
-                    float(eval_.group(1)) / 1e3, out)
+    run = NativeRun(0, 0.0, 0.0, out)
     _perf(err, run)
-    # the window cpuspec's raw decoding has: prefill, decodes and choosing each token
-    run.decode_s += (run.sampling_ms or 0.0) / 1e3
+    if run.prompt_eval_ms is None or run.target_eval_ms is None:
+        raise NativeError(f"{COMPLETION} printed no timing:\n{err[-2000:]}")
+    # the first token comes from the prompt's prefill, each later one from a decode; the
+    # window cpuspec's raw decoding has: prefill, decodes and choosing each token
+    run.tokens = run.target_eval_runs + 1
+    run.prefill_s = run.prompt_eval_ms / 1e3
+    run.decode_s = (run.target_eval_ms + (run.sampling_ms or 0.0)) / 1e3
     return run
 
 

@@ -14,6 +14,7 @@ to `on_update` after each prompt (a results file that grows).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,12 +91,14 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
             texts = {p.prompt_id: target_m.format_chat(p.text) for p in cfg.prompts}
             encoded = {pid: target_m.tokenize(t) for pid, t in texts.items()}
             n_ctx = max(map(len, encoded.values())) + cfg.max_tokens + cfg.k + CTX_SLACK
-            with Session(target_m, n_ctx, cfg.threads) as target, \
-                    (Session(draft_m, n_ctx, cfg.threads) if draft_m else _Nothing()) as dsess:
+            with contextlib.ExitStack() as stack:
+                target = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
+                dsess = stack.enter_context(Session(draft_m, n_ctx, cfg.threads)) \
+                    if draft_m else None
                 draft = (dsess if cfg.drafter == "model" else HybridDrafter(dsess)
                          if cfg.drafter == "hybrid" else LookupDrafter(target_m.is_eog))
                 runners = _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama,
-                                   DraftModel)
+                                   DraftModel, stack)
                 log("warm-up (not kept)")
                 first = cfg.prompts[0]
                 for run in runners.values():
@@ -113,7 +116,6 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
                         for r in doc["runs"][-len(steps):]))
                     if on_update:
                         on_update(doc)
-                runners.clear()
         finally:
             if draft_m is not None:
                 draft_m.close()
@@ -121,16 +123,10 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
     return doc
 
 
-class _Nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftModel) -> dict:
-    """One function per path: (prompt, mode, max_tokens) -> record."""
+def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftModel,
+             stack: contextlib.ExitStack) -> dict:
+    """One function per path: (prompt, mode, max_tokens) -> record. What they load is closed
+    by `stack`."""
     runners = {}
 
     def loop(path, verify):
@@ -156,9 +152,12 @@ def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftMo
         kw = dict(model_path=str(cfg.target), n_ctx=n_ctx, n_threads=cfg.threads,
                   n_threads_batch=cfg.threads, verbose=False)
         plain = Llama(**kw)
+        stack.callback(plain.close)
         drafter = DraftModel(str(cfg.draft) if cfg.draft else None, k=cfg.k,
                              drafter=cfg.drafter, n_ctx=n_ctx, n_threads=cfg.threads)
+        stack.callback(drafter.close)
         spec = Llama(**kw, draft_model=drafter)
+        stack.callback(spec.close)
 
         def high_level(p, mode, n):
             llm = plain if mode == "raw" else spec
