@@ -61,6 +61,7 @@ class BenchConfig:
     max_noise: float | None = None  # rerun a prompt while others used more CPUs than this
     adaptive_scope: str = "task"    # one adaptive controller per task, or per prompt
     schedule: str = "serial"        # "parallel": the draft drafts ahead during each verify
+    quality: bool = True            # the target's perplexity after the runs (tune's pilot: no)
     argv: list[str] = field(default_factory=list)
 
 
@@ -444,7 +445,8 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 if on_update:
                     on_update(results)
         # The quality proxy beside the speed: a faster quant is a win only if this holds up.
-        results["quality"] = target_perplexity(target_m, cfg.threads)
+        if cfg.quality:
+            results["quality"] = target_perplexity(target_m, cfg.threads)
         if owner:  # where each model's threads ran, measured
             results["threads"] = {
                 "target_cpus": cfg.cpus or sorted(os.sched_getaffinity(0)),

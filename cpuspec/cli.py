@@ -853,7 +853,9 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     """Find where SD pays: targets × drafters × k, predicted by the cost model, then confirmed.
 
     Each candidate's cost curve comes first (seconds): candidates whose curve cannot pay even
-    with every draft accepted are skipped, the rest run most promising first. One static run
+    with every draft accepted are skipped. A short pilot per drafter (48 tokens on the first
+    choosing prompt of each task) gives an acceptance that, through each candidate's own
+    curve, ranks the rest: they run most promising first. One static run
     at --k-max per candidate on a third of the prompts gives the costs (V(n), the draft's
     decode) and the acceptance that predict every k. Per task it answers twice: the fastest
     configuration against raw decoding on the first target (raw decoding on another target

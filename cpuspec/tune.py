@@ -5,6 +5,12 @@
    prompt lookup and the hybrid. A candidate whose ceiling is ≤ 1 is skipped (even a = k + 1
    cannot beat 1 + α + β); the rest are measured most promising first, so a budget is spent
    where it can pay.
+0b. Pilot: a ceiling is no ranking (a drafter that costs nothing always has the highest), so
+   each drafter (the draft model, lookup, the hybrid) makes one short run at k_max on the first
+   choosing prompt of each task, on the first target it is offered with. A drafter's acceptance
+   hardly depends on the target's quant (the same weights, rounded differently), so every
+   candidate is ranked by the speedup its own cost curve gives at its drafter's pilot
+   acceptance (the better of ×own raw and ×reference raw); the measuring order follows it.
 1. Measure: for every candidate left, one static run at k_max on the choosing prompts. Its cost
    probe gives V(n) for n = 1..k_max+1 and the draft's cost; its rounds give, per task, the
    survival P(n_accepted ≥ i) for every i ≤ k_max, which serves every smaller k (greedy
@@ -46,6 +52,8 @@ MEASURE_SHARE = 0.6
 # exceeds this: the prediction's error (machine C: 1.02-1.04x predicted, 0.87-0.89x measured;
 # the project aims at +-10 %) must not decide between SD and raw.
 FASTEST_SD_MARGIN = 0.10
+# The pilot's answer length: long enough for some 6-10 rounds per prompt at k_max.
+PILOT_TOKENS = 48
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,7 @@ def rank_candidates(cfg: BenchConfig, candidates: list[Candidate], k_max: int,
         probe = probes[key]
         best, k = ceiling(probe, k_max, probe["draft_s"] if cand.drafter == "model" else 0.0)
         ranking.append({"candidate": cand.name, "ceiling": best, "ceiling_k": k,
-                        "ruled_out": best <= 1.0,
+                        "ruled_out": best <= 1.0, "_probe": probe,
                         "c": probe["draft_s"] / probe["verify_s"]["1"]
                         if cand.drafter == "model" else 0.0})
     order = [c.name for c in candidates]
@@ -120,8 +128,12 @@ def predictions(results: dict, k_max: int) -> dict[str, list[dict]]:
     """Per task, the predicted end-to-end speedup of every k in 1..k_max from one static run at
     k_max: its probe, and its per-position survival (a model drafter) or its rounds replayed
     at each k (lookup and the hybrid, whose drafts per round vary)."""
+    return predictions_with(results["cost_probe"], results, k_max)
+
+
+def predictions_with(probe: dict, results: dict, k_max: int) -> dict[str, list[dict]]:
+    """predictions(), with the costs of `probe` and the acceptance of `results`' runs."""
     summ = summarize(results)
-    probe = results["cost_probe"]
     fixed = results["settings"].get("drafter", "model") == "model"
     out = {}
     for task, s in summ.items():
@@ -138,6 +150,48 @@ def predictions(results: dict, k_max: int) -> dict[str, list[dict]]:
         out[task] = {"rows": rows, "raw_tok_s": s["raw_tok_s"],
                      "acceptance_pct": s.get("acceptance_pct")}
     return out
+
+
+def drafter_key(cand: Candidate) -> tuple[str, str | None]:
+    return cand.drafter, str(cand.draft.path) if cand.draft else None
+
+
+def run_pilots(base: BenchConfig, candidates: list[Candidate], ranking: list[dict],
+               prompts: list, k_max: int, log: Log) -> dict[tuple[str, str | None], dict]:
+    """Step 0b: one short static run at k_max per drafter that some candidate left by its
+    cost curve uses, on the first target it comes with."""
+    pilots: dict[tuple[str, str | None], dict] = {}
+    for cand, rank in zip(candidates, ranking):
+        key = drafter_key(cand)
+        if rank["ruled_out"] or key in pilots:
+            continue
+        log(f"tune: pilot of the {cand.drafter} drafter"
+            + (f" {cand.draft.spec.name}" if cand.draft else "")
+            + f" on {cand.target.spec.name}: k = {k_max}, {PILOT_TOKENS} tokens on "
+            + ", ".join(p.prompt_id for p in prompts))
+        pilots[key] = run_bench(cand.bench_config(
+            base, prompts=prompts, k=k_max, max_tokens=PILOT_TOKENS, warmup=0,
+            quality=False), log)
+    return pilots
+
+
+def pilot_rank(cand: Candidate, probe: dict, pilot: dict, ref_v1: float, k_max: int) -> dict:
+    """A candidate's predicted best speedup from its own cost curve (`probe`) and its drafter's
+    pilot acceptance: per task and k, against its own raw decoding and against the reference
+    target's (raw speed from the two curves' V(1)); the best of all."""
+    if cand.drafter == "lookup":   # prompt lookup drafts for free and reads no prompt
+        probe = {**probe, "draft_s": 0.0, "draft_prefill_s": 0.0,
+                 "draft_catchup_s_per_token": 0.0}
+    vs_ref = ref_v1 / probe["verify_s"]["1"]
+    best: dict = {}
+    for task, p in predictions_with(probe, pilot, k_max).items():
+        for row in p["rows"]:
+            score = row["predicted_speedup"] * max(1.0, vs_ref)
+            if score > best.get("pilot_score", float("-inf")):
+                best = {"pilot_speedup": row["predicted_speedup"],
+                        "pilot_vs_reference_raw": row["predicted_speedup"] * vs_ref,
+                        "pilot_score": score, "pilot_task": task, "pilot_k": row["k"]}
+    return best
 
 
 def target_perplexities(measured: list[dict]) -> dict:
@@ -227,7 +281,7 @@ def _confirmed(base_runs: list[dict], runs: list[dict]) -> dict:
 
 def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _: None,
              k_max: int = K_MAX, confirm: bool = True, on_update=None,
-             budget_s: float | None = None) -> dict:
+             budget_s: float | None = None, pilot: bool = True) -> dict:
     """Rank, measure, predict, confirm (see the module's docstring). With budget_s, steps that
     would start after it are skipped, and the record says which."""
     start = time.monotonic()
@@ -257,9 +311,24 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
     raw_base = dataclasses.replace(cfg, policies=[], warmup=1, drafter="lookup",
                                    draft_path=None, k=1)
 
-    doc["ranking"] = rank_candidates(cfg, candidates, k_max, log)
+    ranking = rank_candidates(cfg, candidates, k_max, log)
+    doc["ranking"] = [_public(r) for r in ranking]
     update()
-    order = sorted(zip(candidates, doc["ranking"]), key=lambda cr: -cr[1]["ceiling"])
+    if pilot:
+        pilot_prompts = list({p.task: p for p in reversed(tune_prompts)}.values())[::-1]
+        pilots = run_pilots(base, candidates, ranking, pilot_prompts, k_max, log)
+        ref_v1 = next(r["_probe"]["verify_s"]["1"] for c, r in zip(candidates, ranking)
+                      if c.target.spec.name == candidates[0].target.spec.name)
+        doc["pilot_prompts"] = [p.prompt_id for p in pilot_prompts]
+        doc["pilot_tokens"] = PILOT_TOKENS
+        doc["pilots"] = list(pilots.values())
+        for cand, rank, public in zip(candidates, ranking, doc["ranking"]):
+            if drafter_key(cand) in pilots:
+                public.update(pilot_rank(cand, rank["_probe"], pilots[drafter_key(cand)],
+                                         ref_v1, k_max))
+        update()
+    order = sorted(zip(candidates, doc["ranking"]), key=lambda cr: (
+        -cr[1].get("pilot_score", float("-inf")), -cr[1]["ceiling"]))
     measured, results = [], []
     for cand, rank in order:
         if rank["ruled_out"]:
@@ -475,14 +544,30 @@ def render_tune(doc: dict) -> str:
                              f"interval resolves differences of ±{st['resolves']:.2f}")
     out = []
     if doc.get("ranking"):
+        piloted = any("pilot_score" in r for r in doc["ranking"])
+
+        def status(r: dict) -> str:
+            return "skipped: cannot pay" if r["ruled_out"] else "measured" if any(
+                m["candidate"] == r["candidate"] for m in doc["measured"]) else "skipped: budget"
+
+        def pilot_cells(r: dict) -> list[str]:
+            if "pilot_score" not in r:
+                return ["-", "-"]
+            return [f"{r['pilot_speedup']:.2f} / {r['pilot_vs_reference_raw']:.2f}",
+                    f"{r['pilot_task']}, k = {r['pilot_k']}"]
+        rows = sorted(doc["ranking"], key=lambda r: (-r.get("pilot_score", float("-inf")),
+                                                     -r["ceiling"]))
         out += ["Cost curves first: the most each candidate could give with every draft "
-                "accepted ((k + 1)·V(1) ÷ (k·d + V(k + 1)); d = 0 for lookup):",
+                "accepted ((k + 1)·V(1) ÷ (k·d + V(k + 1)); d = 0 for lookup)"
+                + ("; then each drafter's pilot acceptance on "
+                   f"{', '.join(doc.get('pilot_prompts', []))} ({doc.get('pilot_tokens')} "
+                   "tokens) through each candidate's curve, best task and k, ×own raw / "
+                   "×reference raw; measured in that order:" if piloted else ":"),
                 tabulate([[r["candidate"], f"{r['ceiling']:.2f}", r["ceiling_k"],
-                           "skipped: cannot pay" if r["ruled_out"] else
-                           "measured" if any(m["candidate"] == r["candidate"]
-                                             for m in doc["measured"]) else "skipped: budget"]
-                          for r in sorted(doc["ranking"], key=lambda r: -r["ceiling"])],
-                         headers=["candidate", "ceiling ×raw", "at k", ""],
+                           *(pilot_cells(r) if piloted else []), status(r)] for r in rows],
+                         headers=["candidate", "ceiling ×raw", "at k",
+                                  *(["pilot predicted ×raw / ×ref raw", "at"]
+                                    if piloted else []), ""],
                          disable_numparse=True), ""]
     scaled = any("vs_reference_raw" in (r.get(k, r).get("confirmed") or {}) and
                  "vs_reference_raw_stats" not in r.get(k, r)["confirmed"]

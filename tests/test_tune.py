@@ -1,6 +1,7 @@
 """`cpuspec tune` on the tiny models: two drafts, predictions for every k from one run at
 k_max, and a confirmation on prompts it did not choose on."""
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -45,9 +46,14 @@ def test_tune_on_tiny_models(tiny_models, tmp_path):
     assert list(ranking) == doc["candidates"]
     measured = [m["candidate"] for m in doc["measured"]]
     assert set(measured) == {n for n, r in ranking.items() if not r["ruled_out"]}
-    assert [ranking[n]["ceiling"] for n in measured] == sorted(
-        (ranking[n]["ceiling"] for n in measured), reverse=True)
-    assert "Cost curves first" in res.output
+    # ... in the order their drafter's pilot acceptance through their own curve predicts
+    assert [ranking[n]["pilot_score"] for n in measured] == sorted(
+        (ranking[n]["pilot_score"] for n in measured), reverse=True)
+    pilots = doc["pilots"]     # one per drafter: two draft models and lookup
+    assert len(pilots) == len(measured)
+    assert all(p["settings"]["max_tokens"] == 48 and "quality" not in p for p in pilots)
+    assert all([q["prompt_id"] for q in p["prompts"]] == ["json-1"] for p in pilots)
+    assert "Cost curves first" in res.output and "pilot predicted" in res.output
     assert list(doc["target_perplexity"]) == ["target"] and doc["target_perplexity"]["target"] > 1
     assert "target perplexity on the built-in text: target " in res.output
     if "target + lookup" in measured:
@@ -183,3 +189,60 @@ def test_the_reference_raw_run_survives_the_budget(tiny_models):
     assert doc["recommendations"]["code"]["recommended"]["candidate"]
     assert any(r["target"] == "target" for r in doc["raw_runs"]) or \
         any(m["candidate"].startswith("target + ") for m in doc["measured"])
+
+
+def test_one_pilot_per_drafter_ranks_every_target(tiny_models, monkeypatch):
+    """Machine C, --budget 12: the cost curves alone put lookup and the hybrid first (a draft
+    that costs nothing has the highest ceiling), and the budget ran out before the candidates
+    that pay. A short pilot per drafter now gives each candidate an acceptance: the draft
+    model's pilot runs once, on the first target, and ranks both targets."""
+    from cpuspec import tune
+    from cpuspec.bench import BenchConfig
+    from cpuspec.models import local_model
+    t, other = local_model(tiny_models["target"]), local_model(tiny_models["same"])
+    draft = local_model(tiny_models["draft"])
+    cands = [tune.Candidate(t, draft), tune.Candidate(other, draft)]
+    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (2.0, 2))  # not ruled out
+    cfg = BenchConfig(prompts=builtin_prompts(["json", "code"], 2), threads=1, max_tokens=12)
+    doc = tune.run_tune(cfg, cands, k_max=2, confirm=False, budget_s=1e-9)
+    assert len(doc["pilots"]) == 1 and doc["pilot_prompts"] == ["json-1", "code-1"]
+    pilot = doc["pilots"][0]
+    assert pilot["models"]["target"]["path"] == str(t.path)
+    assert pilot["settings"]["k"] == 2 and pilot["settings"]["policies"] == ["static"]
+    ranked = [r for r in doc["ranking"] if not r["ruled_out"]]
+    assert ranked and all(r["pilot_task"] in ("json", "code") and 1 <= r["pilot_k"] <= 2
+                          for r in ranked)
+    # the budget let one candidate be measured: the pilot's first, whatever the ceilings say
+    first = max(ranked, key=lambda r: r["pilot_score"])["candidate"]
+    assert [m["candidate"] for m in doc["measured"]] == [first]
+
+
+def test_pilot_rank_prices_each_candidate_with_its_own_curve():
+    """On a recorded machine-B run (Q8_0 target + Q4_0 draft, k = 7) as the pilot: a curve
+    twice as slow in V(n) predicts the same ×own raw and half the ×reference raw; lookup's
+    draft costs are set to nothing, whatever the curve's draft measured."""
+    from cpuspec.report import read_json
+    from cpuspec.tune import Candidate, pilot_rank
+    res = read_json(Path("bench/results/epyc-family25-model17/bench_q8_0_k7.json"))
+    probe = res["cost_probe"]
+
+    class M:
+        def __init__(self, name):
+            self.path, self.spec = Path(name), type("S", (), {"name": name})()
+    model = Candidate(M("t"), M("d"))
+    own = pilot_rank(model, probe, res, probe["verify_s"]["1"], 7)
+    assert own["pilot_speedup"] > 1.2 and own["pilot_vs_reference_raw"] == own["pilot_speedup"]
+    slow = {**probe, "verify_s": {n: 2 * v for n, v in probe["verify_s"].items()},
+            "draft_s": 2 * probe["draft_s"], "target_prefill_s": 2 * probe["target_prefill_s"],
+            "draft_prefill_s": 2 * probe["draft_prefill_s"],
+            "draft_catchup_s_per_token": 2 * probe["draft_catchup_s_per_token"]}
+    half = pilot_rank(model, slow, res, probe["verify_s"]["1"], 7)
+    assert half["pilot_speedup"] == pytest.approx(own["pilot_speedup"])
+    assert half["pilot_vs_reference_raw"] == pytest.approx(own["pilot_speedup"] / 2)
+    # lookup from the hybrid's rounds: the draft model's cost no longer counts
+    hyb = read_json(Path("bench/results/epyc-family25-model17/hybrid_q8_0_k7.json"))
+    dear = {**hyb["cost_probe"], "draft_s": 10.0, "draft_catchup_s_per_token": 10.0}
+    lookup = pilot_rank(Candidate(M("t"), None), dear, hyb, hyb["cost_probe"]["verify_s"]["1"], 7)
+    hybrid = pilot_rank(Candidate(M("t"), M("d"), hybrid=True), dear, hyb,
+                        hyb["cost_probe"]["verify_s"]["1"], 7)
+    assert lookup["pilot_speedup"] > 1.0 > hybrid["pilot_speedup"]
