@@ -13,6 +13,10 @@ StaticPolicy drafts k every round. AdaptivePolicy picks k each round from the co
   the start of a prompt, where it costs only the draft's prompt prefill, once that bound says
   SD may pay; mid-generation probes happen only where catching the draft up on the skipped
   tokens is cheap.
+* The draft's prompt prefill is priced before a generation speculates: where reading the
+  unread prompt would cost the draft more than the predicted gain over the answer's tokens
+  can save (a long input, a short answer), the generation runs plain and the draft never
+  reads it; what the task learned is kept for the next prompt.
 * Every decision is logged in `trace` (k, mean and optimistic predicted speedup, reason) for
   the results file.
 """
@@ -88,6 +92,7 @@ class AdaptivePolicy:
     draft_s: float                      # prior: draft time per token (cost probe)
     verify_s: dict[int, float]          # prior: target decode time of n tokens, n = 1..k_max+1
     catchup_s: float = 0.0              # prior: draft time per token of a catch-up batch
+    prefill_s: float = 0.0              # prior: the draft's prompt prefill time per token
     on: bool = True
     steps_off: int = 0
     history: list[int] = field(default_factory=list)   # k chosen each round
@@ -105,6 +110,8 @@ class AdaptivePolicy:
         self._steps_before = 0
         self._new_generation = True
         self._probed = False
+        self._unread, self._budget = 0, 0   # this generation: prompt tokens, answer tokens
+        self._plain_generation = False      # priced out: no drafting in this generation
 
     # --- acceptance ---------------------------------------------------------------------------
 
@@ -144,9 +151,13 @@ class AdaptivePolicy:
         _, table = choose_k([1.0] * self.k_max, self.draft_s, self.verify_s)
         return max(c.predicted_speedup for c in table[1:]) < SWITCH_OFF_SPEEDUP
 
-    def new_generation(self) -> None:
+    def new_generation(self, unread_prompt_tokens: int = 0, max_tokens: int = 0) -> None:
         """A new prompt: what was learned is kept, weighing a little less; the draft starts in
-        step with the target (it prefills the prompt when first used), so re-entry is cheap."""
+        step with the target (it prefills the prompt when first used), so re-entry is cheap
+        unless the prompt is long: unread_prompt_tokens (what the draft would have to read)
+        and max_tokens (the most the answer can save on) price that prefill (0: not priced)."""
+        self._unread, self._budget = unread_prompt_tokens, max_tokens
+        self._plain_generation = False
         self.steps_off = 0
         self._after_off = False
         self._steps_before = 0
@@ -157,11 +168,32 @@ class AdaptivePolicy:
         """Catching the draft up after plain steps is cheap enough to probe mid-generation."""
         return self.catchup_s <= PROBE_BUDGET * self.verify_s[1]
 
+    def prefill_outweighs_gain(self, speedup: float) -> bool:
+        """At a generation's start: the draft's prefill of the unread prompt costs more than a
+        decode `speedup` saves over the answer's max_tokens, (1 − 1/speedup)·max_tokens·V(1)."""
+        if not self._budget or not self._unread or speedup <= 1.0:
+            return False
+        saved = (1.0 - 1.0 / speedup) * self._budget * self.verify_s[1]
+        return self._unread * self.prefill_s > saved
+
     def next_k(self) -> int:
         _, s_mean = self.best()
         _, s_opt = self.best(Z_OFF if self.on else Z_ON)
         starting, self._new_generation = self._new_generation, False
         probed, self._probed = self._probed, False
+        if self._plain_generation:
+            self.history.append(0)
+            self.trace.append([0, round(s_mean, 4), round(s_opt, 4),
+                               "plain: this prompt's prefill outweighs the gain"])
+            return 0
+        if starting and self.on and self.prefill_outweighs_gain(s_mean):
+            self._plain_generation = True
+            self.history.append(0)
+            self.trace.append([0, round(s_mean, 4), round(s_opt, 4),
+                               f"plain for this prompt: the draft's prefill of {self._unread} "
+                               f"tokens costs more than a {s_mean:.2f}× decode saves on "
+                               f"{self._budget} tokens"])
+            return 0
         if self.costs_rule_out():
             self.on, reason = False, "off: even 100 % acceptance cannot pay at these costs"
         elif self.on and s_opt < SWITCH_OFF_SPEEDUP:
@@ -170,7 +202,8 @@ class AdaptivePolicy:
         elif self.on and s_mean < SWITCH_OFF_SPEEDUP and self.drafted[0] >= MIN_EVIDENCE_ROUNDS:
             self.on, self.steps_off = False, 0
             reason = "switched off: the mean of enough rounds predicts a loss at every k"
-        elif not self.on and starting and s_opt > SWITCH_ON_SPEEDUP:
+        elif not self.on and starting and s_opt > SWITCH_ON_SPEEDUP and \
+                not self.prefill_outweighs_gain(s_opt):
             self.on, reason = True, "re-entry at a new prompt: the optimistic bound pays"
         elif not self.on and probed and s_mean > PROBE_SWITCH_ON_SPEEDUP:
             self.on, reason = True, "switched on: a probe showed that SD pays"

@@ -237,3 +237,27 @@ def test_adaptive_scope(scope):
         firsts.append(gen.traces["adaptive"][0][:3])
     assert (controllers[0] is controllers[2]) == (scope == "task")
     assert (firsts[0] == firsts[2]) == (scope == "prompt")
+
+
+def test_a_long_prompt_with_a_short_answer_is_not_read_by_the_draft():
+    """Machine C, 21 real prompts with ~800-token inputs and 64-token answers: the draft's
+    prefill of the input took what SD could save, and adaptive fell to 0.91x raw. Here SD pays
+    (c = 0.15, beta(4) = 0.2: 5 tokens per 1.8 decodes with every draft accepted), so 64 tokens
+    save at most (1 - 1.8/5)·64 decodes of 10 ms = 0.41 s: 1,000 prompt tokens at 1 ms each
+    (1 s) outweigh that, 100 (0.1 s) do not."""
+    pays = dict(draft_s=0.15 * T, verify_s={n: T * (1 + 0.05 * (n - 1)) for n in range(1, 6)})
+    p = AdaptivePolicy(k_max=4, prefill_s=0.001, **pays)
+    feed(p, 30, True, pays)                     # the task has learned that SD pays
+    assert p.on and p.best()[1] > 2.0
+    p.new_generation(unread_prompt_tokens=1000, max_tokens=64)
+    ks = feed(p, 64, True, pays)
+    assert ks == [0] * 64 and "prefill of 1000 tokens" in p.trace[-64][3]
+    assert p.on                                  # the task stays on: only this prompt is plain
+    p.new_generation(unread_prompt_tokens=100, max_tokens=64)
+    assert feed(p, 1, True, pays)[0] > 0
+    # a longer answer earns the same prefill back: 1,000 tokens save up to 6.4 s
+    p.new_generation(unread_prompt_tokens=1000, max_tokens=1000)
+    assert feed(p, 1, True, pays)[0] > 0
+    # and without the prices (0: not given) it speculates as before
+    p.new_generation()
+    assert feed(p, 1, True, pays)[0] > 0
