@@ -19,14 +19,16 @@ import numpy as np
 from . import __version__
 from .hardware import census_delta, detect_hardware, thread_census
 from .models import FetchedModel, fetch_model, load_registry, local_model
-from .report import SCHEMA_VERSION, summarize
+from .schema import SCHEMA_VERSION
+from .summary import summarize
 from .lookup import HYBRID_NGRAM, NGRAM_MAX, NGRAM_MIN, HybridDrafter, LookupDrafter
 from .measure import CATCHUP_PROBE_TOKENS, CURVE_N, NoiseProbe, NoiseSample, probe_costs
 from .policy import AdaptivePolicy
 from .sampling import RejectionVerify, SamplingDecoder
-from .speculative import (Generation, common_prefix, generate_raw, generate_speculative,
+from .speculative import (Generation, generate_raw, generate_speculative,
                           generate_speculative_parallel, verify_greedy)
 from .tasks import Prompt
+from .turns import FIRST_TURN_TOKENS, answer_first_turn, encode_prompts, prepare_followup
 
 Log = Callable[[str], None]
 # Tokens of slack in the context beyond prompt + max_tokens + k (the verify batch overshoots).
@@ -62,6 +64,8 @@ class BenchConfig:
     adaptive_scope: str = "task"    # one adaptive controller per task, or per prompt
     schedule: str = "serial"        # "parallel": the draft drafts ahead during each verify
     quality: bool = True            # the target's perplexity after the runs (tune's pilot: no)
+    depth: int = 0                  # tokens of real context held in both KV caches before each
+    #                                 prompt (an earlier turn a server keeps; llama-bench's -d)
     argv: list[str] = field(default_factory=list)
 
 
@@ -192,7 +196,7 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
                             "temperature": cfg.temperature, "seed": cfg.seed,
                             "max_noise": cfg.max_noise,
                             "adaptive_scope": cfg.adaptive_scope,
-                            "schedule": cfg.schedule,
+                            "schedule": cfg.schedule, "depth": cfg.depth,
                             "windows": {"e2e": "target prefill + draft prefill + every round",
                                         "decode": "after both prefills"}},
                "models": {"target": loaded.target_f.to_dict(),
@@ -221,7 +225,8 @@ class Generator:
         self.owner = None         # the draft's CoreOwner, for the parallel schedule
         self.draft_async = None   # the draft session, called on the owner's thread
 
-    def adaptive_policy(self, task: str) -> AdaptivePolicy:
+    def adaptive_policy(self, task: str, unread: int = 0, max_tokens: int = 0
+                        ) -> AdaptivePolicy:
         """One controller per task type, carried across that task's prompts (what it learned
         from one prompt serves the next, as a server's would), or with --adaptive-scope prompt
         a fresh controller for every generation, learning from the prior each time."""
@@ -231,8 +236,10 @@ class Generator:
             p = self.probe
             self.policies[task] = AdaptivePolicy(
                 self.cfg.k, p["draft_s"], {int(n): v for n, v in p["verify_s"].items()},
-                catchup_s=p["draft_catchup_s_per_token"])
-        self.policies[task].new_generation()
+                catchup_s=p["draft_catchup_s_per_token"],
+                prefill_s=p.get("draft_prefill_s", 0.0) / max(p.get("prompt_tokens", 1), 1))
+        # the draft's prefill of what it has not read is priced against the answer's tokens
+        self.policies[task].new_generation(unread, max_tokens)
         return self.policies[task]
 
     def __call__(self, mode: str, tokens: list[int], max_tokens: int, seed_key=(0,),
@@ -262,7 +269,7 @@ class Generator:
         if mode == "static":
             return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify,
                                         reuse=reuse)
-        policy = self.adaptive_policy(task)
+        policy = self.adaptive_policy(task, len(tokens) - reuse, max_tokens)
         start = len(policy.trace)
         g = generate_speculative(t, d, tokens, max_tokens, policy, verify=verify, reuse=reuse)
         self.traces[mode] = policy.trace[start:]  # this generation's decisions
@@ -283,35 +290,6 @@ def measure_prompt(gen: Generator, p: Prompt, tokens: list[int], rep: int, index
             gens[mode] = gen(mode, tokens, gen.cfg.max_tokens, seed_key, p.task, reuse)
         noise[mode] = probe.sample
     return gens, noise
-
-
-# A follow-up prompt's first turn is answered greedily by the target with up to this many
-# tokens (not timed), before the second turn is measured.
-FIRST_TURN_TOKENS = 64
-
-
-def answer_first_turn(target_m, target, p: Prompt, first: list[int]) -> tuple[list[int], dict]:
-    """A follow-up prompt's second turn, as a chat server sees it: the first turn answered by
-    the target (greedy, FIRST_TURN_TOKENS at most), then the follow-up message. Returns the
-    second turn's tokens and what was reused: the longest prefix they share with the first
-    turn's tokens and answer, which a server keeps in its KV cache."""
-    g = generate_raw(target, first, FIRST_TURN_TOKENS)
-    answer = [t for t in g.tokens if not target_m.is_eog(t)]
-    text = target_m.detokenize(answer)
-    second = target_m.tokenize(target_m.format_chat(p.followup, [(p.text, text)]))
-    reuse = min(common_prefix(second, first + answer), len(second) - 1)
-    return second, {"first_answer": text, "first_turn_tokens": len(first),
-                    "second_turn_tokens": len(second), "reused_tokens": reuse}
-
-
-def prepare_followup(target, draft, tokens: list[int], reuse: int, with_draft: bool) -> None:
-    """Put the conversation so far (tokens[:reuse]) in the target's KV and, for SD, the
-    draft's, untimed, as a chat server holds it from the first turn."""
-    target.truncate(0)
-    target.eval(tokens[:reuse], 0, 1)
-    if with_draft:
-        draft.truncate(0)
-        draft.eval(tokens[:reuse], 0, 1)
 
 
 def context_size(prompt_lengths: list[int], cfg: BenchConfig) -> int:
@@ -358,7 +336,10 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
     results = describe_run(cfg, loaded)
     target_m = loaded.target_m
     with contextlib.ExitStack() as stack:
-        encoded = [target_m.tokenize(target_m.format_chat(p.text)) for p in cfg.prompts]
+        encoded, reuse = encode_prompts(target_m, cfg.prompts, cfg.depth)
+        if cfg.depth:
+            results["depth"] = {"requested_tokens": cfg.depth, "held_tokens": reuse,
+                                "text": "cpuspec.tasks.depth_text() (cpuspec/data/long)"}
         if any(p.followup for p in cfg.prompts) and cfg.schedule == "parallel":
             raise ValueError("follow-up turns run with the serial schedule only")
         # a follow-up's second turn holds the first, its answer and the follow-up message
@@ -385,15 +366,17 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         census = thread_census()
         gen = Generator(cfg, target, draft, None)
         gen.owner, gen.draft_async = owner, draft_session
+        # a depth's warm-up runs without it: it pages in weights, it does not need 4 k tokens
+        warm = encoded[0] if not cfg.depth else \
+            target_m.tokenize(target_m.format_chat(cfg.prompts[0].text))
         for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
             log(f"warm-up {i + 1}/{cfg.warmup}")
             for mode in ["raw", "static"] if cfg.policies else ["raw"]:
-                gen(mode, encoded[0], WARMUP_MAX_TOKENS, task="(warm-up)")
+                gen(mode, warm, WARMUP_MAX_TOKENS, task="(warm-up)")
         curve = max(cfg.k + 1, CURVE_N)
         log(f"cost probe: prefills, target decode of 1..{curve} tokens, draft decode")
         gen.probe = results["cost_probe"] = probe_costs(target, draft_model, encoded[0],
                                                         curve - 1)
-        reuse = [0] * len(cfg.prompts)
         for i, p in enumerate(cfg.prompts):
             if p.followup:
                 log(f"{p.prompt_id}: answering the first turn (not timed)")
@@ -402,12 +385,17 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 results.setdefault("followups", {})[p.prompt_id] = info
         total = cfg.repetitions * len(cfg.prompts)
         done = 0
+        held = None   # the tokens both KV caches hold below every generation's start
         for rep in range(cfg.repetitions):
             for p, tokens, kept in zip(cfg.prompts, encoded, reuse):
                 done += 1
                 for attempt in range(MAX_NOISE_RERUNS + 1):
-                    if kept:
+                    if kept and held != tokens[:kept]:   # a depth is read once for all
+                        if cfg.depth:
+                            log(f"reading the depth's {kept} tokens into the KV caches "
+                                "(not timed)")
                         prepare_followup(target, draft, tokens, kept, bool(cfg.policies))
+                        held = tokens[:kept]
                     gens, noise = measure_prompt(gen, p, tokens, rep, done, (rep, done), kept)
                     busiest = max(n.other_cpus for n in noise.values())
                     worst = max(noise.values(), key=lambda n: (len(n.reasons()),
@@ -436,6 +424,8 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                     results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
                                              "repetition": rep, "mode": mode, **audit})
                     audited.append(audit["identical"])
+                    if not audit["identical"]:
+                        held = None   # its replay of plain decoding cleared the target
                 speeds = ", ".join(f"{m} {len(gens[m].tokens) / gens[m].e2e_s:.1f}"
                                    for m in gen.modes)
                 same = ("" if not audited else
@@ -469,7 +459,7 @@ def target_perplexity(target_m, threads: int) -> dict:
 
 def run_costs(cfg: BenchConfig, reps: int, log: Log = lambda _: None) -> dict:
     """`cpuspec costs`: the cost probe alone, at batch sizes 1..cfg.k + 1, after the prompt of
-    the first built-in json task (a realistic position)."""
+    the first built-in json task (a realistic position), behind cfg.depth tokens of context."""
     from .engine import Session
     from .tasks import builtin_prompts
     prompt = builtin_prompts(["json"], 1)[0]
@@ -479,11 +469,12 @@ def run_costs(cfg: BenchConfig, reps: int, log: Log = lambda _: None) -> dict:
             raise ValueError("cpuspec costs needs a draft model")
         res = describe_run(cfg, loaded)
         res["kind"] = "costs"
-        tokens = loaded.target_m.tokenize(loaded.target_m.format_chat(prompt.text))
+        warm = loaded.target_m.tokenize(loaded.target_m.format_chat(prompt.text))
+        tokens = encode_prompts(loaded.target_m, [prompt], cfg.depth)[0][0]
         n_ctx = len(tokens) + max(cfg.k + 1, CATCHUP_PROBE_TOKENS) + CTX_SLACK_TOKENS
         with Session(loaded.target_m, n_ctx, cfg.threads) as target, \
                 Session(loaded.draft_m, n_ctx, cfg.threads) as draft:
-            probe_costs(target, draft, tokens, min(cfg.k, 3), reps=1)  # warm-up, not kept
+            probe_costs(target, draft, warm, min(cfg.k, 3), reps=1)  # warm-up, not kept
             log(f"cost curve: target decodes of 1..{cfg.k + 1} tokens, {reps} repetitions")
             res["cost_probe"] = probe_costs(target, draft, tokens, cfg.k, reps=reps)
     for key in ("runs", "audit", "discarded_runs", "prompts"):

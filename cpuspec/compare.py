@@ -12,8 +12,8 @@ import json
 import re
 from typing import Any, Callable
 
-from .report import (FIELDS, csv_text, fmt_value, json_safe, speedup_cell, summarize,
-                     table_rows)
+from .report import FIELDS, csv_text, fmt_value, json_safe, speedup_cell, table_rows
+from .summary import summarize
 
 # The per-task metrics compared, by report.FIELDS name, in this order.
 COMPARE_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "a", "c", "beta", "break_even_a",

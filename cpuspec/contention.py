@@ -37,7 +37,7 @@ def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _:
     stream_cpus = [c for c in cfg.cpus if c not in llama_cpus]
     if cfg.max_streams is not None:
         stream_cpus = stream_cpus[:cfg.max_streams]
-    from .report import SCHEMA_VERSION
+    from .schema import SCHEMA_VERSION
     out: dict = {"schema_version": SCHEMA_VERSION, "kind": "contention",
                  "measured_at": "decodes from KV position 1 (llama-bench's tg), verifies of "
                                 f"k + 1 = {cfg.k + 1} tokens with all rows at position 1",

@@ -15,6 +15,7 @@ to `on_update` after each prompt (a results file that grows).
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,7 +254,7 @@ def summarize_paths(doc: dict) -> dict:
     MIN_CI_UNITS prompts, else range), raw and SD t/s, acceptance where the path counts it,
     and how many SD outputs equal the same path's raw output; and each path's SD ×raw over
     cpuspec's."""
-    from .report import OVERALL
+    from .summary import OVERALL
     from .stats import e2e_tok_s, speedup_stats
     runs = doc["runs"]
     tasks = list(dict.fromkeys(r["task"] for r in runs))
@@ -400,3 +401,68 @@ def render_paths(doc: dict) -> str:
     if info:
         lines.append(f"llama.cpp: {info}")
     return "\n".join(lines)
+
+
+# --- what a saved paths run says about a configuration, printed under tune and advise ---
+
+def _machine(meta: dict | None) -> tuple:
+    meta = meta or {}
+    return ((meta.get("hardware") or {}).get("cpu_model"), meta.get("llama_system_info"))
+
+
+def measured_paths(target: str, draft: str | None, k: int, drafter: str,
+                   meta: dict | None = None) -> tuple[dict, Path] | None:
+    """The newest complete saved `cpuspec paths` run of this configuration (same target and
+    draft files by name, k and drafter); with `meta` (the environment of the file being
+    printed), only one from the same machine (CPU model and llama.cpp's system info): a
+    recorded file from elsewhere is not answered with this machine's runs."""
+    import json
+
+    from .store import OutputError, saved_runs
+    try:
+        runs = saved_runs()
+    except OutputError:
+        return None
+    for path in reversed(runs):
+        if not path.stem.endswith("-paths"):
+            continue
+        try:
+            doc = json.loads(path.read_text())
+            s = doc["settings"]
+            same = (Path(s["target"]).name == Path(target).name
+                    and (Path(s["draft"]).name if s.get("draft") else None)
+                    == (Path(draft).name if draft else None)
+                    and s["k"] == k and s["drafter"] == drafter)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if same and doc.get("complete") and (meta is None
+                                             or _machine(doc.get("meta")) == _machine(meta)):
+            return doc, path
+    return None
+
+
+def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,
+               indent: str = "    ", meta: dict | None = None) -> list[str]:
+    """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
+    command lines, the llama-cpp-python call, and how much of cpuspec's gain each kept when
+    `cpuspec paths` measured it here (or the command that measures it)."""
+    lines = [f"{indent}{tool}: {native.shell(argv)}"
+             for tool, argv in native.invocations(target, draft, k, drafter, threads).items()]
+    lines.append(f"{indent}llama-cpp-python: "
+                 f"{native.python_snippet(target, draft, k, drafter, threads)}")
+    found = measured_paths(target, draft, k, drafter, meta)
+    if found is None:
+        lines.append(f"{indent}how much of the gain each keeps: cpuspec paths --target "
+                     f"{shlex.quote(str(target))}"
+                     + (f" --draft {shlex.quote(str(draft))}" if draft else "")
+                     + f" -k {k}" + (f" --drafter {drafter}" if drafter != "model" else ""))
+        return lines
+    from .summary import OVERALL
+    row = summarize_paths(found[0]).get(OVERALL, {})
+    kept = [f"{p} SD ×raw {row[p]['speedup']:.2f} = {row[p]['over_cpuspec']:.2f} of "
+            f"cpuspec's {row['cpuspec']['speedup']:.2f}"
+            for p in (LLAMA_CPP, LLAMA_CPP_PYTHON) if p in row and "cpuspec" in row
+            and row[p].get("over_cpuspec")]
+    if kept:
+        lines.append(f"{indent}measured here ({found[1].stem}): " + "; ".join(kept))
+    return lines

@@ -7,6 +7,8 @@ Figures:
   breakeven   a against 1 + α + β per task: points below the diagonal a = 1 + α + β lose
   verify_cost V(n)/V(1) per run: how a verify's cost grows with the batch (flat on a GPU)
   sweep       t/s against the swept axis, raw and SD, with the points where SD turns ON marked
+  depth       SD ÷ raw against the context depth (a sweep over --depth), measured with its
+              interval and predicted, per value of the other axes; the 1.0 line is break-even
   latency     per-token latency CDF, raw against SD, with p50/p95/p99 marked
   adaptive    the adaptive policy's k round by round, with its switch-offs and re-entries
 """
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .compare import label, machine
-from .report import OVERALL, policy_events, summarize
+from .summary import OVERALL, policy_events, summarize
 from .stats import percentile
 
 PLOT_HINT = "plots need matplotlib: pip install 'cpuspec[plot]'"
@@ -38,6 +40,42 @@ def caption(results: dict) -> str:
     when = str(results.get("meta", {}).get("started_at", ""))[:10]
     return (f"{label(machine(results))}; {short[0]} / {short[1]}; k = {s.get('k')}, "
             f"{s.get('max_tokens')} tokens; {when}")
+
+
+# Caption characters per inch of figure width at the caption's 7-point font.
+CAPTION_CHARS_PER_INCH = 17
+# Point labels that would meet are moved up or down by this many points at a time.
+LABEL_STEP_PT = 8
+
+
+def wrap_caption(text: str, width_in: float) -> str:
+    """Each caption line wrapped to the figure's width (a long command line is cut at the
+    right edge otherwise)."""
+    import textwrap
+    width = max(int(width_in * CAPTION_CHARS_PER_INCH), 20)
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False, subsequent_indent="  ")
+                     for line in text.splitlines())
+
+
+def label_offsets(xy: list[tuple[float, float]], texts: list[str],
+                  span: tuple[float, float], axes_pt: tuple[float, float]) -> list[int]:
+    """A vertical offset (in LABEL_STEP_PT steps, up or down) per point label so that no two
+    labels' boxes meet: the break-even figure stacked five runs' labels on one another. Boxes
+    are estimated from the 6-point font (3.3 points per character, 8 tall with spacing) and the axes' size
+    in points (`axes_pt`, taken on the small side, so an estimate errs towards more room)."""
+    sx, sy = axes_pt[0] / span[0], axes_pt[1] / span[1]
+    placed: list[tuple[float, float, float, float]] = []
+    out = []
+    for (x, y), text in zip(xy, texts):
+        x0, w = x * sx + 3, 3.3 * len(text) + 2
+        for slot in (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5, 6, -6):
+            y0 = y * sy + 2 + LABEL_STEP_PT * slot
+            if not any(x0 < px + pw and px < x0 + w and y0 < py + 8 and py < y0 + 8
+                       for px, py, pw, _ in placed):
+                break
+        placed.append((x0, y0, w, 8))
+        out.append(slot)
+    return out
 
 
 def speedup_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
@@ -86,6 +124,28 @@ def sweep_data(sweep: dict) -> dict[str, Any]:
             "other_axes": [a for a in axes if a != axis]}
 
 
+def depth_data(sweep: dict) -> dict[str, Any] | None:
+    """A sweep over depth: per combination of its other axes, SD ÷ raw (with its interval)
+    and the prediction beside it, against the depth."""
+    axes = sweep.get("axes") or []
+    if "depth" not in axes:
+        return None
+    others = [a for a in axes if a != "depth"]
+    lines: dict[str, dict] = {}
+    for r in sweep.get("rows", []):
+        if "skipped" in r:
+            continue
+        name = ", ".join(f"{a}={r[a]}" for a in others) or "SD"
+        line = lines.setdefault(name, {"depth": [], "speedup": [], "low": [], "high": [],
+                                       "predicted": []})
+        line["depth"].append(r["depth"])
+        line["speedup"].append(r.get("sd_speedup"))
+        line["low"].append(r.get("sd_speedup_ci_low"))
+        line["high"].append(r.get("sd_speedup_ci_high"))
+        line["predicted"].append(r.get("predicted_speedup"))
+    return {"lines": lines, "reference": 1.0}
+
+
 def latency_data(results: dict) -> dict[str, Any]:
     out = {}
     for mode in ("raw", "static"):
@@ -131,11 +191,16 @@ def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
         out["verify_cost"] = verify_cost_data(list(rs), list(ns))
     if sweeps:
         out["sweep"] = {n: sweep_data(r) for r, n in sweeps}
+        depth = {n: d for r, n in sweeps if (d := depth_data(r))}
+        if depth:
+            out["depth"] = depth
     return out
 
 
-def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
-    """Draw every figure the runs allow into out_dir as PNG and SVG; return the files."""
+def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None = None
+           ) -> list[Path]:
+    """Draw every figure the runs allow into out_dir as PNG and SVG; return the files. `title`
+    (e.g. the machine in words) heads every caption."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -152,8 +217,10 @@ def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
     by_name = dict(zip(names, runs))
 
     def save(fig, stem: str, text: str = cap) -> None:
+        text = wrap_caption((f"{title}\n" if title else "") + text, fig.get_figwidth())
         fig.text(0.01, 0.01, text, fontsize=7, va="bottom", ha="left", color="0.3")
-        fig.tight_layout(rect=(0, 0.04 + 0.03 * text.count("\n"), 1, 1))
+        lines = text.count("\n") + 1
+        fig.tight_layout(rect=(0, min(0.012 + 0.11 * lines / fig.get_figheight(), 0.5), 1, 1))
         for ext in ("png", "svg"):
             path = out_dir / f"{stem}.{ext}"
             fig.savefig(path, dpi=120)
@@ -180,9 +247,13 @@ def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(5, 5))
         top = max(max(p["a"], p["break_even"]) for p in pts) * 1.1
         ax.plot([1, top], [1, top], color="k", lw=1, ls="--", label="a = 1 + α + β")
-        for p in pts:
+        labels = [f"{p['task']} ({p['run']})" for p in pts]
+        offsets = label_offsets([(p["break_even"], p["a"]) for p in pts], labels,
+                                (top - 1, top - 1), (250, 250))
+        for p, label, slot in zip(pts, labels, offsets):
             ax.scatter(p["break_even"], p["a"], color="tab:green" if p["pays"] else "tab:red")
-            ax.annotate(f"{p['task']} ({p['run']})", (p["break_even"], p["a"]), fontsize=6)
+            ax.annotate(label, (p["break_even"], p["a"]), fontsize=6,
+                        xytext=(3, 2 + LABEL_STEP_PT * slot), textcoords="offset points")
         ax.set_xlabel("1 + α + β (cost of a round, in target decodes)")
         ax.set_ylabel("a (tokens per round)")
         ax.set_title("Break-even: below the diagonal SD loses")
@@ -211,6 +282,25 @@ def render(runs: list[dict], names: list[str], out_dir: Path) -> list[Path]:
         ax.set_title("Sweep: where SD turns ON (green)")
         ax.legend(fontsize=7)
         save(fig, f"sweep_{name.replace('/', '_')}", caption(by_name[name]))
+    for name, d in data.get("depth", {}).items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for line_name, ln in d["lines"].items():
+            x = np.array(ln["depth"])
+            y = np.array(ln["speedup"], dtype=float)
+            err = np.array([[v - lo, hi - v] if lo is not None and hi is not None else [0, 0]
+                            for v, lo, hi in zip(y, ln["low"], ln["high"])]).T
+            bars = ax.errorbar(x, y, yerr=err, marker="o", capsize=3,
+                               label=f"{line_name}: measured (95 % CI)")
+            if any(p is not None for p in ln["predicted"]):
+                ax.plot(x, [np.nan if p is None else p for p in ln["predicted"]], ls=":",
+                        marker="x", color=bars[0].get_color(),
+                        label=f"{line_name}: predicted (probe + acceptance)")
+        ax.axhline(d["reference"], color="k", lw=1, ls="--", label="break-even (raw speed)")
+        ax.set_xlabel("context depth (tokens held in the KV cache before the prompt)")
+        ax.set_ylabel("SD ÷ raw, end to end")
+        ax.set_title("SD at depth")
+        ax.legend(fontsize=6)
+        save(fig, f"depth_{name.replace('/', '_')}", caption(by_name[name]))
     for name, tasks in data.get("adaptive", {}).items():
         fig, axes = plt.subplots(len(tasks), 1, figsize=(8, 1.6 * len(tasks) + 0.8),
                                  squeeze=False, sharex=False)

@@ -20,9 +20,9 @@ from .bench import BenchConfig, load_pair, resolve_models, run_bench
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
 GPU_SKIP_REASON = "skipped: this llama-cpp-python build has no GPU offload"
 # Axes in loading order: the quants and GPU layers decide which models are loaded, cores are
-# re-pinned, threads and k change only the contexts.
+# re-pinned, threads, k and the depth change only the contexts.
 AXES = ("target_quant", "draft_quant", "n_gpu_layers", "draft_gpu_layers", "p_cores",
-        "e_cores", "threads", "k")
+        "e_cores", "threads", "k", "depth")
 # The quant axes take quant types ("" = the file as given); the others, integers.
 QUANT_AXES = ("target_quant", "draft_quant")
 
@@ -84,6 +84,7 @@ class Point:
     e_cores: int = 0
     threads: int = 0
     k: int = 4
+    depth: int = 0           # tokens of context held before each prompt (bench --depth)
 
     def key(self) -> tuple:
         return tuple(getattr(self, a) for a in AXES)
@@ -107,6 +108,84 @@ def expand(axes: dict[str, list[int]]) -> list[Point]:
 
 def varying(points: list[Point]) -> list[str]:
     return [a for a in AXES if len({getattr(p, a) for p in points}) > 1]
+
+
+@dataclass
+class Plan:
+    """Where every point runs, checked before anything runs: its CPUs per (P-cores, E-cores)
+    choice (None: not pinned), the draft's own CPUs, and what the plan decided by itself."""
+    points: list[Point]
+    cpus_of: dict[tuple[int, int], list[int] | None]
+    draft_cpus: list[int] | None
+    notes: list[str]
+
+    @property
+    def is_sweep(self) -> bool:
+        p = self.points[0]
+        return len(self.points) > 1 or bool(p.n_gpu_layers or p.draft_gpu_layers
+                                            or p.target_quant or p.draft_quant)
+
+
+def plan(hw, axes: dict[str, list], smt: bool, draft_cpus: list[int] | None,
+         schedule: str) -> Plan:
+    """Expand the axes and choose every point's CPUs (hardware.select_cpus); the parallel
+    schedule without --draft-cores splits a hybrid CPU's P-cores (target) from its E-cores
+    (draft). Raises HardwareError or SweepError."""
+    from .hardware import check_cpus, select_cpus, split_for_parallel
+    points = expand(axes)
+    cpus_of = {(p.p_cores, p.e_cores): select_cpus(hw, p.p_cores, p.e_cores, smt)
+               if (p.p_cores or p.e_cores) else None for p in points}
+    notes = []
+    if draft_cpus:
+        draft_cpus = check_cpus(hw, draft_cpus)
+    elif schedule == "parallel":
+        if len(points) > 1 or hw.hybrid == "not hybrid":
+            raise SweepError("--schedule parallel needs --draft-cores (the draft's own CPUs); "
+                             "on a hybrid CPU, --p-cores N --e-cores M puts the target on P "
+                             "and the draft on E")
+        p0 = points[0]
+        target_cpus, draft_cpus = split_for_parallel(hw, p0.p_cores, p0.e_cores, smt)
+        cpus_of[(p0.p_cores, p0.e_cores)] = target_cpus
+        notes.append(f"parallel schedule: target on P-cores {target_cpus}, draft on E-cores "
+                     f"{draft_cpus}")
+    return Plan(points, cpus_of, draft_cpus, notes)
+
+
+def point_config(base: BenchConfig, p: Point, plan: Plan, default_threads: int,
+                 warn: Callable[[str], None]) -> BenchConfig:
+    """One point's bench configuration: its k, its CPUs and its threads (default: one per
+    chosen CPU, else default_threads), warning when the threads outnumber the CPUs."""
+    from .hardware import current_affinity
+    cpus = plan.cpus_of[(p.p_cores, p.e_cores)]
+    n_cpus = len(cpus or current_affinity())
+    n_threads = p.threads or (len(cpus) if cpus else default_threads)
+    if n_threads > n_cpus:
+        warn(f"WARNING: --threads {n_threads} is more than the {n_cpus} CPUs this process "
+             f"may use; threads will share cores and decode slower (try --threads {n_cpus})")
+    return dataclasses.replace(base, threads=n_threads, k=p.k, cpus=cpus, depth=p.depth)
+
+
+def sweep_document(points: list[Point], meta: dict, argv: list[str], gpu_ok: bool) -> dict:
+    """A sweep's results file before its first point: rows and points are added as they end."""
+    from .schema import SCHEMA_VERSION
+    return {"schema_version": SCHEMA_VERSION, "kind": "sweep", "complete": False,
+            "axes": varying(points) or ["threads"], "meta": meta, "settings": {"argv": argv},
+            "gpu_offload_supported": gpu_ok, "rows": [], "points": []}
+
+
+def add_point(doc: dict, point: Point, results: dict | None, skip: str | None) -> dict:
+    """Record one finished (or skipped) point in the sweep's document; returns its row."""
+    row = sweep_row(point, results, skip)
+    doc["rows"].append(row)
+    doc["points"].append(results or {"point": point.as_dict(), "skipped": skip})
+    return row
+
+
+def sweep_csv(rows: list[dict]) -> str:
+    """Every row's every field, through report's one CSV writer."""
+    from .report import csv_text
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    return csv_text(fields, [[r.get(f) for f in fields] for r in rows])
 
 
 def run_sweep(base: BenchConfig, points: list[Point],
@@ -165,7 +244,8 @@ _IN_SPEEDUP_CELL = ("sd_speedup_ci", "sd_speedup_range", "sd_speedup_units")
 
 def sweep_row(point: Point, results: dict | None, skip: str | None) -> dict:
     """One row per point: its coordinates and the overall figures (or why it was skipped)."""
-    from .report import OVERALL, table_rows
+    from .report import table_rows
+    from .summary import OVERALL
     row = point.as_dict()
     if skip:
         return row | {"skipped": skip}

@@ -137,6 +137,17 @@ FOLLOWUP = {
 LONG_TASKS = [*LONG_INSTRUCTIONS, *FOLLOWUP]
 
 
+# A depth (`bench --depth N`): N tokens of this material held in the KV cache before each
+# prompt, as an earlier turn of the conversation that a chat server keeps: every pinned text
+# above (about 10 k tokens for Qwen's tokenizer), the user turn, then DEPTH_REPLY.
+DEPTH_INTRO = "Here are some files and a licence to keep in mind for what follows.\n\n"
+DEPTH_REPLY = "I have read them."
+
+
+def depth_text() -> str:
+    """The material a depth is cut from: every pinned long text under its name, in order."""
+    return "".join(f"--- {name.removesuffix('.txt')} ---\n{long_text(name)}\n"
+                   for name in LONG_SOURCES)
 
 
 def long_text(name: str) -> str:

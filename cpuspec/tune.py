@@ -17,12 +17,15 @@
    drafts do not depend on k). A target none of whose candidates is measured gets a raw run,
    so raw decoding on it stays an answer.
 2. Predict every (candidate, k) per task, end to end, with the same function that predicts a
-   bench run (report.predict_from_probe), against raw decoding on the same target and on the
+   bench run (predict.predict_from_probe), against raw decoding on the same target and on the
    reference (first) target.
 3. Confirm every answer printed, on the other prompts: an SD answer by raw and static runs on
    its target, raw decoding on another target by raw runs; the reference target's raw speed is
    measured on the same prompts (never scaled from the choosing runs), so "× reference raw" is
    a paired ratio with its interval (≥ 5 prompts) or range.
+4. With --depths: each paying SD answer's cost curve at every depth (that much context held
+   before the prompt), and its speedup predicted there from that curve and the choosing runs'
+   acceptance: where SD stops (or starts) paying as the context grows.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .bench import BenchConfig, run_bench, run_costs
-from .report import OVERALL, predict_from_probe, predict_from_rounds, speedup_cell, summarize
+from .predict import predict_from_probe, predict_from_rounds
+from .summary import OVERALL, summarize
 from .stats import speedup_stats
 
 Log = Callable[[str], None]
@@ -194,6 +198,56 @@ def pilot_rank(cand: Candidate, probe: dict, pilot: dict, ref_v1: float, k_max: 
     return best
 
 
+# Repetitions per batch size of a depth's cost curve (median taken): one curve per depth.
+DEPTH_COST_REPS = 3
+
+
+def predict_at_depths(cfg: BenchConfig, chosen: dict[str, dict], depths: list[int],
+                      k_max: int, log: Log, over_budget: Callable[[str], bool]) -> dict:
+    """Step 4, with --depths: per task, its SD answer predicted at each depth (that many tokens
+    of context held before the prompt, as `bench --depth`), from the candidate's cost curve
+    measured at that depth and the choosing runs' acceptance (at depth 0); and the first depth
+    where SD stops paying (or starts). A prediction, named as such: acceptance at depth is not
+    measured here (`bench --depth` measures it)."""
+    curves: dict[tuple[str, int], dict | None] = {}
+    out = {}
+    for task, option in chosen.items():
+        cand: Candidate = option["_cand"]
+        rows = []
+        for depth in depths:
+            key = (cand.name, depth)
+            if key not in curves:
+                if over_budget(f"the cost curve of {cand.name} at depth {depth}"):
+                    curves[key] = None
+                else:
+                    log(f"tune: cost curve of {cand.name} at depth {depth}")
+                    draft = cand.draft or cand.target   # lookup: the target's curve only
+                    probe = run_costs(dataclasses.replace(
+                        cfg, pair=None, target_path=cand.target.path, draft_path=draft.path,
+                        drafter="model", k=k_max, depth=depth), DEPTH_COST_REPS,
+                        log)["cost_probe"]
+                    if cand.drafter == "lookup":
+                        probe = {**probe, "draft_s": 0.0, "draft_prefill_s": 0.0,
+                                 "draft_catchup_s_per_token": 0.0}
+                    curves[key] = probe
+            if curves[key] is None:
+                continue
+            pred = predictions_with(curves[key], option["_results"], k_max).get(task)
+            row = next((r for r in (pred or {}).get("rows", []) if r["k"] == option["k"]),
+                       None)
+            if row:
+                rows.append({"depth": depth, "predicted_speedup": row["predicted_speedup"]})
+        pays = [r["predicted_speedup"] > 1.0 for r in rows]
+        turn = next((r["depth"] for r, p, q in zip(rows[1:], pays[1:], pays) if p != q), None)
+        out[task] = {"candidate": cand.name, "k": option["k"], "by_depth": rows,
+                     "crossover_depth": turn,
+                     "crossover": None if turn is None else
+                     ("stops paying" if pays[0] else "starts paying"),
+                     "predicted_from": "cost curve at each depth + the choosing runs' "
+                                       "acceptance at depth 0"}
+    return out
+
+
 def target_perplexities(measured: list[dict]) -> dict:
     """The quality proxy beside the speed: each distinct target's perplexity on the built-in
     text, as its bench run measured it (cpuspec quality measures agreement too)."""
@@ -213,7 +267,7 @@ def _public(option: dict) -> dict:
 def why_terms(results: dict, task: str, k: int) -> dict:
     """a, α, β of a candidate's tuning run on one task, replayed at k: which one is short."""
     from .costs import round_terms
-    from .report import replay_inputs
+    from .predict import replay_inputs
     sd = [r for r in results["runs"] if r["task"] == task and r["mode"] == "static"]
     rounds, share, catchup = replay_inputs(sd)
     if not rounds:
@@ -239,25 +293,6 @@ def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
     return shlex.join(args)
 
 
-def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
-    """Under a recommended SD configuration's `cpuspec bench` line: the same configuration in
-    llama.cpp's server and CLI and in llama-cpp-python, and what `cpuspec paths` measured of
-    it here (native.how_to_run)."""
-    from .native import how_to_run
-    args = shlex.split(command)
-
-    def opt(*names, default=None):
-        for name in names:
-            if name in args and args.index(name) + 1 < len(args):
-                return args[args.index(name) + 1]
-        return default
-    if opt("--target") is None or opt("-k") is None:
-        return []
-    return how_to_run(opt("--target"), opt("--draft"), int(opt("-k")),
-                      opt("--drafter", default="model"), int(opt("--threads", default="1")),
-                      meta=meta)
-
-
 def raw_speeds(doc: dict) -> dict[tuple[str, str], float]:
     """Raw end-to-end t/s per (target, task) on the choosing prompts: the mean over every
     choosing run with that target (its candidates' runs and its own raw run)."""
@@ -281,7 +316,8 @@ def _confirmed(base_runs: list[dict], runs: list[dict]) -> dict:
 
 def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _: None,
              k_max: int = K_MAX, confirm: bool = True, on_update=None,
-             budget_s: float | None = None, pilot: bool = True) -> dict:
+             budget_s: float | None = None, pilot: bool = True,
+             depths: list[int] | None = None) -> dict:
     """Rank, measure, predict, confirm (see the module's docstring). With budget_s, steps that
     would start after it are skipped, and the record says which."""
     start = time.monotonic()
@@ -367,6 +403,7 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
     doc["reference_target"] = reference
     tasks = list(dict.fromkeys(p.task for p in tune_prompts))
     raw_confirm: dict[str, dict] = {}     # target → its raw runs on the confirm prompts
+    chosen: dict[str, dict] = {}          # task → its paying best_sd option, for the depths
 
     def raw_runs_on(name: str, task: str) -> list[dict] | None:
         if name not in raw_confirm:
@@ -464,133 +501,12 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
                 rec["recommended"]["confirmed"] = rec[key]["confirmed"]
             update()
         doc["recommendations"][task] = rec
+        if best_sd is not None and rec["best_sd"]["pays"]:
+            chosen[task] = best_sd
+        update()
+    if depths:
+        doc["depth_predictions"] = predict_at_depths(cfg, chosen, depths, k_max, log,
+                                                     over_budget)
         update()
     doc["complete"] = True
     return doc
-
-
-def _measured(c: dict, key: str) -> str:
-    """A confirmed figure with its interval, or its range below 5 prompts. Files written
-    before the range existed stored two prompts' min and max as an interval: shown as a
-    range."""
-    if not c or c.get(key) is None:
-        return "-"
-    if key == "vs_reference_raw":
-        st = c.get("vs_reference_raw_stats")
-        if st:
-            return speedup_cell({"speedup": st["speedup"], "speedup_ci": st["ci"],
-                                 "speedup_range": st["range"], "speedup_units": st["units"]},
-                                "") or "-"
-        return f"{c[key]:.2f} (scaled)"
-    ci, rng, n = c.get("measured_speedup_ci"), c.get("measured_speedup_range"), \
-        c.get("n_prompts")
-    if n is None and ci:          # an older file: its "interval" came from 2 prompts
-        ci, rng, n = None, ci, 2
-    return speedup_cell({"speedup": c[key], "speedup_ci": ci, "speedup_range": rng,
-                         "speedup_units": n}, "") or "-"
-
-
-def _audit(c: dict) -> str:
-    return f"{c['audit']['identical']}/{c['audit']['n']}" if c.get("audit") else "-"
-
-
-def render_tune(doc: dict) -> str:
-    from tabulate import tabulate
-    ppl = doc.get("target_perplexity", {})
-    ref = doc.get("reference_target") or doc["candidates"][0].split(" + ")[0]
-    fast, sd, lines = [], [], []
-    for task, r in doc["recommendations"].items():
-        if "recommended" not in r:   # first files: one answer, SD against its own target
-            r = {"recommended": r, "best_sd": r}
-        rec, best = r["recommended"], r["best_sd"]
-        target = rec["candidate"].split(" + ")[0].removesuffix(" (SD off)")
-        c = rec.get("confirmed", {})
-        fast.append([task, rec["candidate"], rec["k"] or "-",
-                     f"{rec['predicted_vs_reference_raw']:.2f}",
-                     _measured(c, "vs_reference_raw") if c or rec["k"] or target != ref
-                     else "1 (itself)",
-                     _audit(c), f"{ppl[target]:.2f}" if target in ppl else "-"])
-        c = best.get("confirmed", {})
-        t = best.get("terms") or {}
-        pv = best["predicted_vs_reference_raw"]
-        sd.append([task, best["candidate"], best["k"], f"{best['predicted_speedup']:.2f}",
-                   _measured(c, "measured_speedup"), f"{pv:.2f}" if pv == pv else "-",
-                   _measured(c, "vs_reference_raw"), _audit(c),
-                   f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
-        lines.append(f"{task}: fastest: {rec['command']}")
-        if rec["k"] and rec["command"] != best["command"]:
-            lines += run_it_elsewhere(rec["command"], doc.get("meta"))
-        if best["pays"]:
-            lines.append(f"{task}: SD pays most: {best['command']}")
-            lines += run_it_elsewhere(best["command"], doc.get("meta"))
-        elif best.get("ruled_out_by_cost_curve"):
-            lines.append(f"{task}: SD cannot pay with any candidate: the best cost curve, "
-                         f"{best['candidate']}, allows at most {best['predicted_speedup']:.2f}× "
-                         f"(k = {best['k']}) even with every draft accepted")
-        elif t:
-            short = t["break_even_a"] - t["a"]
-            lines.append(
-                f"{task}: SD does not pay with any candidate: the best, {best['candidate']} at "
-                f"k = {best['k']}, yields a = {t['a']:.2f} tokens per round against a round "
-                f"cost of 1 + α + β = {t['break_even_a']:.2f} decodes (α = {t['alpha']:.2f} "
-                f"drafting, β = {t['beta']:.2f} verifying); a is short by {short:.2f}")
-        for key, what in (("best_sd", "SD ×raw"), ("recommended", "fastest ×ref raw")):
-            conf = r[key].get("confirmed") or {}
-            # the figure each table shows: SD against its own raw, the fastest against the
-            # reference's raw
-            st = conf.get("vs_reference_raw_stats") if key == "recommended" else conf
-            if st and st.get("resolves"):
-                lines.append(f"{task}: {what} confirmed on {conf['n_prompts']} prompts; its "
-                             f"interval resolves differences of ±{st['resolves']:.2f}")
-    out = []
-    if doc.get("ranking"):
-        piloted = any("pilot_score" in r for r in doc["ranking"])
-
-        def status(r: dict) -> str:
-            return "skipped: cannot pay" if r["ruled_out"] else "measured" if any(
-                m["candidate"] == r["candidate"] for m in doc["measured"]) else "skipped: budget"
-
-        def pilot_cells(r: dict) -> list[str]:
-            if "pilot_score" not in r:
-                return ["-", "-"]
-            return [f"{r['pilot_speedup']:.2f} / {r['pilot_vs_reference_raw']:.2f}",
-                    f"{r['pilot_task']}, k = {r['pilot_k']}"]
-        rows = sorted(doc["ranking"], key=lambda r: (-r.get("pilot_score", float("-inf")),
-                                                     -r["ceiling"]))
-        out += ["Cost curves first: the most each candidate could give with every draft "
-                "accepted ((k + 1)·V(1) ÷ (k·d + V(k + 1)); d = 0 for lookup)"
-                + ("; then each drafter's pilot acceptance on "
-                   f"{', '.join(doc.get('pilot_prompts', []))} ({doc.get('pilot_tokens')} "
-                   "tokens) through each candidate's curve, best task and k, ×own raw / "
-                   "×reference raw; measured in that order:" if piloted else ":"),
-                tabulate([[r["candidate"], f"{r['ceiling']:.2f}", r["ceiling_k"],
-                           *(pilot_cells(r) if piloted else []), status(r)] for r in rows],
-                         headers=["candidate", "ceiling ×raw", "at k",
-                                  *(["pilot predicted ×raw / ×ref raw", "at"]
-                                    if piloted else []), ""],
-                         disable_numparse=True), ""]
-    scaled = any("vs_reference_raw" in (r.get(k, r).get("confirmed") or {}) and
-                 "vs_reference_raw_stats" not in r.get(k, r)["confirmed"]
-                 for r in doc["recommendations"].values() for k in ("recommended", "best_sd"))
-    out += [f"Fastest per task, against raw decoding on {ref} (the first target); SD off "
-            "where raw decoding on some target is faster than any SD configuration:",
-            tabulate(fast, headers=["task", "configuration", "k", "predicted ×ref raw",
-                                    "measured ×ref raw", "same output", "target perplexity"],
-                     disable_numparse=True),
-            "",
-            "Where SD pays most, against raw decoding on the same target:",
-            tabulate(sd, headers=["task", "target + draft", "k", "predicted ×raw",
-                                  "measured ×raw [95% CI]", "predicted ×ref raw",
-                                  "measured ×ref raw", "same output", "a vs 1+α+β"],
-                     disable_numparse=True),
-            "target perplexity on the built-in text: " + ", ".join(
-                f"{n} {v:.2f}" for n, v in ppl.items()),
-            f"(predicted: the choosing runs' costs and acceptance, on prompts "
-            f"{', '.join(doc['tune_prompts'])}; measured on prompts "
-            f"{', '.join(doc['confirm_prompts'])}; 95 % intervals from ≥ 5 prompts, ranges "
-            "below; measured ×ref raw "
-            + ("(scaled): the measured ×raw times the choosing runs' raw-speed ratio)"
-               if scaled else "pairs each prompt with the reference's raw run on it)")]
-    if doc.get("skipped_for_budget"):
-        out.append("skipped for the budget: " + "; ".join(doc["skipped_for_budget"]))
-    return "\n".join(out + lines)

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from cpuspec.cli import main
-from cpuspec.report import SCHEMA_VERSION
+from cpuspec.schema import SCHEMA_VERSION
 
 
 def run(*args):

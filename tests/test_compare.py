@@ -10,7 +10,9 @@ from click.testing import CliRunner
 from cpuspec.cli import main
 from cpuspec.compare import compare_rows, machine, mismatches
 from cpuspec.plots import figure_data
-from cpuspec.report import advise, read_json, summarize
+from cpuspec.advice import advise
+from cpuspec.schema import read_json
+from cpuspec.summary import summarize
 
 RESULTS = Path(__file__).parent.parent / "bench" / "results"
 OLD = RESULTS / "avx2-build" / "bench_2threads.json"     # schema 1, AVX2 build
@@ -192,7 +194,7 @@ def test_extrapolation_past_k_agrees_with_the_measured_positions():
     assert a["json"]["try_k"] == 7 and a["json"]["try_k_predicted"] > 1.05 * max(
         a["json"]["predicted_speedup_best"], 1.0)
     assert a["story"]["try_k"] is None    # nothing past k = 3 pays there
-    from cpuspec.report import render_advice
+    from cpuspec.advice import render_advice
     assert "json: a longer draft may pay more" in render_advice(a, 3) and \
         "-k 7" in render_advice(a, 3)
 
@@ -222,3 +224,60 @@ def test_raw_decode_is_memory_bound_across_quants():
     assert 0.75 < q8["raw_weight_gb_s"] / q4["raw_weight_gb_s"] < 1.33
     res = run("report", str(b / "bench_q8_0_k7.json"))
     assert res.exit_code == 0 and "raw decode reads the target's weights at 30." in res.output
+
+
+B = Path("bench/results/epyc-family25-model17")
+FIVE = [B / f for f in ("bench_q4_0_k3.json", "bench_q8_0_k7.json", "hybrid_q8_0_k7.json",
+                        "grounded_q8_0_k7_model.json", "grounded_q8_0_k7_hybrid.json")]
+
+
+def _svg_texts(path: Path) -> list[tuple[str, float, float]]:
+    """(text, x, y) of every text element matplotlib wrote (svg.fonttype none)."""
+    import re
+    out = []
+    for m in re.finditer(r'<text ([^>]*)>([^<]*)</text>', path.read_text()):
+        attrs, text = m.group(1), m.group(2)
+        x = re.search(r'\bx="([-\d.]+)"', attrs)
+        y = re.search(r'\by="([-\d.]+)"', attrs)
+        moved = re.search(r'translate\(([-\d.]+) ([-\d.]+)\)', attrs)
+        if x and y:
+            out.append((text, float(x.group(1)), float(y.group(1))))
+        elif moved:
+            out.append((text, float(moved.group(1)), float(moved.group(2))))
+    return out
+
+
+def _overlapping_labels(path: Path) -> int:
+    """Pairs of point labels whose boxes (6-point text: 6 units tall, about 3.3 per character
+    wide) intersect."""
+    labels = [(t, x, y) for t, x, y in _svg_texts(path)
+              if t.split(" (")[0] in ("json", "code", "story", "grounded") and t.endswith(")")]
+    assert len(labels) >= 5
+    return sum(1 for i, (t1, x1, y1) in enumerate(labels) for t2, x2, y2 in labels[i + 1:]
+               if abs(y1 - y2) < 6 and (x1 <= x2 < x1 + 3.3 * len(t1)
+                                        or x2 <= x1 < x2 + 3.3 * len(t2)))
+
+
+def test_break_even_labels_do_not_overlap_and_captions_fit(tmp_path, monkeypatch):
+    """Five recorded runs of machine B on one break-even figure: with every label at its
+    point (the old layout, step 0) two labels land on each other; stacked, none does. The
+    caption (command lines included) is wrapped to the figure's width, under --title."""
+    pytest.importorskip("matplotlib")
+    from cpuspec import plots
+    monkeypatch.setattr(plots, "LABEL_STEP_PT", 0)
+    res = run("plot", *map(str, FIVE), "--out", str(tmp_path / "old"))
+    assert res.exit_code == 0, res.output
+    assert _overlapping_labels(tmp_path / "old" / "breakeven.svg") > 0
+    monkeypatch.undo()
+    res = run("plot", *map(str, FIVE), "--out", str(tmp_path / "new"), "--title",
+              "2-core AMD EPYC (Zen 4) VM")
+    assert res.exit_code == 0, res.output
+    assert _overlapping_labels(tmp_path / "new" / "breakeven.svg") == 0
+    svg = (tmp_path / "new" / "breakeven.svg").read_text()
+    assert "2-core AMD EPYC (Zen 4) VM" in svg
+    # every caption line inside the 5-inch (360-point) figure: 7-point DejaVu Sans averages
+    # about 0.55 of its size per character
+    caption = [(t, x) for t, x, y in _svg_texts(tmp_path / "new" / "breakeven.svg")
+               if y > 300 and ("k = " in t or "EPYC" in t or "qwen" in t)]
+    assert len(caption) >= 3
+    assert all(x + 0.55 * 7 * len(t) <= 360 for t, x in caption), caption

@@ -140,7 +140,7 @@ def test_round_replay_predicts_a_hybrid_run_where_fixed_k_does_not():
     from cpuspec.costs import predict_generation_s, predict_rounds_generation_s
     from cpuspec.lookup import HybridDrafter
     from cpuspec.measure import probe_costs
-    from cpuspec.report import replay_inputs
+    from cpuspec.predict import replay_inputs
     source = list(range(11, 41))
     rule = copy_then_count(source)
     clock = FakeClock()

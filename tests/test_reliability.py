@@ -376,7 +376,7 @@ def test_fuzz_registry_loader(tmp_path):
 
 def test_end_of_generation_as_first_token():
     """The prefill's token ends the generation: zero decode steps, no division by zero."""
-    from cpuspec.report import summarize_group
+    from cpuspec.summary import summarize_group
     from cpuspec.speculative import generate_raw, generate_speculative
     from fakes import FakeClock, FakeDecoder, target_rule
     prompt = [3, 1, 4]

@@ -4,8 +4,9 @@ import json
 import pytest
 
 from cpuspec.costs import cost_model, verdict_line
-from cpuspec.report import (SCHEMA_VERSION, ResultsError, read_json, render_csv, render_details,
-                            render_table, summarize, summarize_group)
+from cpuspec.report import render_csv, render_details, render_table
+from cpuspec.schema import ResultsError, SCHEMA_VERSION, read_json
+from cpuspec.summary import summarize, summarize_group
 from cpuspec.store import write_json
 
 K = 4

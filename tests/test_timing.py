@@ -12,7 +12,9 @@ from click.testing import CliRunner
 from cpuspec.cli import main
 from cpuspec.costs import predict_generation_s
 from cpuspec.measure import PSI_CPU, NoiseProbe, NoiseSample, noise_reasons, probe_costs
-from cpuspec.report import noise_report, read_json, render_noise, summarize
+from cpuspec.report import render_noise
+from cpuspec.schema import read_json
+from cpuspec.summary import noise_report, summarize
 from cpuspec.stats import bootstrap_speedup_ci, significance
 from fakes import FakeClock, FakeDecoder, target_rule
 

@@ -108,7 +108,8 @@ def test_fastest_raw_on_another_target_is_confirmed(tiny_models, monkeypatch):
     assert st["units"] == 5 and st["ci"] is not None        # five confirm prompts: an interval
     assert 0.5 < conf["vs_reference_raw"] < 2.0               # the same weights: about 1
     assert rec["best_sd"]["ruled_out_by_cost_curve"] and not rec["best_sd"]["pays"]
-    out = tune.render_tune(doc)
+    from cpuspec.tune_report import render_tune
+    out = render_tune(doc)
     assert "SD cannot pay with any candidate" in out and "skipped: cannot pay" in out
 
 
@@ -221,7 +222,7 @@ def test_pilot_rank_prices_each_candidate_with_its_own_curve():
     """On a recorded machine-B run (Q8_0 target + Q4_0 draft, k = 7) as the pilot: a curve
     twice as slow in V(n) predicts the same ×own raw and half the ×reference raw; lookup's
     draft costs are set to nothing, whatever the curve's draft measured."""
-    from cpuspec.report import read_json
+    from cpuspec.schema import read_json
     from cpuspec.tune import Candidate, pilot_rank
     res = read_json(Path("bench/results/epyc-family25-model17/bench_q8_0_k7.json"))
     probe = res["cost_probe"]
@@ -246,3 +247,34 @@ def test_pilot_rank_prices_each_candidate_with_its_own_curve():
     hybrid = pilot_rank(Candidate(M("t"), M("d"), hybrid=True), dear, hyb,
                         hyb["cost_probe"]["verify_s"]["1"], 7)
     assert lookup["pilot_speedup"] > 1.0 > hybrid["pilot_speedup"]
+
+
+def test_depths_predict_each_answer_from_its_own_curve_at_each_depth(tiny_models, monkeypatch):
+    """--depths: the paying answer's cost curve is measured at every depth (the probe sits
+    after that much context) and the answer is predicted there with the choosing runs'
+    acceptance; the printer shows a column per depth and where SD stops or starts paying."""
+    from cpuspec import tune
+    from cpuspec.bench import BenchConfig
+    from cpuspec.models import local_model
+    from cpuspec.tune_report import render_tune
+    real = tune.predictions
+
+    def paying(results, k_max):
+        out = real(results, k_max)
+        for p in out.values():
+            p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
+        return out
+    monkeypatch.setattr(tune, "predictions", paying)
+    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (2.0, 2))
+    logged = []
+    cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
+    cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16)
+    doc = tune.run_tune(cfg, [cand], logged.append, k_max=3, confirm=False, depths=[0, 300])
+    d = doc["depth_predictions"]["code"]
+    assert d["k"] == 2 and [r["depth"] for r in d["by_depth"]] == [0, 300]
+    assert all(r["predicted_speedup"] > 0 for r in d["by_depth"])
+    assert sum("cost curve of target + draft at depth" in m for m in logged) == 2
+    pays = [r["predicted_speedup"] > 1 for r in d["by_depth"]]
+    assert (d["crossover_depth"] == 300) == (pays[0] != pays[1])
+    out = render_tune(doc)
+    assert "SD at depth, predicted" in out and "×raw at 300" in out

@@ -1,0 +1,222 @@
+"""The commands that read results files: advise, report, compare, plot, runs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .cliutil import load_results, log, print_bench, run_names
+
+
+@click.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def advise(run, as_json):
+    """Per task: turn SD on (with the best k) or off (with the acceptance it would need).
+
+    RUN is a results file of `cpuspec bench` (static policy) or a saved run's id (`cpuspec
+    runs`). The per-position acceptance measured at k, and the bench's probe of the draft's cost
+    and of the target's decode time for 1..k+1 tokens, give the predicted speedup for every k up
+    to the measured one.
+
+    \b
+    Examples:
+      cpuspec bench --json run.json && cpuspec advise run.json
+      cpuspec advise 20261130T0541 --json
+    """
+    from .advice import advise as advise_results, render_advice
+    from .schema import ResultsError
+    results, path = load_results(run)
+    try:
+        advice = advise_results(results)
+    except ResultsError as exc:
+        raise click.ClickException(str(exc))
+    if not advice:
+        raise click.ClickException(f"{path}: no static SD runs to advise from (run "
+                                   "the bench with --policy static)")
+    if as_json:
+        click.echo(json.dumps(advice, indent=1))
+        return
+    click.echo(render_advice(advice, results["settings"]["k"]))
+    models, settings = results.get("models") or {}, results["settings"]
+    target = (models.get("target") or {}).get("path")
+    draft = (models.get("draft") or {}).get("path")
+    on = {task: a["k_best"] for task, a in advice.items() if a["verdict"] == "ON"}
+    if target and on:
+        from .paths import how_to_run
+        for k_best in sorted(set(on.values())):
+            tasks = ", ".join(t for t, k in on.items() if k == k_best)
+            click.echo(f"\nTo run it ({tasks}; k = {k_best}) outside cpuspec:")
+            click.echo("\n".join(how_to_run(target, draft, k_best,
+                                             settings.get("drafter", "model"),
+                                             settings["threads"], indent="  ",
+                                             meta=results.get("meta"))))
+
+
+@click.command()
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
+              default="text", show_default=True)
+@click.option("--trace", is_flag=True,
+              help="Also print, per adaptive generation, where the policy changed its mind.")
+def report(run, fmt, trace):
+    """Print the summary of a results file or saved run (`cpuspec runs` lists them).
+
+    \b
+    Examples:
+      cpuspec report results.json --format markdown
+      cpuspec report 20261130T0541
+    """
+    from .report import render_csv, render_rows_json
+    from .summary import summarize
+    results, path = load_results(run, bench_only=False)
+    if results.get("complete") is False:
+        kept = (f"{len(results.get('rows') or [])} sweep points" if results.get("kind") ==
+                "sweep" else f"{len(results.get('runs') or [])} generations of "
+                f"{len(results.get('prompts') or [])} prompts × modes")
+        note = f"(incomplete run: it was interrupted; {kept} kept)"
+        # on stderr for csv and json, whose stdout a program reads; above the table otherwise
+        click.echo(note, err=fmt in ("csv", "json"))
+    if results.get("kind") == "tune":
+        from .tune_report import render_tune
+        if not isinstance(results.get("recommendations"), dict):
+            raise click.ClickException(f"{path}: a damaged tune file (no recommendations)")
+        click.echo(render_tune(results))
+        return
+    if results.get("kind") == "sweep":
+        from .sweep import headline, render_sweep
+        if not isinstance(results.get("rows"), list) or not isinstance(results.get("axes"), list):
+            raise click.ClickException(f"{path}: a damaged sweep file (no rows or axes)")
+        click.echo(render_sweep(results["rows"], results["axes"],
+                                "github" if fmt == "markdown" else "simple"))
+        line = headline(results["rows"])
+        if line:
+            click.echo(line)
+        return
+    if results.get("kind") == "paths":
+        from .paths import render_paths
+        if not isinstance(results.get("runs"), list) or "settings" not in results:
+            raise click.ClickException(f"{path}: a damaged paths file (no runs or settings)")
+        click.echo(render_paths(results))
+        return
+    if results.get("kind") != "bench":
+        raise click.ClickException(f"{path}: a {results.get('kind')} results file; report "
+                                   "prints bench, sweep, tune and paths files")
+    s = summarize(results)
+    if fmt == "json":
+        click.echo(render_rows_json(s))
+    elif fmt == "csv":
+        click.echo(render_csv(s), nl=False)
+    else:
+        print_bench(results, fmt)
+        if trace:
+            from .report import render_trace
+            click.echo("\nAdaptive decisions per generation:")
+            click.echo(render_trace(results["runs"]))
+
+
+@click.command()
+@click.argument("runs", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
+              default="text", show_default=True)
+@click.option("--force", is_flag=True, help="Compare runs whose workload differs.")
+def compare(runs, fmt, force):
+    """Bench runs side by side, from any machines: files or saved-run ids.
+
+    One column per run, labelled by its machine (CPU, ISA, threads); per task the end-to-end
+    speeds and speedup with its 95 % interval, a, c, β, 1 + α + β, p99 latencies, and run 2 ÷
+    run 1 for two runs. Runs of different workloads (models, k, prompts, max tokens,
+    temperature, drafter) are refused, naming the difference, unless --force.
+
+    \b
+    Examples:
+      cpuspec compare bench/results/avx2-build/bench_2threads.json bench/results/bench_2threads.json
+      cpuspec compare 20261130T0541 20261201T0900 --format markdown
+    """
+    from .compare import mismatches, render_compare
+    if len(runs) < 2:
+        raise click.UsageError("give two or more results files or run ids")
+    loaded = [load_results(r) for r in runs]
+    results = [res for res, _ in loaded]
+    diff = mismatches(results)
+    if diff and not force:
+        raise click.ClickException("these runs measured different workloads, so their numbers "
+                                   "are not comparable: " + "; ".join(diff)
+                                   + " (--force compares them anyway)")
+    if diff:
+        log("WARNING: comparing different workloads: " + "; ".join(diff))
+    names = run_names([path for _, path in loaded])
+    click.echo(render_compare(results, names, fmt))
+
+
+@click.command()
+@click.argument("runs", nargs=-1)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Folder for the PNG and SVG files (created if missing).")
+@click.option("--title", help="A first caption line for every figure, e.g. the machine in "
+                              "words ('2-core AMD EPYC (Zen 4) VM').")
+def plot(runs, out_dir, title):
+    """Figures for bench, costs and sweep runs (files or saved-run ids): PNG and SVG.
+
+    speedup per task with 95 % intervals; a against 1 + α + β (break-even); the verify-cost
+    curve V(n)/V(1); sweeps; per-token latency CDFs. Each carries a caption line with the
+    machine, models, k and threads. Needs the optional extra: pip install 'cpuspec[plot]'.
+
+    \b
+    Examples:
+      cpuspec plot bench/results/bench_2threads.json bench/results/costs_q4_0.json --out figs
+    """
+    from .plots import PLOT_HINT, PlotError, render
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise click.ClickException(PLOT_HINT)
+    if not runs:
+        raise click.UsageError("give one or more results files or run ids")
+    loaded = [load_results(r, bench_only=False) for r in runs]
+    if out_dir.exists() and not out_dir.is_dir():
+        raise click.ClickException(f"--out {out_dir} is a file, not a folder")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        files = render([res for res, _ in loaded], run_names([p for _, p in loaded]),
+                       out_dir, title)
+    except PlotError as exc:
+        raise click.ClickException(str(exc))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write figures to {out_dir}: {exc}")
+    for f in files:
+        click.echo(str(f))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runs(as_json):
+    """List the saved runs under $CPUSPEC_HOME/results, newest last.
+
+    \b
+    Examples:
+      cpuspec runs
+      cpuspec report $(cpuspec runs --json | jq -r '.[-1].id')
+    """
+    from .store import OutputError, results_dir, run_listing, saved_runs
+    try:
+        rows = [run_listing(p) for p in saved_runs()]
+    except OutputError as exc:
+        raise click.ClickException(str(exc))
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        click.echo(f"no saved runs yet in {results_dir()} (cpuspec bench saves every run "
+                   "unless --no-save)")
+        return
+    from tabulate import tabulate
+    status = any(not r.get("complete", True) for r in rows)  # the column only when it says
+    click.echo(tabulate([[r["id"], r.get("kind"), r.get("date", ""), r.get("machine", ""),
+                          r.get("threads") or "", r.get("pair") or "", r.get("tasks", ""),
+                          r.get("speedups", "")]
+                         + (["" if r.get("complete", True) else "interrupted"] if status else [])
+                         for r in rows],
+                        headers=["id", "kind", "date", "machine", "threads", "pair", "tasks",
+                                 "SD ×raw e2e"] + (["status"] if status else [])))

@@ -1,0 +1,338 @@
+"""What every command shares: option parsers and limits, model names and files, output
+files (checked before any work, written through a sink, kept on Ctrl-C), the bench printer."""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .models import ModelError, fetch_model, load_registry
+from .tasks import ALL_TASKS
+
+
+def log(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def save_options(f):
+    """--save/--no-save and --force, for every command that writes a results file."""
+    f = click.option("--force", is_flag=True,
+                     help="Replace a read-only --json (or --csv) file.")(f)
+    return click.option("--save/--no-save", default=True, show_default=True,
+                        help="Save the run under $CPUSPEC_HOME/results (see `cpuspec runs`)."
+                        )(f)
+
+
+def positive(ctx, param, value):
+    if value is not None and value < 1:
+        raise click.BadParameter("must be at least 1")
+    return value
+
+
+def finite(value, name):
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number", param_hint=f"'{name}'")
+    return value
+
+
+def quant_list(ctx, param, value):
+    """Click callback: a comma list of quant types for the sweep's quant axes."""
+    if value is None:
+        return None
+    from .models import DERIVABLE_QUANTS
+    quants = [q.strip().upper() for q in value.split(",") if q.strip()]
+    bad = [q for q in quants if q not in DERIVABLE_QUANTS]
+    if not quants or bad:
+        raise click.BadParameter(f"{(bad or [value])[0]!r} is not one of "
+                                 f"{', '.join(DERIVABLE_QUANTS)}")
+    return list(dict.fromkeys(quants))
+
+
+def values(minimum):
+    """Click callback: a llama-bench style list/range (1,2,4 / 1-8 / 1-8+2 / 1-16*2)."""
+    def parse(ctx, param, value):
+        if value is None:
+            return None
+        from .sweep import SweepError, parse_values
+        try:
+            return parse_values(value, minimum, max(param.opts, key=len))
+        except SweepError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return parse
+
+
+POLICIES = ("static", "adaptive", "off")
+
+
+def cpu_list(value):
+    if value is None:
+        return None
+    from .hardware import parse_cpu_list
+    try:
+        cpus = parse_cpu_list(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a CPU list like 0-3,8") from None
+    if not cpus:
+        raise click.BadParameter("empty CPU list")
+    return cpus
+
+
+def policy_list(value):
+    items = [p.strip() for p in value.split(",") if p.strip()]
+    bad = [p for p in items if p not in POLICIES]
+    if not items or bad:
+        raise click.BadParameter(f"unknown policy {', '.join(bad) or repr(value)}; choose from "
+                                 f"{', '.join(POLICIES)}")
+    if "off" in items and len(items) > 1:
+        raise click.BadParameter("'off' (raw decoding only) cannot be combined with others")
+    return [] if items == ["off"] else list(dict.fromkeys(items))
+
+
+def task_list(ctx, param, value):
+    if value is None:
+        return None
+    tasks = [t.strip() for t in value.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in ALL_TASKS]
+    if not tasks or unknown:
+        raise click.BadParameter(f"unknown task {', '.join(unknown) or repr(value)}; "
+                                 f"built-in tasks: {', '.join(ALL_TASKS)}")
+    return tasks
+
+
+# Draft lengths above this probe 33+ batch sizes and leave acceptance statistics empty: no CPU
+# (or GPU) pays at such k (llama.cpp's --draft-max defaults to 16).
+MAX_K = 32
+
+
+# More threads than this many per logical CPU only oversubscribes (OpenMP threads spin: 10-20×
+# slower) and can stall the whole machine.
+MAX_THREADS_PER_CPU = 4
+
+
+# A sweep bigger than this runs for hours; ask for --yes.
+MAX_SWEEP_POINTS = 200
+
+
+# Prompts × repetitions above this (the built-in suites have 8 per task) run for hours: ask
+# for --yes, as for a sweep.
+MAX_GENERATIONS = 200
+
+
+def check_unused_flags(drafter, policies, adaptive_scope, draft_path, draft_quant,
+                        draft_threads, draft_cores, draft_gpu_layers, schedule) -> None:
+    """Refuse flags that this combination would silently ignore: the user meant something by
+    them, and a run that ignores it measures something else."""
+    draft_flags = [name for name, given in (
+        ("--draft", draft_path), ("--draft-quant", draft_quant),
+        ("--draft-threads", draft_threads), ("--draft-cores", draft_cores),
+        ("--draft-gpu-layers", any(draft_gpu_layers or [])),
+        ("--schedule parallel", schedule == "parallel")) if given]
+    if drafter == "lookup" and draft_flags:
+        raise click.UsageError(f"{', '.join(draft_flags)} set the draft model, which "
+                               "--drafter lookup does not use; drop them or use --drafter "
+                               "model or hybrid")
+    # (--draft alone with --policy off is fine: the pair's draft is named either way)
+    tuning = [f for f in draft_flags if f != "--draft"]
+    if not policies and (tuning or drafter != "model"):
+        what = tuning + (["--drafter " + drafter] if drafter != "model" else [])
+        raise click.UsageError(f"--policy off runs raw decoding only, so {', '.join(what)} "
+                               "would do nothing; drop them or add a policy")
+    if adaptive_scope != "task" and "adaptive" not in policies:
+        raise click.UsageError(f"--adaptive-scope {adaptive_scope} applies to the adaptive "
+                               "policy, which --policy does not include")
+    if draft_threads and draft_cores and draft_threads > len(draft_cores):
+        raise click.UsageError(f"--draft-threads {draft_threads} is more than the "
+                               f"{len(draft_cores)} CPU(s) in --draft-cores: the threads "
+                               "would queue for them; give as many threads as CPUs or fewer")
+
+
+def check_bench_flags(ks, max_tokens, threads, temperature, drafter, policies, adaptive_scope,
+                      draft_path, draft_quant, draft_threads, draft_cores, draft_gpu_layers,
+                      schedule) -> None:
+    """Every refusal of `cpuspec bench`'s flags that needs no file and no hardware."""
+    if not math.isfinite(temperature):
+        raise click.BadParameter(f"{temperature} is not a finite number",
+                                 param_hint="'--temperature'")
+    check_limits(ks, max_tokens, threads, draft_threads)
+    check_unused_flags(drafter, policies, adaptive_scope, draft_path, draft_quant,
+                       draft_threads, draft_cores, draft_gpu_layers, schedule)
+    if schedule == "parallel" and (temperature > 0 or drafter != "model"):
+        raise click.UsageError("--schedule parallel needs greedy decoding and the model drafter")
+    if drafter == "hybrid" and temperature > 0:
+        raise click.UsageError("--drafter hybrid is greedy only (its lookup drafts carry no "
+                               "distribution to sample against); drop --temperature or use "
+                               "--drafter model or lookup")
+
+
+def check_size(n_prompts: int, repetitions: int, n_points: int, yes: bool) -> None:
+    """Refuse, unless --yes, a bench that would run for hours."""
+    if n_prompts * repetitions > MAX_GENERATIONS and not yes:
+        raise click.ClickException(
+            f"{n_prompts} prompts × {repetitions} repetition(s) is more than "
+            f"{MAX_GENERATIONS} generations per mode (hours of measuring); use "
+            "--prompts-per-task to take fewer, or pass --yes to run them all")
+    if n_points > MAX_SWEEP_POINTS and not yes:
+        raise click.ClickException(
+            f"this sweep has {n_points} points (more than {MAX_SWEEP_POINTS}); each runs the "
+            "whole bench. Narrow the lists, or pass --yes to run it anyway")
+
+
+def check_limits(ks, max_tokens, threads, draft_threads) -> None:
+    """Refuse values that would run for hours or stall the machine, naming the limit and why."""
+    for k in ks:
+        if k > MAX_K:
+            raise click.BadParameter(f"{k} is more than {MAX_K}: no machine gains from so "
+                                     "long a draft", param_hint="'--draft-len'")
+        if k >= max_tokens:
+            raise click.BadParameter(f"{k} must be below --max-tokens ({max_tokens}): a round "
+                                     "emits up to k + 1 tokens", param_hint="'--draft-len'")
+    limit = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+    for t in list(threads or []) + ([draft_threads] if draft_threads else []):
+        if t > limit:
+            raise click.BadParameter(
+                f"{t} is more than {limit} ({MAX_THREADS_PER_CPU} per logical CPU of this "
+                "machine): the threads would only queue for the CPUs",
+                param_hint="'--threads'")
+
+
+def resolve_model(reg, name: str):
+    """A GGUF file given by path (hashed, used as is), or a registered model by name (fetched,
+    verified, or derived)."""
+    from .models import local_model
+    p = Path(name)
+    if p.suffix == ".gguf" or p.exists():
+        check_model_file(p)
+        return local_model(p)
+    return fetch_model(reg.model(name), log)
+
+
+def check_model_name(reg, name: str) -> None:
+    """What resolve_model would refuse, found before anything is fetched or derived: a GGUF
+    path that is not a file, or a name that models.toml does not know."""
+    p = Path(name)
+    if p.suffix == ".gguf" or p.exists():
+        check_model_file(p)
+    elif name not in reg.models:
+        raise click.ClickException(f"unknown model {name!r}; see `cpuspec models list`, or "
+                                   "give a .gguf file")
+
+
+def check_model_file(p: Path | None) -> None:
+    if p is None:
+        return
+    if p.is_dir():
+        raise click.ClickException(f"model file {p} is a folder; pass the .gguf file in it")
+    if not p.is_file():
+        raise click.ClickException(f"model file not found: {p}")
+
+
+def prepare_outputs(outputs: list[Path | None], inputs: list[Path | None], force: bool,
+                     save: bool, kind: str, cpu_model: str):
+    """Check every output before any work, create the saved run's file, and return the sink
+    that writes every JSON destination (the saved run first)."""
+    from .store import OutputError, ResultsSink, check_outputs, new_run_path
+    try:
+        check_outputs(outputs, inputs, force)
+        saved = [new_run_path(kind, cpu_model)] if save else []
+    except OutputError as exc:
+        raise click.ClickException(str(exc))
+    if saved:
+        log(f"saving this run as {saved[0]} (--no-save to skip)")
+    json_outputs = [p for p in outputs[:1] if p is not None]
+    return ResultsSink(saved + json_outputs, reserved=saved)
+
+
+@contextlib.contextmanager
+def guarded(sink=None):
+    """Ctrl-C and SIGTERM end the command within a decode (see interrupt.py) with what it
+    finished: the last results written by the sink stay (marked "complete": false), the
+    message says where, and the exit code is 130. However the command ends, a saved run that
+    never got any results is removed rather than left empty."""
+    from . import interrupt
+    try:
+        with interrupt.handled():
+            yield
+    except KeyboardInterrupt:
+        if sink is not None:
+            sink.discard_unwritten()
+        click.echo(f"interrupted: {sink.kept() if sink is not None else 'nothing was saved'}",
+                   err=True)
+        sys.exit(130)
+    finally:
+        if sink is not None:
+            sink.discard_unwritten()
+
+
+def print_bench(results: dict, fmt: str = "text") -> None:
+    """The bench's report: table (end-to-end headline, decode-only detail), details, audit,
+    advice, noise warning and the build it ran on. `cpuspec bench` and `cpuspec report` share
+    it."""
+    from .advice import advise, render_advice
+    from .report import render_audit, render_details, render_noise, render_table
+    from .summary import noise_report, summarize
+    s = summarize(results)
+    k = results["settings"]["k"]
+    click.echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
+               "decode-only = after the prefills. [95% CI] = bootstrap over prompts.")
+    depth = results.get("depth")
+    if depth:
+        held = depth["held_tokens"]
+        click.echo(f"Depth: {depth['requested_tokens']} tokens of context before each prompt "
+                   f"({min(held)}-{max(held)} tokens with the chat template), held in both "
+                   "KV caches, read once and not timed.")
+    click.echo(render_table(s, "github" if fmt == "markdown" else "simple"))
+    click.echo("")
+    click.echo(render_details(s, k))
+    diverged = render_audit(results.get("audit", []))
+    if diverged:
+        click.echo("Outputs that differ from target-only decoding (batched verify logits differ "
+                   "slightly from one-token decoding; flips happen at near-ties):")
+        click.echo(diverged)
+    if results.get("cost_probe") and any(r["mode"] == "static" for r in results["runs"]):
+        click.echo("\nAdvice from the cost model (every k up to the one measured; decode "
+                   "window):")
+        click.echo(render_advice(advise(results), k))
+    q = results.get("quality")
+    if q:
+        click.echo(f"\nQuality beside the speed: the target's perplexity on the built-in "
+                   f"{q['text_tokens']}-token text is {q['target_perplexity']:.2f} (compare "
+                   "quants of one model with `cpuspec quality`, which adds agreement with a "
+                   "reference).")
+    info = results.get("meta", {}).get("llama_system_info")
+    if info:
+        click.echo(f"\nllama.cpp: {info}")
+    warning = render_noise(noise_report(results["runs"]))
+    if warning:
+        click.echo("")
+        click.echo(warning)
+
+
+def registry():
+    try:
+        return load_registry()
+    except ModelError as exc:
+        raise click.ClickException(str(exc))
+
+
+def run_names(paths: list[Path]) -> list[str]:
+    """Short names for runs: file stems, with the folder where two stems are the same."""
+    stems = [p.stem for p in paths]
+    return [f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]
+
+
+def load_results(ref: str, bench_only: bool = True) -> tuple[dict, Path]:
+    """A results file or a saved run's id, read and (for bench files) validated."""
+    from .schema import ResultsError, read_json, validate_bench
+    from .store import OutputError, resolve_run
+    try:
+        path = resolve_run(ref)
+        results = read_json(path)
+        if bench_only or results.get("kind") == "bench":
+            validate_bench(results, str(path))
+    except (OutputError, ResultsError) as exc:
+        raise click.ClickException(str(exc))
+    return results, path

@@ -1,0 +1,88 @@
+"""Predictions of an SD run's end-to-end speedup from a cost probe and recorded acceptance:
+survival per draft position (a model drafter, k drafts every round) or the recorded rounds
+replayed at k (lookup and the hybrid); each names what it uses (PREDICTED_FROM)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from .speculative import ROUND_FIELDS
+
+
+def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict],
+                       parallel: bool = False) -> tuple[float, str] | None:
+    """A prediction of the SD run's end-to-end speedup whose costs come from the cost probe
+    (measured apart from every generation) and whose acceptance is this run's own (so it tests
+    the cost model, not the acceptance: PREDICTED_FROM), applied to the prompts
+    and token counts the run had, for the serial or the parallel schedule. None when the probe
+    lacks a batch size."""
+    from .costs import predict_generation_s, predict_parallel_generation_s
+    if str(k + 1) not in probe.get("verify_s", {}):
+        return None
+    predict = predict_parallel_generation_s if parallel else predict_generation_s
+    return _speedup_over_runs(probe, sd, lambda prompt_tokens, n_tokens: predict(
+        probe, survival, k, prompt_tokens, n_tokens))
+
+
+# What each prediction uses, printed and stored beside it.
+PREDICTED_FROM = {
+    "model": "cost probe + this run's acceptance",
+    "variable": "cost probe + this run's rounds replayed",
+}
+
+
+def _speedup_over_runs(probe: dict, sd: list[dict], predict: Callable[[int, int], tuple]
+                       ) -> tuple[float, str] | None:
+    """Predicted raw ÷ SD seconds summed over the runs' prompts and token counts, and the
+    window the probe allows."""
+    raw_s = sd_s = 0.0
+    for r in sd:
+        # a follow-up turn prefills only what its conversation's KV did not hold
+        t_raw, t_sd = predict(r["prompt_tokens"] - r.get("reused_prompt_tokens", 0),
+                              len(r["tokens"]))
+        raw_s, sd_s = raw_s + t_raw, sd_s + t_sd
+    window = "end-to-end" if "target_prefill_s" in probe else "decode-only"
+    return (raw_s / sd_s, window) if sd_s > 0 else None
+
+
+def replay_inputs(sd: list[dict]) -> tuple[list[tuple[int, int, int]], float, float]:
+    """What predict_rounds_generation_s replays from speculative runs whose drafts per round
+    vary: every round but each run's last (max_tokens may have shortened it), the share of
+    drafts the draft model made (the hybrid's counts; 1 otherwise) and its catch-up tokens
+    per round."""
+    rounds = [tuple(dict(zip(ROUND_FIELDS, row))[f] for f in ("k", "n_accepted", "n_emitted"))
+              for r in sd for row in r.get("rounds", [])[:-1]]
+    stats = [r["drafter_stats"] for r in sd if r.get("drafter_stats")]
+    model = sum(s["model_drafts"] for s in stats)
+    drafts = model + sum(s["lookup_drafts"] for s in stats)
+    share = model / drafts if stats and drafts else 1.0
+    catchup = sum(s["model_catchup_tokens"] for s in stats) / max(len(rounds), 1)
+    return rounds, share, catchup
+
+
+def predict_from_rounds(probe: dict, k: int, sd: list[dict]) -> tuple[float, str] | None:
+    """The prediction for drafters with a varying number of drafts per round (lookup, hybrid):
+    the probe's costs applied to the recorded rounds replayed at k (costs.py)."""
+    from .costs import predict_rounds_generation_s
+    rounds, share, catchup = replay_inputs(sd)
+    if not rounds or any(str(min(j, k) + 1) not in probe.get("verify_s", {})
+                         for j, _, _ in rounds):
+        return None
+    return _speedup_over_runs(probe, sd, lambda prompt_tokens, n_tokens:
+                              predict_rounds_generation_s(probe, rounds, k, prompt_tokens,
+                                                          n_tokens, share, catchup))
+
+
+def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int) -> tuple[int, list]:
+    """choose_k for drafters whose drafts per round vary (lookup, hybrid): each k's predicted
+    speedup a ÷ (1 + α + β) from the recorded rounds replayed at k (no i.i.d. break-even
+    acceptance: their acceptance is not one rate)."""
+    from .costs import KChoice, round_terms
+    rounds, share, catchup = replay_inputs(sd)
+    table = [KChoice(0, 1.0, 1.0, None)]
+    for k in range(1, k_max + 1):
+        if not rounds:
+            break
+        a, alpha, beta = round_terms(probe, rounds, k, share, catchup)
+        table.append(KChoice(k, a, a / (1.0 + alpha + beta), None))
+    best = max(table, key=lambda c: c.predicted_speedup)
+    return best.k, table

@@ -1,0 +1,65 @@
+"""What the KV caches hold before a measured prompt: a follow-up turn's conversation (the first
+turn answered, not timed) or a depth of real context (`bench --depth`), read in untimed, as a
+chat server holds them."""
+from __future__ import annotations
+
+from .speculative import common_prefix, generate_raw
+from .tasks import Prompt
+
+
+# A follow-up prompt's first turn is answered greedily by the target with up to this many
+# tokens (not timed), before the second turn is measured.
+FIRST_TURN_TOKENS = 64
+
+
+def answer_first_turn(target_m, target, p: Prompt, first: list[int]) -> tuple[list[int], dict]:
+    """A follow-up prompt's second turn, as a chat server sees it: the first turn answered by
+    the target (greedy, FIRST_TURN_TOKENS at most), then the follow-up message. Returns the
+    second turn's tokens and what was reused: the longest prefix they share with the first
+    turn's tokens and answer, which a server keeps in its KV cache."""
+    g = generate_raw(target, first, FIRST_TURN_TOKENS)
+    answer = [t for t in g.tokens if not target_m.is_eog(t)]
+    text = target_m.detokenize(answer)
+    second = target_m.tokenize(target_m.format_chat(p.followup, [(p.text, text)]))
+    reuse = min(common_prefix(second, first + answer), len(second) - 1)
+    return second, {"first_answer": text, "first_turn_tokens": len(first),
+                    "second_turn_tokens": len(second), "reused_tokens": reuse}
+
+
+def depth_history(target_m, n_tokens: int) -> list[tuple[str, str]]:
+    """The earlier turn that puts a depth of n_tokens before each prompt: the first n_tokens of
+    tasks.depth_text() as the user's message, and a short reply."""
+    from .tasks import DEPTH_INTRO, DEPTH_REPLY, depth_text
+    tokens = target_m.tokenize(depth_text(), parse_special=False)
+    if tokens and target_m.tokenize("", parse_special=False):   # a BOS the model adds
+        tokens = tokens[1:]
+    if n_tokens > len(tokens):
+        raise ValueError(f"--depth {n_tokens} is more than the {len(tokens)} tokens of real "
+                         "text cpuspec ships to fill it with; use a smaller depth")
+    return [(DEPTH_INTRO + target_m.detokenize(tokens[:n_tokens]), DEPTH_REPLY)]
+
+
+def encode_prompts(target_m, prompts: list[Prompt], depth: int) -> tuple[list, list]:
+    """Each prompt in the chat template, after the depth's earlier turn when depth > 0, and
+    how many of its tokens the KV caches hold before it (the tokens it shares with any other
+    prompt at that depth: the earlier turn)."""
+    if not depth:
+        return [target_m.tokenize(target_m.format_chat(p.text)) for p in prompts], \
+            [0] * len(prompts)
+    if any(p.followup for p in prompts):
+        raise ValueError("--depth and follow-up turns do not combine: a follow-up prompt "
+                         "brings its own conversation")
+    history = depth_history(target_m, depth)
+    encoded = [target_m.tokenize(target_m.format_chat(p.text, history)) for p in prompts]
+    other = target_m.tokenize(target_m.format_chat("?", history))
+    return encoded, [min(common_prefix(e, other), len(e) - 1) for e in encoded]
+
+
+def prepare_followup(target, draft, tokens: list[int], reuse: int, with_draft: bool) -> None:
+    """Put the conversation so far (tokens[:reuse]) in the target's KV and, for SD, the
+    draft's, untimed, as a chat server holds it from the first turn."""
+    target.truncate(0)
+    target.eval(tokens[:reuse], 0, 1)
+    if with_draft:
+        draft.truncate(0)
+        draft.eval(tokens[:reuse], 0, 1)
