@@ -50,7 +50,7 @@ def replay(raws, prompts, verify, nmax, nmin, k=3):
 
 
 def by_length(paths: list[str]) -> None:
-    from cpuspec.report import summarize
+    from cpuspec.summary import summarize
     for path in paths:
         run = json.load(open(path))
         with Model(run["models"]["target"]["path"]) as m:

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue 20's runs on whatever machine runs it, into bench/results/NAME: SD at depth (0, 1 k, 4 k
+# and 8 k tokens of context held before each prompt) for the default pair and for the
+# configuration tune picks here (Q8_0 target + Q4_0 draft, k = 7, on machines B and C), then
+# the adaptive policy on the long suites and on held-out prompts, at 64 and 128 tokens.
+# One after another, nothing else running. From the repository root, with cpuspec installed.
+set -euo pipefail
+NAME=${1:?usage: bench/run_depth.sh NAME   (results go to bench/results/NAME)}
+PART=${2:-all}   # depth | adaptive | all
+R=bench/results/$NAME
+mkdir -p "$R"
+T8=$(cpuspec models path qwen2.5-coder-1.5b-q8_0)
+D4=$(cpuspec models path qwen2.5-coder-0.5b-q4_0)
+D="--tasks json,code --prompts-per-task 5 --max-tokens 64 --policy static --threads 2 --no-save"
+if [ "$PART" != adaptive ]; then
+  cpuspec bench $D --depth 0,1024,4096,8192 --json $R/depth_q4km_k4.json > $R/depth_q4km_k4.txt
+  cpuspec bench $D --target "$T8" --draft "$D4" -k 7 --depth 0,1024,4096,8192 \
+    --json $R/depth_q8_0_k7.json > $R/depth_q8_0_k7.txt
+fi
+if [ "$PART" != depth ]; then
+  A="--target $T8 --draft $D4 -k 7 --policy static,adaptive --threads 2 --no-save"
+  for n in 64 128; do
+    cpuspec bench $A --tasks long-edit,long-explain,long-doc --max-tokens $n \
+      --json $R/adaptive_long_q8_0_k7_n$n.json > $R/adaptive_long_q8_0_k7_n$n.txt
+    cpuspec bench $A --prompts bench/prompts_heldout.jsonl --max-tokens $n \
+      --json $R/adaptive_heldout_q8_0_k7_n$n.json > $R/adaptive_heldout_q8_0_k7_n$n.txt
+  done
+fi
