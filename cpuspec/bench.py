@@ -125,14 +125,15 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def audit_pair(target, prompt_tokens: list[int], raw: list[int], sd: list[int]) -> dict:
+def audit_pair(target, prompt_tokens: list[int], raw: list[int], sd: list[int],
+               keep: int = 0) -> dict:
     """Compare SD output with target-only output; at a divergence, replay plain decoding to get
     the target's top-2 logit margin there (a near-tie is where batched numerics can flip)."""
     from .engine import top2_margin
     pos = first_divergence(raw, sd)
     out = {"identical": pos is None, "first_divergence": pos, "n_compared": min(len(raw), len(sd))}
     if pos is not None and pos < min(len(raw), len(sd)):
-        top1, top2, margin = top2_margin(target, prompt_tokens, raw[:pos])
+        top1, top2, margin = top2_margin(target, prompt_tokens, raw[:pos], keep)
         out.update(raw_token=raw[pos], sd_token=sd[pos], raw_top1=top1, raw_top2=top2,
                    raw_top2_margin=margin, sd_choice_is_raw_runner_up=sd[pos] == top2)
     return out
@@ -420,12 +421,10 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 audited = []
                 for mode in cfg.policies if cfg.temperature <= 0 else []:
                     audit = audit_pair(target_session, tokens, gens["raw"].tokens,
-                                       gens[mode].tokens)
+                                       gens[mode].tokens, kept)
                     results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
                                              "repetition": rep, "mode": mode, **audit})
                     audited.append(audit["identical"])
-                    if not audit["identical"]:
-                        held = None   # its replay of plain decoding cleared the target
                 speeds = ", ".join(f"{m} {len(gens[m].tokens) / gens[m].e2e_s:.1f}"
                                    for m in gen.modes)
                 same = ("" if not audited else

@@ -244,11 +244,17 @@ class Session:
         return self._is_eog(token)
 
 
-def top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[int]) -> tuple:
+def top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[int],
+                keep: int = 0) -> tuple:
     """Replay plain decoding (prompt prefill, then one token per decode, as generate_raw does)
-    and return (top-1 id, top-2 id, logit margin) of the target's choice after `prefix`."""
-    session.clear()
-    session.decode(prompt, 0, 1)
+    and return (top-1 id, top-2 id, logit margin) of the target's choice after `prefix`.
+    keep: the session holds prompt[:keep] already (a depth or a conversation, as the raw run
+    had it): only the rest is read again, and prompt[:keep] stays in the KV cache."""
+    if keep:
+        session.truncate(keep)
+    else:
+        session.clear()
+    session.decode(prompt[keep:], keep, 1)
     for i, tok in enumerate(prefix):
         session.decode([tok], len(prompt) + i, 1)
     row = session.logits(1)[0]

@@ -109,6 +109,21 @@ def test_top2_margin_replays_raw_decoding(models, sessions):
     assert top1 == raw.tokens[5] and top2 != top1 and margin > 0
 
 
+def test_top2_margin_keeps_a_held_prefix(models, sessions):
+    """At depth the audit's replay reads only what follows the held context, and leaves it
+    held: machine B's 4 k-token depth was read again after every prompt whose output differed."""
+    s = sessions["target"]
+    prompt = models["target"].tokenize(TEXTS[0])
+    keep = len(prompt) - 3
+    raw = generate_raw(s, prompt, 10)
+    full = top2_margin(s, prompt, raw.tokens[:5])
+    s.truncate(0)
+    s.eval(prompt[:keep], 0, 1)
+    kept = top2_margin(s, prompt, raw.tokens[:5], keep)
+    assert kept[:2] == full[:2] and kept[2] == pytest.approx(full[2], abs=1e-3)
+    assert generate_raw(s, prompt, 10, reuse=keep).tokens == raw.tokens
+
+
 def test_tokenizer_mismatch_is_refused(tmp_path, models):
     import tiny_gguf
     path = tiny_gguf.write_model(tmp_path / "other.gguf", tiny_gguf.make_weights(1),
