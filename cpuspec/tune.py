@@ -128,11 +128,13 @@ def rank_candidates(cfg: BenchConfig, candidates: list[Candidate], k_max: int,
     order = [c.name for c in candidates]
     return sorted(ranking, key=lambda r: order.index(r["candidate"]))
 
-def predictions(results: dict, k_max: int) -> dict[str, list[dict]]:
+def predictions(results: dict, k_max: int, probe: dict | None = None
+                ) -> dict[str, list[dict]]:
     """Per task, the predicted end-to-end speedup of every k in 1..k_max from one static run at
-    k_max: its probe, and its per-position survival (a model drafter) or its rounds replayed
-    at each k (lookup and the hybrid, whose drafts per round vary)."""
-    return predictions_with(results["cost_probe"], results, k_max)
+    k_max: its probe (or `probe`, a pooled curve), and its per-position survival (a model
+    drafter) or its rounds replayed at each k (lookup and the hybrid, whose drafts per round
+    vary)."""
+    return predictions_with(probe or results["cost_probe"], results, k_max)
 
 
 def predictions_with(probe: dict, results: dict, k_max: int) -> dict[str, list[dict]]:
@@ -154,6 +156,51 @@ def predictions_with(probe: dict, results: dict, k_max: int) -> dict[str, list[d
         out[task] = {"rows": rows, "raw_tok_s": s["raw_tok_s"],
                      "acceptance_pct": s.get("acceptance_pct")}
     return out
+
+
+def pool_probes(target_probes: list[dict], draft_probes: list[dict]) -> dict:
+    """One cost curve from several probes at the same position: V(n) and the prefill of the
+    target from every probe of that target, the draft's costs from every probe of that draft
+    model; each the median of all their samples. Machine B's two tunes measured the same
+    acceptance for the Q8_0 target with the draft model and with the hybrid, and picked one in
+    one run and the other in the next, on cost probes 10 % apart: one curve per target and per
+    draft model prices every candidate alike."""
+    def med(probes: list[dict], samples: str, value: str) -> float:
+        pooled = [x for p in probes for x in (p.get(samples) or [p[value]])]
+        return statistics.median(pooled)
+    base = target_probes[0]
+    ns = sorted(set.intersection(*(set(p["verify_s"]) for p in target_probes)), key=int)
+    out = {**base, "verify_s": {}, "verify_samples_s": {}, "pooled_from": len(target_probes)}
+    for n in ns:
+        samples = [x for p in target_probes
+                   for x in (p.get("verify_samples_s", {}).get(n) or [p["verify_s"][n]])]
+        out["verify_samples_s"][n] = samples
+        out["verify_s"][n] = statistics.median(samples)
+    out["target_prefill_s"] = statistics.median(p["target_prefill_s"] for p in target_probes)
+    if draft_probes:
+        out["draft_s"] = med(draft_probes, "draft_samples_s", "draft_s")
+        out["draft_catchup_s_per_token"] = med(draft_probes, "draft_catchup_samples_s_per_token",
+                                               "draft_catchup_s_per_token")
+        out["draft_prefill_s"] = statistics.median(p["draft_prefill_s"] for p in draft_probes)
+        out["draft_pooled_from"] = len(draft_probes)
+    return out
+
+
+def pooled_probe(cand: Candidate, results: dict, curves: list[tuple[Candidate, dict]]) -> dict:
+    """The cost curve a candidate's predictions use: its run's probe pooled with every other
+    probe of its target (the ranking's curves, the other candidates' runs) and, for its draft
+    costs, with every probe of its draft model. Lookup keeps its own run's draft costs (none
+    to speak of)."""
+    own = results["cost_probe"]
+    same_target = [p for c, p in curves if c.target.path == cand.target.path
+                   and p.get("position") == own.get("position")]
+    same_draft = [p for c, p in curves if c.draft is not None and cand.draft is not None
+                  and c.draft.path == cand.draft.path and p.get("position") == own.get("position")]
+    pooled = pool_probes(same_target or [own], same_draft if cand.draft is not None else [])
+    if cand.draft is None:
+        pooled.update({k: own[k] for k in ("draft_s", "draft_prefill_s",
+                                           "draft_catchup_s_per_token") if k in own})
+    return pooled
 
 
 def drafter_key(cand: Candidate) -> tuple[str, str | None]:
@@ -397,6 +444,23 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
         doc["raw_runs"].append({"target": name, "results": res})
         results.append(res)
         update()
+    # Every candidate priced with one curve per target and per draft model (pool_probes)
+    # (the ranking shares one probe among a target's candidates: each counted once, under a
+    # candidate with its draft model where there is one)
+    seen: dict[int, tuple[Candidate, dict]] = {}
+    for c, r in zip(candidates, ranking):
+        if id(r["_probe"]) not in seen or seen[id(r["_probe"])][0].draft is None:
+            seen[id(r["_probe"])] = (c, r["_probe"])
+    doc["cost_curves"] = [{"candidate": c.name, "cost_probe": p} for c, p in seen.values()]
+    curves = list(seen.values()) + [(c, m["results"]["cost_probe"])
+                                    for c, m in zip(measured, doc["measured"])]
+    for cand, m in zip(measured, doc["measured"]):
+        pooled = pooled_probe(cand, m["results"], curves)
+        m["predictions"] = predictions(m["results"], k_max, pooled)
+        m["costs_from"] = {"target_probes": pooled.get("pooled_from", 1),
+                           "draft_probes": pooled.get("draft_pooled_from", 0),
+                           "verify_s": pooled["verify_s"], "draft_s": pooled["draft_s"]}
+    update()
     doc["target_perplexity"] = target_perplexities(doc["measured"] + [
         {"candidate": r["target"], "results": r["results"]} for r in doc["raw_runs"]])
     raw_speed = raw_speeds(doc)

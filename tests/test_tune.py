@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from cpuspec.cli import main
 from cpuspec.tasks import builtin_prompts
+from cpuspec import tune
 from cpuspec.tune import split_prompts
 
 
@@ -121,8 +122,8 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     from cpuspec.models import local_model
     real = tune.predictions
 
-    def paying(results, k_max):
-        out = real(results, k_max)
+    def paying(results, k_max, probe=None):
+        out = real(results, k_max, probe)
         for p in out.values():
             p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
         return out
@@ -160,8 +161,8 @@ def test_a_small_predicted_gain_does_not_beat_raw_decoding(tiny_models, monkeypa
     from cpuspec.models import local_model
     real = tune.predictions
 
-    def marginal(results, k_max):
-        out = real(results, k_max)
+    def marginal(results, k_max, probe=None):
+        out = real(results, k_max, probe)
         for p in out.values():
             for row in p["rows"]:
                 row["predicted_speedup"] = 1.0 + tune.FASTEST_SD_MARGIN / 2
@@ -259,8 +260,8 @@ def test_depths_predict_each_answer_from_its_own_curve_at_each_depth(tiny_models
     from cpuspec.tune_report import render_tune
     real = tune.predictions
 
-    def paying(results, k_max):
-        out = real(results, k_max)
+    def paying(results, k_max, probe=None):
+        out = real(results, k_max, probe)
         for p in out.values():
             p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
         return out
@@ -278,3 +279,63 @@ def test_depths_predict_each_answer_from_its_own_curve_at_each_depth(tiny_models
     assert (d["crossover_depth"] == 300) == (pays[0] != pays[1])
     out = render_tune(doc)
     assert "SD at depth, predicted" in out and "×raw at 300" in out
+
+
+def test_pooled_costs_are_the_median_of_every_sample():
+    from cpuspec.tune import pool_probes
+    a = {"position": 60, "verify_s": {"1": 2.0, "2": 9.0}, "verify_samples_s": {"1": [1.0, 2.0, 3.0],
+         "2": [9.0]}, "draft_s": 0.5, "draft_samples_s": [0.5], "target_prefill_s": 1.0,
+         "draft_prefill_s": 0.2, "draft_catchup_s_per_token": 0.1,
+         "draft_catchup_samples_s_per_token": [0.1]}
+    b = {**a, "verify_s": {"1": 4.5}, "verify_samples_s": {"1": [4.0, 5.0]},
+         "draft_samples_s": [0.3, 0.7, 0.9], "target_prefill_s": 3.0}
+    p = pool_probes([a, b], [a, b])
+    assert p["verify_s"] == {"1": 3.0}            # 1, 2, 3, 4, 5; batch 2 only in one probe
+    assert p["draft_s"] == 0.6                     # 0.5, 0.3, 0.7, 0.9
+    assert p["target_prefill_s"] == 2.0 and p["pooled_from"] == 2
+    assert pool_probes([a], [])["draft_s"] == 0.5  # no draft probes: the target probe's own
+
+
+@pytest.mark.parametrize("name", ["tune_json_code", "tune_json_code_budget12"])
+def test_one_curve_per_model_makes_two_tunes_agree(name):
+    """Machine B, an unlimited tune and a 12-minute one: the same acceptance for the Q8_0
+    target with the draft model and with the hybrid, and each run's own probe 10 % apart, so
+    one picked the hybrid and the other the model. Priced with one pooled curve per target and
+    draft model, both recorded runs pick the same SD configuration per task."""
+    from cpuspec.schema import read_json
+    from cpuspec.tune import pool_probes
+    doc = read_json(Path(f"bench/results/epyc-family25-model17/{name}.json"))
+    by_target: dict = {}
+    by_draft: dict = {}
+    for m in doc["measured"]:
+        target, _, draft = m["candidate"].partition(" + ")
+        probe = m["results"]["cost_probe"]
+        by_target.setdefault(target, []).append(probe)
+        if draft != "lookup":
+            by_draft.setdefault(draft.removeprefix("lookup/"), []).append(probe)
+
+    def best(own: bool) -> dict:
+        out = {}
+        for m in doc["measured"]:
+            target, _, draft = m["candidate"].partition(" + ")
+            model = draft.removeprefix("lookup/")
+            probe = m["results"]["cost_probe"] if own else pool_probes(
+                by_target[target], by_draft.get(model, []) if draft != "lookup" else [])
+            if draft == "lookup" and not own:
+                probe = {**probe, **{k: m["results"]["cost_probe"][k] for k in (
+                    "draft_s", "draft_prefill_s", "draft_catchup_s_per_token")}}
+            for task, p in tune.predictions(m["results"], 8, probe).items():
+                for row in p["rows"]:
+                    if row["predicted_speedup"] > out.get(task, ("", 0, 0.0))[2]:
+                        out[task] = (m["candidate"], row["k"], row["predicted_speedup"])
+        return {t: v[:2] for t, v in out.items()}
+    pooled = best(own=False)
+    # the same answers from both runs (json by a hair: the two drafters predict within 0.3 %)
+    assert pooled == {"json": ("qwen2.5-coder-1.5b-q8_0 + lookup/qwen2.5-coder-0.5b-q4_0", 7),
+                      "code": ("qwen2.5-coder-1.5b-q8_0 + qwen2.5-coder-0.5b-q4_0", 7)}
+    # what each printed, priced by its runs' own probes: the two runs disagreed
+    printed = {"tune_json_code": ("lookup/", "lookup/"),
+               "tune_json_code_budget12": ("", "")}[name]
+    own = best(own=True)
+    assert [own[t][0] for t in ("json", "code")] == [
+        f"qwen2.5-coder-1.5b-q8_0 + {p}qwen2.5-coder-0.5b-q4_0" for p in printed]
