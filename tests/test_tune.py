@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from cpuspec.cli import main
 from cpuspec.tasks import builtin_prompts
-from cpuspec import tune
+from cpuspec import candidates, tune
 from cpuspec.tune import split_prompts
 
 
@@ -21,7 +21,7 @@ def test_split_never_confirms_on_tuning_prompts():
 
 
 def test_ceiling_by_hand():
-    from cpuspec.tune import ceiling
+    from cpuspec.candidates import ceiling
     probe = {"verify_s": {"1": 0.010, "2": 0.012, "3": 0.020, "4": 0.013}, "draft_s": 0.002}
     # k = 1: 2·10/(2 + 12) = 1.4286; k = 2: 3·10/(4 + 20) = 1.25; k = 3: 4·10/(6 + 13) = 2.105
     assert ceiling(probe, 3, 0.002) == pytest.approx((40 / 19, 3))
@@ -94,7 +94,7 @@ def test_fastest_raw_on_another_target_is_confirmed(tiny_models, monkeypatch):
     from cpuspec import tune
     from cpuspec.bench import BenchConfig
     from cpuspec.models import local_model
-    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (0.5, 1))
+    monkeypatch.setattr(candidates, "ceiling", lambda probe, k_max, d: (0.5, 1))
     monkeypatch.setattr(tune, "raw_speeds", lambda doc: {("target", "code"): 1.0,
                                                          ("same", "code"): 2.0})
     t, other = local_model(tiny_models["target"]), local_model(tiny_models["same"])
@@ -128,7 +128,7 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
             p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
         return out
     monkeypatch.setattr(tune, "predictions", paying)
-    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (2.0, 2))  # not ruled out
+    monkeypatch.setattr(candidates, "ceiling", lambda probe, k_max, d: (2.0, 2))  # not ruled out
     cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
     cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16)
     doc = tune.run_tune(cfg, [cand], k_max=3)
@@ -168,7 +168,7 @@ def test_a_small_predicted_gain_does_not_beat_raw_decoding(tiny_models, monkeypa
                 row["predicted_speedup"] = 1.0 + tune.FASTEST_SD_MARGIN / 2
         return out
     monkeypatch.setattr(tune, "predictions", marginal)
-    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (2.0, 2))
+    monkeypatch.setattr(candidates, "ceiling", lambda probe, k_max, d: (2.0, 2))
     cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
     cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=12)
     doc = tune.run_tune(cfg, [cand], k_max=2, confirm=False)
@@ -204,7 +204,7 @@ def test_one_pilot_per_drafter_ranks_every_target(tiny_models, monkeypatch):
     t, other = local_model(tiny_models["target"]), local_model(tiny_models["same"])
     draft = local_model(tiny_models["draft"])
     cands = [tune.Candidate(t, draft), tune.Candidate(other, draft)]
-    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (2.0, 2))  # not ruled out
+    monkeypatch.setattr(candidates, "ceiling", lambda probe, k_max, d: (2.0, 2))  # not ruled out
     cfg = BenchConfig(prompts=builtin_prompts(["json", "code"], 2), threads=1, max_tokens=12)
     doc = tune.run_tune(cfg, cands, k_max=2, confirm=False, budget_s=1e-9)
     assert len(doc["pilots"]) == 1 and doc["pilot_prompts"] == ["json-1", "code-1"]
@@ -224,7 +224,7 @@ def test_pilot_rank_prices_each_candidate_with_its_own_curve():
     twice as slow in V(n) predicts the same ×own raw and half the ×reference raw; lookup's
     draft costs are set to nothing, whatever the curve's draft measured."""
     from cpuspec.schema import read_json
-    from cpuspec.tune import Candidate, pilot_rank
+    from cpuspec.candidates import Candidate, pilot_rank
     res = read_json(Path("bench/results/epyc-family25-model17/bench_q8_0_k7.json"))
     probe = res["cost_probe"]
 
@@ -266,7 +266,7 @@ def test_depths_predict_each_answer_from_its_own_curve_at_each_depth(tiny_models
             p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
         return out
     monkeypatch.setattr(tune, "predictions", paying)
-    monkeypatch.setattr(tune, "ceiling", lambda probe, k_max, d: (2.0, 2))
+    monkeypatch.setattr(candidates, "ceiling", lambda probe, k_max, d: (2.0, 2))
     logged = []
     cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
     cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16)
@@ -282,7 +282,7 @@ def test_depths_predict_each_answer_from_its_own_curve_at_each_depth(tiny_models
 
 
 def test_pooled_costs_are_the_median_of_every_sample():
-    from cpuspec.tune import pool_probes
+    from cpuspec.candidates import pool_probes
     a = {"position": 60, "verify_s": {"1": 2.0, "2": 9.0}, "verify_samples_s": {"1": [1.0, 2.0, 3.0],
          "2": [9.0]}, "draft_s": 0.5, "draft_samples_s": [0.5], "target_prefill_s": 1.0,
          "draft_prefill_s": 0.2, "draft_catchup_s_per_token": 0.1,
@@ -303,7 +303,7 @@ def test_one_curve_per_model_makes_two_tunes_agree(name):
     one picked the hybrid and the other the model. Priced with one pooled curve per target and
     draft model, both recorded runs pick the same SD configuration per task."""
     from cpuspec.schema import read_json
-    from cpuspec.tune import pool_probes
+    from cpuspec.candidates import pool_probes
     doc = read_json(Path(f"bench/results/epyc-family25-model17/{name}.json"))
     by_target: dict = {}
     by_draft: dict = {}
