@@ -191,9 +191,12 @@ def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
         out["verify_cost"] = verify_cost_data(list(rs), list(ns))
     if sweeps:
         out["sweep"] = {n: sweep_data(r) for r, n in sweeps}
-        depth = {n: d for r, n in sweeps if (d := depth_data(r))}
-        if depth:
-            out["depth"] = depth
+        # one figure for every depth sweep given: a line per run (and per other axis value)
+        lines = {(f"{n}: {line}" if line != "SD" else n): v for r, n in sweeps
+                 if (d := depth_data(r)) for line, v in d["lines"].items()}
+        if lines:
+            out["depth"] = {"lines": lines, "reference": 1.0,
+                            "runs": [n for r, n in sweeps if depth_data(r)]}
     return out
 
 
@@ -282,7 +285,8 @@ def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None 
         ax.set_title("Sweep: where SD turns ON (green)")
         ax.legend(fontsize=7)
         save(fig, f"sweep_{name.replace('/', '_')}", caption(by_name[name]))
-    for name, d in data.get("depth", {}).items():
+    if "depth" in data:
+        d = data["depth"]
         fig, ax = plt.subplots(figsize=(6, 4))
         for line_name, ln in d["lines"].items():
             x = np.array(ln["depth"])
@@ -300,7 +304,7 @@ def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None 
         ax.set_ylabel("SD ÷ raw, end to end")
         ax.set_title("SD at depth")
         ax.legend(fontsize=6)
-        save(fig, f"depth_{name.replace('/', '_')}", caption(by_name[name]))
+        save(fig, "depth", "\n".join(caption(by_name[n]) for n in d["runs"]))
     for name, tasks in data.get("adaptive", {}).items():
         fig, axes = plt.subplots(len(tasks), 1, figsize=(8, 1.6 * len(tasks) + 0.8),
                                  squeeze=False, sharex=False)

@@ -86,7 +86,7 @@ def test_a_depth_sweep_has_a_row_per_depth_and_a_figure(tiny_models, tmp_path):
     assert [p["settings"]["depth"] for p in doc["points"]] == [0, 200]
     figs = CliRunner().invoke(main, ["plot", str(out), "--out", str(tmp_path / "f")])
     assert figs.exit_code == 0, figs.output
-    assert "depth_s.png" in figs.output
+    assert "depth.png" in figs.output
 
 
 @pytest.mark.parametrize("args, message", [
@@ -121,3 +121,22 @@ def test_costs_at_a_depth_probes_after_that_much_context(tiny_models, tmp_path):
     p0 = json.loads(out0.read_text())["cost_probe"]
     p = json.loads(out.read_text())["cost_probe"]
     assert p["position"] >= p0["position"] + 300 and p["prompt_tokens"] == p["position"]
+
+
+def test_the_depth_figure_draws_the_recorded_sweeps():
+    """Machine B's two depth sweeps on one figure: a line each, the measured speedups and
+    the predictions the sweep rows hold."""
+    from pathlib import Path
+    from cpuspec.plots import figure_data
+    from cpuspec.schema import read_json
+    from cpuspec.summary import summarize
+    b = Path("bench/results/epyc-family25-model17")
+    runs = [read_json(b / "depth_q8_0_k7.json"), read_json(b / "depth_q4km_k4.json")]
+    d = figure_data(runs, ["q8", "q4km"])["depth"]
+    assert list(d["lines"]) == ["q8", "q4km"] and d["runs"] == ["q8", "q4km"]
+    q8 = d["lines"]["q8"]
+    assert q8["depth"] == [0, 1024, 4096]
+    points = runs[0]["points"]
+    assert q8["speedup"] == [summarize(p)["overall"]["sd_speedup"] for p in points]
+    assert q8["speedup"][0] > 1.0 > q8["speedup"][2]       # pays at 0, loses at 4 k
+    assert all(p is not None for p in q8["predicted"])
