@@ -39,7 +39,9 @@ def machine(results: dict) -> dict[str, Any]:
     kinds = hw.get("cores_by_kind") or {}
     return {"cpu": hw.get("cpu_model", "?"), "cpu_id": hw.get("cpu_id"),
             "isa": _flags(info, ISA_FLAGS),
-            "backend": _flags(info, BACKENDS), "threads": settings.get("threads"),
+            "backend": _flags(info, BACKENDS),
+            # a sweep's settings hold no threads (they vary); its environment records them
+            "threads": settings.get("threads") or meta.get("threads"),
             "cpus": settings.get("cpus"),
             "cores": " ".join(f"{k}:{len(v)}" for k, v in kinds.items()),
             "llama_cpp_python": meta.get("llama_cpp_python_version"),
@@ -52,7 +54,7 @@ def label(m: dict) -> str:
     if "AVX_VNNI" in m["isa"]:  # AMD shipped it from Zen 5 on: it tells two EPYC VMs apart
         isa += "+AVX_VNNI"
     cpu = f"{m['cpu']} ({m['cpu_id']})" if m.get("cpu_id") else m["cpu"]
-    return f"{cpu} [{isa}] {m['threads']}t"
+    return f"{cpu} [{isa}]" + (f" {m['threads']}t" if m.get("threads") else "")
 
 
 def _prompts_digest(results: dict) -> str:

@@ -140,3 +140,12 @@ def test_the_depth_figure_draws_the_recorded_sweeps():
     assert q8["speedup"] == [summarize(p)["overall"]["sd_speedup"] for p in points]
     assert q8["speedup"][0] > 1.0 > q8["speedup"][2]       # pays at 0, loses at 4 k
     assert all(p is not None for p in q8["predicted"])
+
+
+def test_a_sweep_caption_names_its_threads():
+    """The depth figure's caption read "[AVX512] Nonet": a sweep's settings hold no threads."""
+    from pathlib import Path
+    from cpuspec.plots import caption
+    from cpuspec.schema import read_json
+    cap = caption(read_json(Path("bench/results/epyc-family25-model17/depth_q8_0_k7.json")))
+    assert "[AVX512] 2t;" in cap and "None" not in cap
