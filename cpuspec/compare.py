@@ -40,8 +40,10 @@ def machine(results: dict) -> dict[str, Any]:
     return {"cpu": hw.get("cpu_model", "?"), "cpu_id": hw.get("cpu_id"),
             "isa": _flags(info, ISA_FLAGS),
             "backend": _flags(info, BACKENDS),
-            # a sweep's settings hold no threads (they vary); its environment records them
-            "threads": settings.get("threads") or meta.get("threads"),
+            # a sweep's settings hold no threads: its rows do (one value, or each of them)
+            "threads": settings.get("threads") or "/".join(
+                str(t) for t in sorted({r["threads"] for r in results.get("rows") or []
+                                        if r.get("threads")})) or None,
             "cpus": settings.get("cpus"),
             "cores": " ".join(f"{k}:{len(v)}" for k, v in kinds.items()),
             "llama_cpp_python": meta.get("llama_cpp_python_version"),

@@ -9,6 +9,16 @@ from cpuspec import tasks
 from cpuspec.cli import main
 
 
+def bench_tiny(tiny_models, out, *args):
+    """`cpuspec bench` on the tiny pair, static at k = 2, one thread, no warm-up, into out."""
+    res = CliRunner().invoke(main, [
+        "bench", "--target", str(tiny_models["target"]), "--draft", str(tiny_models["draft"]),
+        "--threads", "1", "--warmup", "0", "-k", "2", "--policy", "static", "--no-save",
+        "--json", str(out), *args])
+    assert res.exit_code == 0, res.output
+    return res
+
+
 def test_every_prompt_at_a_depth_shares_the_earlier_turn(tiny_models):
     from cpuspec.turns import encode_prompts
     from cpuspec.engine import Model
@@ -58,12 +68,8 @@ def test_the_prediction_prices_only_what_is_read(tiny_models, tmp_path):
     from cpuspec.schema import read_json
     from cpuspec.summary import summarize
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(main, [
-        "bench", "--target", str(tiny_models["target"]), "--draft", str(tiny_models["draft"]),
-        "--threads", "1", "--max-tokens", "16", "--warmup", "0", "--tasks", "code",
-        "--prompts-per-task", "2", "--depth", "400", "-k", "2", "--policy", "static",
-        "--no-save", "--json", str(out)])
-    assert res.exit_code == 0, res.output
+    bench_tiny(tiny_models, out, "-n", "16", "--tasks", "code", "--prompts-per-task", "2",
+               "--depth", "400")
     doc = read_json(out)
     assert doc["cost_probe"]["position"] > 400
     first = doc["runs"][0]
@@ -75,12 +81,8 @@ def test_the_prediction_prices_only_what_is_read(tiny_models, tmp_path):
 def test_a_depth_sweep_has_a_row_per_depth_and_a_figure(tiny_models, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "s.json"
-    res = CliRunner().invoke(main, [
-        "bench", "--target", str(tiny_models["target"]), "--draft", str(tiny_models["draft"]),
-        "--threads", "1", "--max-tokens", "12", "--warmup", "0", "--tasks", "json",
-        "--prompts-per-task", "1", "--depth", "0,200", "-k", "2", "--policy", "static",
-        "--no-save", "--json", str(out)])
-    assert res.exit_code == 0, res.output
+    bench_tiny(tiny_models, out, "-n", "12", "--tasks", "json", "--prompts-per-task", "1",
+               "--depth", "0,200")
     doc = json.loads(out.read_text())
     assert doc["axes"] == ["depth"] and [r["depth"] for r in doc["rows"]] == [0, 200]
     assert [p["settings"]["depth"] for p in doc["points"]] == [0, 200]

@@ -12,6 +12,20 @@ from cpuspec import candidates, tune
 from cpuspec.tune import split_prompts
 
 
+def force_paying_at_k2(monkeypatch):
+    """Same-size tiny drafts never pay: predict 1.5x at k = 2 from the real predictions, and
+    let no cost curve rule a candidate out, so the steps after choosing run."""
+    real = tune.predictions
+
+    def paying(results, k_max, probe=None):
+        out = real(results, k_max, probe)
+        for p in out.values():
+            p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
+        return out
+    monkeypatch.setattr(tune, "predictions", paying)
+    monkeypatch.setattr(candidates, "ceiling", lambda probe, k_max, d: (2.0, 2))
+
+
 def test_split_never_confirms_on_tuning_prompts():
     tune, confirm = split_prompts(builtin_prompts(["json", "code"], 8))
     assert [p.prompt_id for p in tune] == ["json-1", "json-4", "json-7", "code-1", "code-4",
@@ -120,15 +134,7 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     from cpuspec import tune
     from cpuspec.bench import BenchConfig
     from cpuspec.models import local_model
-    real = tune.predictions
-
-    def paying(results, k_max, probe=None):
-        out = real(results, k_max, probe)
-        for p in out.values():
-            p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
-        return out
-    monkeypatch.setattr(tune, "predictions", paying)
-    monkeypatch.setattr(candidates, "ceiling", lambda probe, k_max, d: (2.0, 2))  # not ruled out
+    force_paying_at_k2(monkeypatch)
     cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
     cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16)
     doc = tune.run_tune(cfg, [cand], k_max=3)
@@ -258,15 +264,7 @@ def test_depths_predict_each_answer_from_its_own_curve_at_each_depth(tiny_models
     from cpuspec.bench import BenchConfig
     from cpuspec.models import local_model
     from cpuspec.tune_report import render_tune
-    real = tune.predictions
-
-    def paying(results, k_max, probe=None):
-        out = real(results, k_max, probe)
-        for p in out.values():
-            p["rows"][1]["predicted_speedup"] = 1.5   # k = 2
-        return out
-    monkeypatch.setattr(tune, "predictions", paying)
-    monkeypatch.setattr(candidates, "ceiling", lambda probe, k_max, d: (2.0, 2))
+    force_paying_at_k2(monkeypatch)
     logged = []
     cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
     cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16)
