@@ -169,7 +169,10 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
     doc["ranking"] = [_public(r) for r in ranking]
     update()
     if pilot:
-        pilot_prompts = list({p.task: p for p in reversed(tune_prompts)}.values())[::-1]
+        firsts: dict[str, object] = {}
+        for p in tune_prompts:           # the first choosing prompt of each task
+            firsts.setdefault(p.task, p)
+        pilot_prompts = list(firsts.values())
         pilots = run_pilots(base, candidates, ranking, pilot_prompts, k_max, log)
         ref_v1 = next(r["_probe"]["verify_s"]["1"] for c, r in zip(candidates, ranking)
                       if c.target.spec.name == candidates[0].target.spec.name)
