@@ -176,13 +176,19 @@ def run_pilots(base: BenchConfig, candidates: list[Candidate], ranking: list[dic
     return pilots
 
 
+def drafter_costs(cand: Candidate, probe: dict) -> dict:
+    """A curve probed with a draft model, for this candidate: prompt lookup drafts for free
+    and reads no prompt, so its draft costs are nothing."""
+    if cand.drafter != "lookup":
+        return probe
+    return {**probe, "draft_s": 0.0, "draft_prefill_s": 0.0, "draft_catchup_s_per_token": 0.0}
+
+
 def pilot_rank(cand: Candidate, probe: dict, pilot: dict, ref_v1: float, k_max: int) -> dict:
     """A candidate's predicted best speedup from its own cost curve (`probe`) and its drafter's
     pilot acceptance: per task and k, against its own raw decoding and against the reference
     target's (raw speed from the two curves' V(1)); the best of all."""
-    if cand.drafter == "lookup":   # prompt lookup drafts for free and reads no prompt
-        probe = {**probe, "draft_s": 0.0, "draft_prefill_s": 0.0,
-                 "draft_catchup_s_per_token": 0.0}
+    probe = drafter_costs(cand, probe)
     vs_ref = ref_v1 / probe["verify_s"]["1"]
     best: dict = {}
     for task, p in predictions_with(probe, pilot, k_max).items():
@@ -223,10 +229,7 @@ def predict_at_depths(cfg: BenchConfig, chosen: dict[str, dict], depths: list[in
                         cfg, pair=None, target_path=cand.target.path, draft_path=draft.path,
                         drafter="model", k=k_max, depth=depth), DEPTH_COST_REPS,
                         log)["cost_probe"]
-                    if cand.drafter == "lookup":
-                        probe = {**probe, "draft_s": 0.0, "draft_prefill_s": 0.0,
-                                 "draft_catchup_s_per_token": 0.0}
-                    curves[key] = probe
+                    curves[key] = drafter_costs(cand, probe)
             if curves[key] is None:
                 continue
             pred = predictions_with(curves[key], option["_results"], k_max).get(task)
