@@ -32,7 +32,8 @@ from cpuspec.bench import environment
 from cpuspec.engine import Model, Session
 from cpuspec.measure import time_decode_tok_s, filler_tokens, time_decodes, verify_tok_s
 from cpuspec.schema import SCHEMA_VERSION
-from cpuspec.models import fetch_model, load_registry
+from cpuspec.models import fetch_model
+from cpuspec.registry import load_registry
 from cpuspec.speculative import generate_speculative
 from cpuspec.tasks import builtin_prompts
 

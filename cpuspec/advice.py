@@ -3,7 +3,9 @@ from the cost probe and the measured acceptance (or the recorded rounds replayed
 from __future__ import annotations
 
 
+from .costs import beyond_measured, choose_k, round_terms
 from .predict import choose_k_by_replay, predict_from_probe, replay_inputs
+from .records import CostProbe
 from .report import fmt_value
 from .schema import ResultsError
 from .summary import OVERALL, summarize
@@ -16,13 +18,12 @@ def advise(results: dict) -> dict[str, dict]:
     Survival P(n_accepted ≥ i) comes from the static rounds at k (valid for every k' ≤ k: greedy
     drafts do not depend on k); costs from the bench's cost probe. For lookup and the hybrid,
     whose drafts per round vary, the recorded rounds are replayed at each k instead."""
-    from .costs import beyond_measured, choose_k
     k = results["settings"]["k"]
     probe = results.get("cost_probe")
     if not probe:
         raise ResultsError("this results file has no cost probe (written by an older cpuspec)")
-    draft_s = probe["draft_s"]
-    verify_s = {int(n): v for n, v in probe["verify_s"].items()}
+    costs = CostProbe.of(probe)
+    draft_s, verify_s = costs.draft_s, costs.verify_s
     drafter = results["settings"].get("drafter", "model")
     out = {}
     for task, s in summarize(results).items():
@@ -50,7 +51,6 @@ def advise(results: dict) -> dict[str, dict]:
             # have none, and their verdict rests on a against 1 + α + β instead
             "break_even_computed": drafter == "model"}
         if drafter != "model":
-            from .costs import round_terms
             rounds, share, catchup = replay_inputs(
                 [r for r in results["runs"] if r["mode"] == "static"
                  and (task == OVERALL or r["task"] == task)])

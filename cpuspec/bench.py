@@ -6,7 +6,6 @@ No printing: progress goes through the `log` callback (the CLI sends it to stder
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import os
 import platform
@@ -17,16 +16,19 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .hardware import census_delta, detect_hardware, thread_census
-from .models import FetchedModel, fetch_model, load_registry, local_model
-from .schema import SCHEMA_VERSION
-from .summary import summarize
-from .lookup import HYBRID_NGRAM, NGRAM_MAX, NGRAM_MIN, HybridDrafter, LookupDrafter
+from .hardware import CoreOwner, CorePinner, census_delta, detect_hardware, thread_census
+from .lookup import HYBRID_NGRAM, HybridDrafter, LookupDrafter, NGRAM_MAX, NGRAM_MIN
 from .measure import CATCHUP_PROBE_TOKENS, CURVE_N, NoiseProbe, NoiseSample, probe_costs
+from .models import FetchedModel, fetch_model, local_model
 from .policy import AdaptivePolicy
+from .quality import target_perplexity
+from .records import CostProbe
+from .registry import load_registry
 from .sampling import RejectionVerify, SamplingDecoder
+from .schema import SCHEMA_VERSION
 from .speculative import (Generation, generate_raw, generate_speculative,
                           generate_speculative_parallel, verify_greedy)
+from .summary import summarize
 from .tasks import Prompt
 from .turns import FIRST_TURN_TOKENS, answer_first_turn, encode_prompts, prepare_followup
 
@@ -139,7 +141,7 @@ def audit_pair(target, prompt_tokens: list[int], raw: list[int], sd: list[int],
     return out
 
 
-def environment(threads: int) -> dict:
+def environment(threads: int | list[int]) -> dict:
     import llama_cpp
     from .engine import system_info
     return {"cpuspec_version": __version__, "llama_cpp_python_version": llama_cpp.__version__,
@@ -234,11 +236,10 @@ class Generator:
         if self.cfg.adaptive_scope == "prompt":
             self.policies.pop(task, None)
         if task not in self.policies:
-            p = self.probe
-            self.policies[task] = AdaptivePolicy(
-                self.cfg.k, p["draft_s"], {int(n): v for n, v in p["verify_s"].items()},
-                catchup_s=p["draft_catchup_s_per_token"],
-                prefill_s=p.get("draft_prefill_s", 0.0) / max(p.get("prompt_tokens", 1), 1))
+            p = CostProbe.of(self.probe)
+            self.policies[task] = AdaptivePolicy(self.cfg.k, p.draft_s, p.verify_s,
+                                                 catchup_s=p.catchup_s,
+                                                 prefill_s=p.prefill_s_per_token())
         # the draft's prefill of what it has not read is priced against the answer's tokens
         self.policies[task].new_generation(unread, max_tokens)
         return self.policies[task]
@@ -324,13 +325,11 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
     `on_update(results)` is called after every prompt with the results so far (marked
     "complete": false), so a caller can save them before the run ends."""
     if loaded is None:
-        from .hardware import CorePinner
         if cfg.cpus:  # before any llama.cpp thread exists: its workers inherit it
             CorePinner().pin(cfg.cpus)
         with load_pair(cfg, log) as pair:
             return run_bench(cfg, log, pair, on_update)
     from .engine import Session
-    from .hardware import CorePinner
     pinner = CorePinner()
     if cfg.cpus:
         pinner.pin(cfg.cpus)
@@ -357,7 +356,6 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             if loaded.draft_m else LookupDrafter(target_m.is_eog)
         owner = draft_session = None
         if cfg.draft_cpus and loaded.draft_m:
-            from .hardware import CoreOwner
             owner = CoreOwner(cfg.draft_cpus, "draft")
             stack.callback(owner.close)
             draft_session, draft = draft, OwnedDecoder(draft, owner)
@@ -444,46 +442,3 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
     results["summary"] = summarize(results)
     results["complete"] = True
     return results
-
-
-def target_perplexity(target_m, threads: int) -> dict:
-    """The target's perplexity on the built-in text (quality.py), through the same engine."""
-    from .engine import Session
-    from .quality import QUALITY_TEXT, perplexity
-    tokens = target_m.tokenize(QUALITY_TEXT)
-    with Session(target_m, len(tokens) + CTX_SLACK_TOKENS, threads) as s:
-        return {"target_perplexity": perplexity(s, tokens), "text_tokens": len(tokens),
-                "text": "cpuspec.quality.QUALITY_TEXT"}
-
-
-def run_costs(cfg: BenchConfig, reps: int, log: Log = lambda _: None) -> dict:
-    """`cpuspec costs`: the cost probe alone, at batch sizes 1..cfg.k + 1, after the prompt of
-    the first built-in json task (a realistic position), behind cfg.depth tokens of context."""
-    from .engine import Session
-    from .tasks import builtin_prompts
-    prompt = builtin_prompts(["json"], 1)[0]
-    cfg = dataclasses.replace(cfg, prompts=[prompt], policies=[], max_tokens=1)
-    with load_pair(cfg, log) as loaded:
-        if loaded.draft_m is None:
-            raise ValueError("cpuspec costs needs a draft model")
-        res = describe_run(cfg, loaded)
-        res["kind"] = "costs"
-        warm = loaded.target_m.tokenize(loaded.target_m.format_chat(prompt.text))
-        tokens = encode_prompts(loaded.target_m, [prompt], cfg.depth)[0][0]
-        n_ctx = len(tokens) + max(cfg.k + 1, CATCHUP_PROBE_TOKENS) + CTX_SLACK_TOKENS
-        with Session(loaded.target_m, n_ctx, cfg.threads) as target, \
-                Session(loaded.draft_m, n_ctx, cfg.threads) as draft:
-            probe_costs(target, draft, warm, min(cfg.k, 3), reps=1)  # warm-up, not kept
-            log(f"cost curve: target decodes of 1..{cfg.k + 1} tokens, {reps} repetitions")
-            res["cost_probe"] = probe_costs(target, draft, tokens, cfg.k, reps=reps)
-    for key in ("runs", "audit", "discarded_runs", "prompts"):
-        res.pop(key)
-    res["complete"] = True
-    return res
-
-
-def describe_costs(res: dict) -> str:
-    m = res["models"]
-    return (f"target {m['target']['file']} ({m['target'].get('desc', '')}), draft "
-            f"{m['draft']['file']} ({m['draft'].get('desc', '')}); {res['settings']['threads']} "
-            f"threads; at KV position {res['cost_probe']['position']}")

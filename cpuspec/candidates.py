@@ -8,8 +8,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from .bench import BenchConfig, run_bench, run_costs
+from .bench import BenchConfig, run_bench
 from .predict import predict_from_probe, predict_from_rounds
+from .probe import run_costs
+from .records import CostProbe
 from .summary import OVERALL, summarize
 
 Log = Callable[[str], None]
@@ -43,9 +45,31 @@ class Candidate:
                                    drafter=self.drafter, **changes)
 
 
-def ceiling(probe: dict, k_max: int, draft_s: float) -> tuple[float, int]:
+@dataclass(frozen=True)
+class Option:
+    """One answer tune can give for a task: SD with a measured candidate at draft length k, or
+    (k = 0) raw decoding on a target; public() is what the tune file records of it."""
+    candidate: str                      # the candidate's name, or "TARGET (SD off)"
+    k: int
+    predicted_speedup: float            # against its own target's raw decoding
+    predicted_vs_reference_raw: float   # against the reference target's raw decoding
+    cand: Candidate | None = None       # SD: the candidate ...
+    results: dict | None = None         # ... and its measured (choosing) run
+    target: object | None = None        # raw: the target (FetchedModel)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.candidate, self.k
+
+    def public(self) -> dict:
+        return {"candidate": self.candidate, "k": self.k,
+                "predicted_speedup": self.predicted_speedup,
+                "predicted_vs_reference_raw": self.predicted_vs_reference_raw}
+
+
+def ceiling(probe: CostProbe | dict, k_max: int, draft_s: float) -> tuple[float, int]:
     """The best speedup a cost curve allows with every draft accepted, and its k."""
-    verify = {int(n): v for n, v in probe["verify_s"].items()}
+    verify = CostProbe.of(probe).verify_s
     return max(((k + 1) * verify[1] / (k * draft_s + verify[k + 1]), k)
                for k in range(1, k_max + 1) if k + 1 in verify)
 
@@ -73,7 +97,7 @@ def rank_candidates(cfg: BenchConfig, candidates: list[Candidate], k_max: int,
         best, k = ceiling(probe, k_max, probe["draft_s"] if cand.drafter == "model" else 0.0)
         ranking.append({"candidate": cand.name, "ceiling": best, "ceiling_k": k,
                         "ruled_out": best <= 1.0, "_probe": probe,
-                        "c": probe["draft_s"] / probe["verify_s"]["1"]
+                        "c": probe["draft_s"] / CostProbe.of(probe).t
                         if cand.drafter == "model" else 0.0})
     order = [c.name for c in candidates]
     return sorted(ranking, key=lambda r: order.index(r["candidate"]))
@@ -189,7 +213,7 @@ def pilot_rank(cand: Candidate, probe: dict, pilot: dict, ref_v1: float, k_max: 
     pilot acceptance: per task and k, against its own raw decoding and against the reference
     target's (raw speed from the two curves' V(1)); the best of all."""
     probe = drafter_costs(cand, probe)
-    vs_ref = ref_v1 / probe["verify_s"]["1"]
+    vs_ref = ref_v1 / CostProbe.of(probe).t
     best: dict = {}
     for task, p in predictions_with(probe, pilot, k_max).items():
         for row in p["rows"]:
@@ -205,7 +229,7 @@ def pilot_rank(cand: Candidate, probe: dict, pilot: dict, ref_v1: float, k_max: 
 DEPTH_COST_REPS = 3
 
 
-def predict_at_depths(cfg: BenchConfig, chosen: dict[str, dict], depths: list[int],
+def predict_at_depths(cfg: BenchConfig, chosen: dict[str, Option], depths: list[int],
                       k_max: int, log: Log, over_budget: Callable[[str], bool]) -> dict:
     """Step 4, with --depths: per task, its SD answer predicted at each depth (that many tokens
     of context held before the prompt, as `bench --depth`), from the candidate's cost curve
@@ -215,7 +239,7 @@ def predict_at_depths(cfg: BenchConfig, chosen: dict[str, dict], depths: list[in
     curves: dict[tuple[str, int], dict | None] = {}
     out = {}
     for task, option in chosen.items():
-        cand: Candidate = option["_cand"]
+        cand: Candidate = option.cand
         rows = []
         for depth in depths:
             key = (cand.name, depth)
@@ -232,14 +256,14 @@ def predict_at_depths(cfg: BenchConfig, chosen: dict[str, dict], depths: list[in
                     curves[key] = drafter_costs(cand, probe)
             if curves[key] is None:
                 continue
-            pred = predictions_with(curves[key], option["_results"], k_max).get(task)
-            row = next((r for r in (pred or {}).get("rows", []) if r["k"] == option["k"]),
+            pred = predictions_with(curves[key], option.results, k_max).get(task)
+            row = next((r for r in (pred or {}).get("rows", []) if r["k"] == option.k),
                        None)
             if row:
                 rows.append({"depth": depth, "predicted_speedup": row["predicted_speedup"]})
         pays = [r["predicted_speedup"] > 1.0 for r in rows]
         turn = next((r["depth"] for r, p, q in zip(rows[1:], pays[1:], pays) if p != q), None)
-        out[task] = {"candidate": cand.name, "k": option["k"], "by_depth": rows,
+        out[task] = {"candidate": cand.name, "k": option.k, "by_depth": rows,
                      "crossover_depth": turn,
                      "crossover": None if turn is None else
                      ("stops paying" if pays[0] else "starts paying"),

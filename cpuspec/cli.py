@@ -10,13 +10,19 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .bench import BenchConfig, environment, run_bench
 from .cli_measure import contention, costs, hw, paths, quality, tune
 from .cli_models import models
 from .cli_results import advise, compare, plot, report, runs
 from .cliutil import (check_bench_flags, check_model_file, check_size, cpu_list, finite, guarded,
                       log, policy_list, positive, prepare_outputs, print_bench, quant_list,
                       save_options, task_list, values)
-from .models import ModelError
+from .hardware import HardwareError, default_threads, detect_hardware
+from .registry import ModelError
+from .report import render_csv
+from .store import write_atomic
+from .sweep import (GPU_SKIP_REASON, SweepError, add_point, headline, plan, point_config,
+                    render_sweep, run_sweep, sweep_csv, sweep_document)
 from .tasks import ALL_TASKS, DEFAULT_TASKS, PromptsFileError, load_prompts
 
 
@@ -134,9 +140,6 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
       cpuspec bench --n-gpu-layers 0,99 --draft-gpu-layers 0,99
       cpuspec bench --target-quant Q4_0,Q8_0 --draft-quant Q4_0 -k 3,7
     """
-    from .bench import BenchConfig
-    from .hardware import HardwareError, default_threads, detect_hardware
-    from .sweep import SweepError, plan
 
     check_bench_flags(k, max_tokens, threads, temperature, drafter, policies, adaptive_scope,
                       draft_path, draft_quant, draft_threads, draft_cores, draft_gpu_layers,
@@ -177,14 +180,10 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     run(base, where, default_threads(), sink, csv_path)
 
 
-def _bench_point(base, where, default_threads: int, sink, csv_path) -> None:
+def _bench_point(base, where, fallback_threads: int, sink, csv_path) -> None:
     """One bench point: run it, print the report, write the CSV."""
-    from .bench import run_bench
     from .engine import EngineError
-    from .report import render_csv
-    from .store import write_atomic
-    from .sweep import point_config
-    cfg = point_config(base, where.points[0], where, default_threads, log)
+    cfg = point_config(base, where.points[0], where, fallback_threads, log)
     log(f"cpuspec bench: {len(cfg.prompts)} prompts, k = {cfg.k}, {cfg.max_tokens} tokens, "
         f"{cfg.threads} threads"
         + (f", pinned to CPUs {','.join(map(str, cfg.cpus))}" if cfg.cpus else ""))
@@ -211,16 +210,15 @@ def _bench_point(base, where, default_threads: int, sink, csv_path) -> None:
         log(f"wrote {p}")
 
 
-def _sweep(base, where, default_threads: int, sink, csv_path) -> None:
+def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
     """Run a sweep: a row per point as soon as it finishes (and the JSON rewritten with every
     finished point, so an interrupted sweep keeps them), then one table of what varies."""
-    from .bench import environment
     from .engine import EngineError, supports_gpu_offload
-    from .store import write_atomic
-    from .sweep import (GPU_SKIP_REASON, add_point, headline, point_config, render_sweep,
-                        run_sweep, sweep_csv, sweep_document)
-    doc = sweep_document(where.points, environment(base.threads), base.argv,
-                         supports_gpu_offload())
+    # the environment records the threads the points run with (a list when they vary)
+    threads = sorted({point_config(base, p, where, fallback_threads, lambda _: None).threads
+                      for p in where.points})
+    doc = sweep_document(where.points, environment(threads[0] if len(threads) == 1 else threads),
+                         base.argv, supports_gpu_offload())
     axes = doc["axes"]
     log(f"cpuspec bench: sweep of {len(where.points)} points over {', '.join(axes)}")
     sink(doc)
@@ -239,7 +237,7 @@ def _sweep(base, where, default_threads: int, sink, csv_path) -> None:
     with guarded(sink):
         try:
             run_sweep(base, where.points,
-                      lambda cfg, p: point_config(cfg, p, where, default_threads, log),
+                      lambda cfg, p: point_config(cfg, p, where, fallback_threads, log),
                       on_point, doc["gpu_offload_supported"], log)
         except (ModelError, EngineError, ValueError) as exc:
             raise click.ClickException(str(exc))

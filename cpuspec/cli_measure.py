@@ -7,11 +7,22 @@ from pathlib import Path
 
 import click
 
+from . import native, paths as core
+from .bench import BenchConfig, environment, resolve_models
 from .cliutil import (check_limits, check_model_file, check_model_name, finite, guarded, log,
                       positive, prepare_outputs, registry, resolve_model, save_options, task_list,
                       values)
-from .models import ModelError
+from .contention import ContentionConfig, render_contention, run_contention
+from .costs import render_cost_curve
+from .hardware import HardwareError, default_threads, detect_hardware, select_cpus
+from .paths_report import render_paths
+from .probe import describe_costs, run_costs
+from .quality import render_quality, run_quality
+from .registry import ModelError
+from .schema import SCHEMA_VERSION
 from .tasks import DEFAULT_TASKS, PromptsFileError, builtin_prompts, load_prompts
+from .tune import Candidate, run_tune
+from .tune_report import render_tune
 
 
 @click.command()
@@ -24,7 +35,6 @@ def hw(as_json):
       cpuspec hw
       taskset -c 0-3 cpuspec hw --json
     """
-    from .hardware import detect_hardware
     info = detect_hardware()
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=1))
@@ -68,10 +78,7 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
       cpuspec contention
       cpuspec contention --p-cores 4 --threads 2 --json contention.json
     """
-    from .bench import BenchConfig, resolve_models
-    from .contention import ContentionConfig, render_contention, run_contention
     from .engine import EngineError
-    from .hardware import HardwareError, detect_hardware, select_cpus
     hw = detect_hardware()
     try:
         if p_cores or e_cores:
@@ -134,10 +141,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
       cpuspec costs
       cpuspec costs --pair qwen2.5-coder-1.5b-q4_0 --max-n 9
     """
-    from .bench import BenchConfig, describe_costs, run_costs
-    from .costs import render_cost_curve
     from .engine import EngineError
-    from .hardware import default_threads, detect_hardware
     threads = threads or default_threads()
     check_limits([1], 2, [threads], None)
     for p in (target_path, draft_path):
@@ -199,12 +203,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
       cpuspec paths --target T.gguf --draft D.gguf -k 7
       cpuspec paths --paths cpuspec,cpuspec+redecode,llama.cpp --build-native
     """
-    from . import native
-    from . import paths as core
-    from .bench import environment
     from .engine import EngineError
-    from .hardware import default_threads, detect_hardware
-    from .schema import SCHEMA_VERSION
     chosen = [p.strip() for p in path_list.split(",") if p.strip()]
     bad = [p for p in chosen if p not in core.ALL_PATHS]
     if not chosen or bad:
@@ -244,7 +243,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
         except (ModelError, EngineError, native.NativeError, ValueError) as exc:
             raise click.ClickException(str(exc))
         sink({"schema_version": SCHEMA_VERSION, **doc})
-    click.echo(core.render_paths(doc))
+    click.echo(render_paths(doc))
     for p in sink.paths:
         log(f"wrote {p}")
 
@@ -270,11 +269,7 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
       cpuspec quality qwen2.5-coder-1.5b-q4km qwen2.5-coder-1.5b-q4_0
       cpuspec quality my-q3.gguf --reference my-f16.gguf
     """
-    from .bench import environment
     from .engine import EngineError
-    from .hardware import default_threads, detect_hardware
-    from .quality import render_quality, run_quality
-    from .schema import SCHEMA_VERSION
     threads = threads or default_threads()
     check_limits([1], 2, [threads], None)
     reg = registry()
@@ -353,12 +348,7 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
       cpuspec tune --budget 20
       cpuspec tune --targets a.gguf,b.gguf --drafts c.gguf --tasks json --k-max 4
     """
-    from .bench import BenchConfig, environment
     from .engine import EngineError
-    from .hardware import default_threads, detect_hardware
-    from .schema import SCHEMA_VERSION
-    from .tune import Candidate, run_tune
-    from .tune_report import render_tune
     threads = threads or default_threads()
     check_limits([k_max], max_tokens + 1, [threads], None)
     try:

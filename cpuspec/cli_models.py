@@ -6,7 +6,9 @@ import json
 import click
 
 from .cliutil import check_model_name, guarded, log, registry, resolve_model
-from .models import ModelError, cached_path, fetch_model, is_cached
+from .models import (cached_model, cached_path, derive_model, derived_cache_path, fetch_model,
+                     is_cached, verify_cached)
+from .registry import DERIVABLE_QUANTS, ModelError
 
 
 @click.group()
@@ -26,7 +28,6 @@ def models():
 def models_list(as_json):
     """List registered models and pairs, and whether each is cached and verified."""
     reg = registry()
-    from .models import derived_cache_path
     rows = []
     for spec in reg.models.values():
         derived = derived_cache_path(spec, reg)
@@ -95,7 +96,6 @@ def models_verify(names, as_json):
       cpuspec models verify
       cpuspec models verify qwen2.5-coder-1.5b
     """
-    from .models import verify_cached
     reg = registry()
     specs = _names_to_specs(reg, names) if names else list(reg.models.values())
     rows = [verify_cached(spec) for spec in specs]
@@ -130,7 +130,6 @@ def models_derive(name, quant, force):
       cpuspec models derive qwen2.5-coder-1.5b-q4km --quant Q4_0
       cpuspec bench --target "$(cpuspec models derive my.gguf --quant Q4_0)" --draft ...
     """
-    from .models import DERIVABLE_QUANTS, derive_model
     quant = quant.upper()
     if quant not in DERIVABLE_QUANTS:
         raise click.BadParameter(f"{quant} is not one of {', '.join(DERIVABLE_QUANTS)}",
@@ -166,7 +165,6 @@ def models_path(name):
       cpuspec models path qwen2.5-coder-1.5b-q4km
       cpuspec bench --target "$(cpuspec models path qwen2.5-coder-1.5b-q4_0)" ...
     """
-    from .models import cached_model
     reg = registry()
     try:
         got = cached_model(reg, reg.model(name), log)

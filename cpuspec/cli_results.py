@@ -1,12 +1,23 @@
 """The commands that read results files: advise, report, compare, plot, runs."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import click
 
+from .advice import advise as advise_results, render_advice
 from .cliutil import load_results, log, print_bench, run_names
+from .compare import mismatches, render_compare
+from .paths_report import how_to_run, render_paths
+from .plots import PLOT_HINT, PlotError, render
+from .report import render_csv, render_rows_json, render_trace
+from .schema import ResultsError
+from .store import OutputError, results_dir, run_listing, saved_runs
+from .summary import summarize
+from .sweep import headline, render_sweep
+from .tune_report import render_tune
 
 
 @click.command()
@@ -25,8 +36,6 @@ def advise(run, as_json):
       cpuspec bench --json run.json && cpuspec advise run.json
       cpuspec advise 20261130T0541 --json
     """
-    from .advice import advise as advise_results, render_advice
-    from .schema import ResultsError
     results, path = load_results(run)
     try:
         advice = advise_results(results)
@@ -44,7 +53,6 @@ def advise(run, as_json):
     draft = (models.get("draft") or {}).get("path")
     on = {task: a["k_best"] for task, a in advice.items() if a["verdict"] == "ON"}
     if target and on:
-        from .paths import how_to_run
         for k_best in sorted(set(on.values())):
             tasks = ", ".join(t for t, k in on.items() if k == k_best)
             click.echo(f"\nTo run it ({tasks}; k = {k_best}) outside cpuspec:")
@@ -68,8 +76,6 @@ def report(run, fmt, trace):
       cpuspec report results.json --format markdown
       cpuspec report 20261130T0541
     """
-    from .report import render_csv, render_rows_json
-    from .summary import summarize
     results, path = load_results(run, bench_only=False)
     if results.get("complete") is False:
         kept = (f"{len(results.get('rows') or [])} sweep points" if results.get("kind") ==
@@ -79,13 +85,11 @@ def report(run, fmt, trace):
         # on stderr for csv and json, whose stdout a program reads; above the table otherwise
         click.echo(note, err=fmt in ("csv", "json"))
     if results.get("kind") == "tune":
-        from .tune_report import render_tune
         if not isinstance(results.get("recommendations"), dict):
             raise click.ClickException(f"{path}: a damaged tune file (no recommendations)")
         click.echo(render_tune(results))
         return
     if results.get("kind") == "sweep":
-        from .sweep import headline, render_sweep
         if not isinstance(results.get("rows"), list) or not isinstance(results.get("axes"), list):
             raise click.ClickException(f"{path}: a damaged sweep file (no rows or axes)")
         click.echo(render_sweep(results["rows"], results["axes"],
@@ -95,7 +99,6 @@ def report(run, fmt, trace):
             click.echo(line)
         return
     if results.get("kind") == "paths":
-        from .paths import render_paths
         if not isinstance(results.get("runs"), list) or "settings" not in results:
             raise click.ClickException(f"{path}: a damaged paths file (no runs or settings)")
         click.echo(render_paths(results))
@@ -111,7 +114,6 @@ def report(run, fmt, trace):
     else:
         print_bench(results, fmt)
         if trace:
-            from .report import render_trace
             click.echo("\nAdaptive decisions per generation:")
             click.echo(render_trace(results["runs"]))
 
@@ -134,7 +136,6 @@ def compare(runs, fmt, force):
       cpuspec compare bench/results/avx2-build/bench_2threads.json bench/results/bench_2threads.json
       cpuspec compare 20261130T0541 20261201T0900 --format markdown
     """
-    from .compare import mismatches, render_compare
     if len(runs) < 2:
         raise click.UsageError("give two or more results files or run ids")
     loaded = [load_results(r) for r in runs]
@@ -167,10 +168,7 @@ def plot(runs, out_dir, title):
     Examples:
       cpuspec plot bench/results/bench_2threads.json bench/results/costs_q4_0.json --out figs
     """
-    from .plots import PLOT_HINT, PlotError, render
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("matplotlib") is None:
         raise click.ClickException(PLOT_HINT)
     if not runs:
         raise click.UsageError("give one or more results files or run ids")
@@ -199,7 +197,6 @@ def runs(as_json):
       cpuspec runs
       cpuspec report $(cpuspec runs --json | jq -r '.[-1].id')
     """
-    from .store import OutputError, results_dir, run_listing, saved_runs
     try:
         rows = [run_listing(p) for p in saved_runs()]
     except OutputError as exc:

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import click
 
-from .models import ModelError, fetch_model, load_registry
+from . import interrupt
+from .advice import advise, render_advice
+from .hardware import parse_cpu_list
+from .models import fetch_model, local_model
+from .registry import DERIVABLE_QUANTS, ModelError, load_registry
+from .report import render_audit, render_details, render_noise, render_table
+from .schema import ResultsError, read_json, validate_bench
+from .store import OutputError, ResultsSink, check_outputs, new_run_path, resolve_run
+from .summary import noise_report, summarize
+from .sweep import SweepError, parse_values
 from .tasks import ALL_TASKS
 
 
@@ -43,7 +52,6 @@ def quant_list(ctx, param, value):
     """Click callback: a comma list of quant types for the sweep's quant axes."""
     if value is None:
         return None
-    from .models import DERIVABLE_QUANTS
     quants = [q.strip().upper() for q in value.split(",") if q.strip()]
     bad = [q for q in quants if q not in DERIVABLE_QUANTS]
     if not quants or bad:
@@ -57,7 +65,6 @@ def values(minimum):
     def parse(ctx, param, value):
         if value is None:
             return None
-        from .sweep import SweepError, parse_values
         try:
             return parse_values(value, minimum, max(param.opts, key=len))
         except SweepError as exc:
@@ -71,7 +78,6 @@ POLICIES = ("static", "adaptive", "off")
 def cpu_list(value):
     if value is None:
         return None
-    from .hardware import parse_cpu_list
     try:
         cpus = parse_cpu_list(value)
     except ValueError:
@@ -202,7 +208,6 @@ def check_limits(ks, max_tokens, threads, draft_threads) -> None:
 def resolve_model(reg, name: str):
     """A GGUF file given by path (hashed, used as is), or a registered model by name (fetched,
     verified, or derived)."""
-    from .models import local_model
     p = Path(name)
     if p.suffix == ".gguf" or p.exists():
         check_model_file(p)
@@ -234,7 +239,6 @@ def prepare_outputs(outputs: list[Path | None], inputs: list[Path | None], force
                      save: bool, kind: str, cpu_model: str):
     """Check every output before any work, create the saved run's file, and return the sink
     that writes every JSON destination (the saved run first)."""
-    from .store import OutputError, ResultsSink, check_outputs, new_run_path
     try:
         check_outputs(outputs, inputs, force)
         saved = [new_run_path(kind, cpu_model)] if save else []
@@ -252,7 +256,6 @@ def guarded(sink=None):
     finished: the last results written by the sink stay (marked "complete": false), the
     message says where, and the exit code is 130. However the command ends, a saved run that
     never got any results is removed rather than left empty."""
-    from . import interrupt
     try:
         with interrupt.handled():
             yield
@@ -271,9 +274,6 @@ def print_bench(results: dict, fmt: str = "text") -> None:
     """The bench's report: table (end-to-end headline, decode-only detail), details, audit,
     advice, noise warning and the build it ran on. `cpuspec bench` and `cpuspec report` share
     it."""
-    from .advice import advise, render_advice
-    from .report import render_audit, render_details, render_noise, render_table
-    from .summary import noise_report, summarize
     s = summarize(results)
     k = results["settings"]["k"]
     click.echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
@@ -326,8 +326,6 @@ def run_names(paths: list[Path]) -> list[str]:
 
 def load_results(ref: str, bench_only: bool = True) -> tuple[dict, Path]:
     """A results file or a saved run's id, read and (for bench files) validated."""
-    from .schema import ResultsError, read_json, validate_bench
-    from .store import OutputError, resolve_run
     try:
         path = resolve_run(ref)
         results = read_json(path)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any, Callable
 
+from .records import Machine
 from .report import FIELDS, csv_text, fmt_value, json_safe, speedup_cell, table_rows
 from .summary import summarize
 
@@ -19,46 +19,6 @@ from .summary import summarize
 COMPARE_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "a", "c", "beta", "break_even_a",
                    "sd_significance", "raw_p99_ms", "sd_p99_ms", "adaptive_speedup")
 VERDICT_HEADER = "SD verdict (95% CI)"
-# ISA flags worth naming, as llama.cpp's system info spells them.
-ISA_FLAGS = ("NEON", "ARM_FMA", "SVE", "AVX", "AVX2", "AVX_VNNI", "AVX512", "AVX512_VNNI",
-             "AVX512_BF16", "AMX_INT8", "F16C", "FMA")
-BACKENDS = ("CUDA", "METAL", "VULKAN", "SYCL", "HIP", "BLAS", "OPENMP", "REPACK")
-
-
-def _flags(info: str, names: tuple[str, ...]) -> list[str]:
-    on = set(re.findall(r"(\w+) = 1", info or ""))
-    return [n for n in names if n in on]
-
-
-def machine(results: dict) -> dict[str, Any]:
-    """What a run ran on, from its own record."""
-    meta = results.get("meta", {})
-    hw = meta.get("hardware", {})
-    info = meta.get("llama_system_info", "")
-    settings = results.get("settings", {})
-    kinds = hw.get("cores_by_kind") or {}
-    return {"cpu": hw.get("cpu_model", "?"), "cpu_id": hw.get("cpu_id"),
-            "isa": _flags(info, ISA_FLAGS),
-            "backend": _flags(info, BACKENDS),
-            # a sweep's settings hold no threads: its rows do (one value, or each of them)
-            "threads": settings.get("threads") or "/".join(
-                str(t) for t in sorted({r["threads"] for r in results.get("rows") or []
-                                        if r.get("threads")})) or None,
-            "cpus": settings.get("cpus"),
-            "cores": " ".join(f"{k}:{len(v)}" for k, v in kinds.items()),
-            "llama_cpp_python": meta.get("llama_cpp_python_version"),
-            "started_at": meta.get("started_at")}
-
-
-def label(m: dict) -> str:
-    isa = "AVX512" if "AVX512" in m["isa"] else "AVX2" if "AVX2" in m["isa"] else \
-        "NEON" if "NEON" in m["isa"] else "/".join(m["isa"][:2]) or "?"
-    if "AVX_VNNI" in m["isa"]:  # AMD shipped it from Zen 5 on: it tells two EPYC VMs apart
-        isa += "+AVX_VNNI"
-    cpu = f"{m['cpu']} ({m['cpu_id']})" if m.get("cpu_id") else m["cpu"]
-    return f"{cpu} [{isa}]" + (f" {m['threads']}t" if m.get("threads") else "")
-
-
 def _prompts_digest(results: dict) -> str:
     texts = [p.get("text", "") for p in results.get("prompts", [])]
     return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:12]
@@ -118,16 +78,17 @@ def compare_rows(runs: list[dict]) -> list[dict]:
 
 def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str:
     """The comparison as text, markdown, CSV or JSON, from compare_rows."""
-    machines = [machine(r) for r in runs]
+    machines = [Machine.of(r) for r in runs]
     rows = compare_rows(runs)
     fields = {f.name: f for f in FIELDS}
     if fmt == "json":
-        return json.dumps({"runs": [{"name": n, "machine": m} for n, m in zip(names, machines)],
+        return json.dumps({"runs": [{"name": n, "machine": m.to_dict()}
+                                    for n, m in zip(names, machines)],
                            "mismatches": mismatches(runs),
                            "rows": [{k: json_safe(v) if not isinstance(v, list) else
                                      [json_safe(x) for x in v] for k, v in r.items()}
                                     for r in rows]}, indent=1)
-    headers = ["task", "metric"] + [f"{label(m)} ({n})" for m, n in zip(machines, names)] + \
+    headers = ["task", "metric"] + [f"{m.label()} ({n})" for m, n in zip(machines, names)] + \
         (["2 ÷ 1"] if len(runs) == 2 else [])
     if fmt == "csv":
         return csv_text(["task", "metric"] + names + (["ratio"] if len(runs) == 2 else []),
@@ -141,13 +102,13 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
                  for v, cell in zip(r["values"], r["cells"])]
         table.append([r["task"], r["header"]] + cells +
                      ([fmt_value(r.get("ratio"), ".2f")] if len(runs) == 2 else []))
-    lines = [f"run {i + 1}: {n}: {m['cpu']}"
-             + (f" ({m['cpu_id']})" if m.get("cpu_id") else "")
-             + f"; ISA {' '.join(m['isa']) or '?'}; backend "
-             f"{' '.join(m['backend']) or '?'}; {m['threads']} threads"
-             + (f" on CPUs {','.join(map(str, m['cpus']))}" if m["cpus"] else "")
-             + (f"; cores {m['cores']}" if m["cores"] else "")
-             + f"; llama-cpp-python {m['llama_cpp_python']}; {m['started_at']}"
+    lines = [f"run {i + 1}: {n}: {m.cpu}"
+             + (f" ({m.cpu_id})" if m.cpu_id else "")
+             + f"; ISA {' '.join(m.isa) or '?'}; backend "
+             f"{' '.join(m.backend) or '?'}; {m.threads} threads"
+             + (f" on CPUs {','.join(map(str, m.cpus))}" if m.cpus else "")
+             + (f"; cores {m.cores}" if m.cores else "")
+             + f"; llama-cpp-python {m.llama_cpp_python}; {m.started_at}"
              for i, (n, m) in enumerate(zip(names, machines))]
     lines.append(tabulate(table, headers=headers, tablefmt="github" if fmt == "markdown"
                           else "simple", disable_numparse=True))

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .hardware import CorePinner
 from .measure import time_decode_tok_s, verify_tok_s
 from .membw import BackgroundStreams, Sampler, probe_bandwidth
+from .schema import SCHEMA_VERSION
 
 
 @dataclass
@@ -32,12 +34,10 @@ class ContentionConfig:
 
 def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _: None) -> dict:
     from .engine import Model, Session
-    from .hardware import CorePinner
     llama_cpus = cfg.cpus[:cfg.threads]
     stream_cpus = [c for c in cfg.cpus if c not in llama_cpus]
     if cfg.max_streams is not None:
         stream_cpus = stream_cpus[:cfg.max_streams]
-    from .schema import SCHEMA_VERSION
     out: dict = {"schema_version": SCHEMA_VERSION, "kind": "contention",
                  "measured_at": "decodes from KV position 1 (llama-bench's tg), verifies of "
                                 f"k + 1 = {cfg.k + 1} tokens with all rows at position 1",

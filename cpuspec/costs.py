@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .records import CostProbe
+
 
 @dataclass(frozen=True)
 class CostModel:
@@ -95,12 +97,6 @@ def expected_tokens_iid(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def speedup_iid(alpha: float, k: int, c: float) -> float:
-    """Leviathan et al. (2023), Theorem 3.8: improvement factor (1 − α^(k+1)) ÷ ((1 − α)(kc + 1)),
-    which assumes verifying k + 1 tokens costs one decode (β = 0)."""
-    return expected_tokens_iid(alpha, k) / (k * c + 1.0)
-
-
 def predicted_speedup(survival: list[float], k: int, draft_s: float,
                       verify_s: dict[int, float]) -> float:
     """Measured-cost generalisation; verify_s[n] = time of a target decode of n tokens."""
@@ -145,6 +141,20 @@ def choose_k(survival: list[float], draft_s: float, verify_s: dict[int, float]
     return best.k, table
 
 
+def best_draft_length(survival: list[float], draft_s: float, verify_s: dict[int, float]
+                      ) -> tuple[int, float]:
+    """choose_k's best k ≥ 1 and its predicted speedup, without the table's break-even
+    acceptances (a bisection per k): what a policy asks every round."""
+    best_k, best = 0, float("-inf")
+    for k in range(1, len(survival) + 1):
+        if k + 1 not in verify_s:
+            break
+        s = predicted_speedup(survival, k, draft_s, verify_s)
+        if s > best:
+            best_k, best = k, s
+    return best_k, best
+
+
 def extrapolate_survival(survival: list[float], k_to: int) -> list[float]:
     """survival measured to len(survival), extended to k_to by assuming each further draft is
     accepted (given the ones before it) as often as the last measured one was. An assumption,
@@ -169,31 +179,23 @@ def beyond_measured(survival: list[float], draft_s: float, verify_s: dict[int, f
 
 # --- an end-to-end prediction from the cost probe (measured apart from any generation) ---
 
-def scaled_prefills(probe: dict, prompt_tokens: int) -> tuple[float, float]:
-    """The probe's target and draft prefill times scaled per prompt token to this prompt (0 for
-    probes without prefill timings, schema 1: the decode-only window)."""
-    per_token = prompt_tokens / probe["prompt_tokens"] if probe.get("prompt_tokens") else 0.0
-    return (probe.get("target_prefill_s", 0.0) * per_token,
-            probe.get("draft_prefill_s", 0.0) * per_token)
-
-
-def predict_generation_s(probe: dict, survival: list[float], k: int, prompt_tokens: int,
+def predict_generation_s(probe: CostProbe | dict, survival: list[float], k: int, prompt_tokens: int,
                          n_tokens: int) -> tuple[float, float]:
     """Predicted seconds of one generation of n_tokens after a prompt of prompt_tokens, raw and
     with SD at draft length k, from the probe's costs: prefills scaled per prompt token, then
     n_tokens − 1 decode steps (the first token comes from the prefill) at V(1) each for raw, or
     at (k·d + V(k + 1)) per round of E[tokens] for SD. Probes without prefill timings (results
     of schema 1) give the decode-only window."""
-    verify = {int(n): v for n, v in probe["verify_s"].items()}
-    target_prefill, draft_prefill = scaled_prefills(probe, prompt_tokens)
+    p = CostProbe.of(probe)
+    target_prefill, draft_prefill = p.scaled_prefills(prompt_tokens)
     steps = max(n_tokens - 1, 0)
-    raw = target_prefill + steps * verify[1]
+    raw = target_prefill + steps * p.t
     rounds = steps / expected_tokens(survival, k)
-    sd = target_prefill + draft_prefill + rounds * (k * probe["draft_s"] + verify[k + 1])
+    sd = target_prefill + draft_prefill + rounds * (k * p.draft_s + p.verify_s[k + 1])
     return raw, sd
 
 
-def round_terms(probe: dict, rounds: list[tuple[int, int, int]], k: int,
+def round_terms(probe: CostProbe | dict, rounds: list[tuple[int, int, int]], k: int,
                 model_share: float = 1.0, catchup_tokens_per_round: float = 0.0
                 ) -> tuple[float, float, float]:
     """(a, α, β) of recorded rounds replayed at draft length k ≤ the k they were recorded at:
@@ -205,9 +207,9 @@ def round_terms(probe: dict, rounds: list[tuple[int, int, int]], k: int,
     a as the survival curve."""
     if not rounds:
         raise ValueError("no rounds to replay")
-    verify = {int(n): v for n, v in probe["verify_s"].items()}
-    t, d = verify[1], probe["draft_s"]
-    catchup = catchup_tokens_per_round * probe.get("draft_catchup_s_per_token", d)
+    p = CostProbe.of(probe)
+    verify, t, d = p.verify_s, p.t, p.draft_s
+    catchup = catchup_tokens_per_round * p.catchup_s
     drafting = verifying = tokens = 0.0
     for drafted, accepted, emitted in rounds:
         j = min(drafted, k)
@@ -218,26 +220,27 @@ def round_terms(probe: dict, rounds: list[tuple[int, int, int]], k: int,
     return tokens / n, drafting / n / t, verifying / n / t - 1.0
 
 
-def predict_rounds_generation_s(probe: dict, rounds: list[tuple[int, int, int]], k: int,
+def predict_rounds_generation_s(probe: CostProbe | dict, rounds: list[tuple[int, int, int]], k: int,
                                 prompt_tokens: int, n_tokens: int, model_share: float = 1.0,
                                 catchup_tokens_per_round: float = 0.0) -> tuple[float, float]:
     """As predict_generation_s, for drafters whose drafts per round vary (prompt lookup, the
     hybrid): the recorded rounds replayed at k (round_terms), (1 + α + β)·T per round of a
     tokens."""
-    a, alpha, beta = round_terms(probe, rounds, k, model_share, catchup_tokens_per_round)
-    t = float(probe["verify_s"]["1"])
-    target_prefill, draft_prefill = scaled_prefills(probe, prompt_tokens)
+    p = CostProbe.of(probe)
+    a, alpha, beta = round_terms(p, rounds, k, model_share, catchup_tokens_per_round)
+    t = p.t
+    target_prefill, draft_prefill = p.scaled_prefills(prompt_tokens)
     steps = max(n_tokens - 1, 0)
     raw = target_prefill + steps * t
     sd = target_prefill + draft_prefill + steps * t * (1.0 + alpha + beta) / a
     return raw, sd
 
 
-def cost_curve(probe: dict) -> list[dict]:
+def cost_curve(probe: CostProbe | dict) -> list[dict]:
     """Per batch size n of a probe: V(n), V(n)/V(1), β at k = n − 1, the time per token, and
     the speedup SD would reach at k = n − 1 if every draft were accepted (an upper bound)."""
-    verify = {int(n): v for n, v in probe["verify_s"].items()}
-    t, d = verify[1], probe["draft_s"]
+    p = CostProbe.of(probe)
+    verify, t, d = p.verify_s, p.t, p.draft_s
     rows = []
     for n in sorted(verify):
         k = n - 1
@@ -247,23 +250,24 @@ def cost_curve(probe: dict) -> list[dict]:
     return rows
 
 
-def render_cost_curve(probe: dict) -> str:
+def render_cost_curve(probe: CostProbe | dict) -> str:
     from tabulate import tabulate
-    rows = cost_curve(probe)
-    t = probe["verify_s"]["1"]
+    p = CostProbe.of(probe)
+    rows = cost_curve(p)
+    t = p.t
     best = max(rows, key=lambda r: r["ceiling_speedup"])
     table = tabulate([[r["n"], r["n"] - 1, f"{r['verify_ms']:.1f}", f"{r['v_over_v1']:.2f}",
                        f"{r['beta']:.2f}", f"{r['ms_per_token']:.1f}",
                        f"{r['ceiling_speedup']:.2f}"] for r in rows],
                      headers=["n tokens", "k = n-1", "V(n) ms", "V(n)/V(1)", "β(k)",
                               "ms/token", "×raw if all accepted"], disable_numparse=True)
-    return (table + f"\ndraft decode {1e3 * probe['draft_s']:.1f} ms, target decode "
-            f"{1e3 * t:.1f} ms: c = {probe['draft_s'] / t:.2f}. Even with every draft accepted, "
+    return (table + f"\ndraft decode {1e3 * p.draft_s:.1f} ms, target decode "
+            f"{1e3 * t:.1f} ms: c = {p.draft_s / t:.2f}. Even with every draft accepted, "
             f"SD is at most {best['ceiling_speedup']:.2f}× raw (at k = {best['n'] - 1}); real "
             "acceptance lowers that.")
 
 
-def predict_parallel_generation_s(probe: dict, survival: list[float], k: int,
+def predict_parallel_generation_s(probe: CostProbe | dict, survival: list[float], k: int,
                                   prompt_tokens: int, n_tokens: int) -> tuple[float, float]:
     """As predict_generation_s, for the parallel schedule (the draft drafts round r + 1 during
     round r's verify). A round finds its drafts ready (a hit) when round r kept all k drafts
@@ -272,9 +276,10 @@ def predict_parallel_generation_s(probe: dict, survival: list[float], k: int,
     for the draft-ahead (its last draft and k guesses: (k + 1)·d) beside the verify, so a round
     costs max((k + 1)·d, V(k + 1)), and a miss drafts serially first, k·d more. The prefills
     run at the same time: the longer of the two."""
-    verify = {int(n): v for n, v in probe["verify_s"].items()}
-    target_prefill, draft_prefill = scaled_prefills(probe, prompt_tokens)
-    d, v = probe["draft_s"], verify[k + 1]
+    p = CostProbe.of(probe)
+    verify = p.verify_s
+    target_prefill, draft_prefill = p.scaled_prefills(prompt_tokens)
+    d, v = p.draft_s, verify[k + 1]
     steps = max(n_tokens - 1, 0)
     all_kept = survival[k - 1]
     guess_ok = survival[k - 1] / survival[k - 2] if k > 1 and survival[k - 2] > 0 else all_kept

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from llama_cpp.llama_speculative import LlamaDraftModel
 
+from .hardware import default_threads
 from .lookup import HybridDrafter, LookupDrafter
 from .speculative import common_prefix, draft_tokens
 
@@ -65,7 +66,6 @@ class DraftModel(LlamaDraftModel):
             if not path.is_file():
                 raise FileNotFoundError(f"draft model file not found: {path}")
             from .engine import EngineError, Model, Session
-            from .hardware import default_threads
             try:
                 self.model = Model(path, n_gpu_layers)
                 self.session = Session(self.model, n_ctx, n_threads or default_threads())

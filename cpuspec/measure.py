@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .records import CostProbe
+
 Clock = Callable[[], float]
 
 # Timed repetitions of each cost-probe decode (median taken).
@@ -101,15 +103,8 @@ def probe_costs(target, draft, prompt: Sequence[int], k_max: int, reps: int = PR
     draft_samples = time_decodes(draft, batch[:1], pos, reps, clock=clock)
     catchup_samples = [s / len(catchup)
                        for s in time_decodes(draft, catchup, pos, reps, n_out=1, clock=clock)]
-    return {"position": pos, "reps": reps, "logit_rows": "all n (a verify reads every row)",
-            "prompt_tokens": len(prompt),
-            "target_prefill_s": prefill["target"], "draft_prefill_s": prefill["draft"],
-            "verify_samples_s": {str(n): v for n, v in verify.items()},
-            "draft_samples_s": draft_samples,
-            "verify_s": {str(n): statistics.median(v) for n, v in verify.items()},
-            "draft_s": statistics.median(draft_samples),
-            "draft_catchup_samples_s_per_token": catchup_samples,
-            "draft_catchup_s_per_token": statistics.median(catchup_samples)}
+    return CostProbe.from_samples(verify, draft_samples, catchup_samples, prefill["target"],
+                                  prefill["draft"], len(prompt), pos, reps).to_dict()
 
 
 def time_decode_tok_s(session, n_tokens: int, pos: int = 1, clock: Clock = time.perf_counter

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .interrupt import wait_child
 from .lookup import HYBRID_NGRAM, NGRAM_MIN
+from .registry import cpuspec_home
 
 BIN_ENV = "CPUSPEC_LLAMA_BIN"
 SPECULATIVE = "llama-speculative-simple"
@@ -43,7 +45,6 @@ def vendored_version() -> str:
 
 
 def build_dir() -> Path:
-    from .models import cpuspec_home
     return cpuspec_home() / "native" / f"llama-cpp-python-{vendored_version()}" / "build" / "bin"
 
 
@@ -320,7 +321,6 @@ def _run(argv: list[str]) -> tuple[str, str]:
     """Run a program to the end (Ctrl-C kills it), its output through files: a verbose
     llama.cpp fills a pipe and would wait for us forever."""
     import tempfile
-    from .interrupt import wait_child
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out_f, \
             tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err_f:
         rc = wait_child(subprocess.Popen(argv, stdout=out_f, stderr=err_f, text=True))

@@ -7,8 +7,9 @@ Figures:
   breakeven   a against 1 + α + β per task: points below the diagonal a = 1 + α + β lose
   verify_cost V(n)/V(1) per run: how a verify's cost grows with the batch (flat on a GPU)
   sweep       t/s against the swept axis, raw and SD, with the points where SD turns ON marked
-  depth       SD ÷ raw against the context depth (a sweep over --depth), measured with its
-              interval and predicted, per value of the other axes; the 1.0 line is break-even
+  depth       SD ÷ raw against the context depth (a sweep over --depth, joined by single-depth
+              runs of the same workload), measured with its interval and predicted, per value
+              of the other axes; the 1.0 line is break-even
   latency     per-token latency CDF, raw against SD, with p50/p95/p99 marked
   adaptive    the adaptive policy's k round by round, with its switch-offs and re-entries
 """
@@ -19,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from .compare import label, machine
-from .summary import OVERALL, policy_events, summarize
+from .compare import mismatches
+from .records import CostProbe, Machine, RecordError
+from .report import table_rows
 from .stats import percentile
+from .summary import OVERALL, policy_events, summarize
 
 PLOT_HINT = "plots need matplotlib: pip install 'cpuspec[plot]'"
 
@@ -33,12 +36,12 @@ class PlotError(RuntimeError):
 def caption(results: dict) -> str:
     s, m = results.get("settings", {}), results.get("models", {})
     if results.get("kind") == "sweep":
-        return f"{label(machine(results))}; {' '.join(s.get('argv', []))}"
+        return f"{Machine.of(results).label()}; {' '.join(s.get('argv', []))}"
     target = (m.get("target") or {}).get("file", "?")
     draft = (m.get("draft") or {}).get("file") or (m.get("draft") or {}).get("drafter", "?")
     short = [str(f).removesuffix(".gguf").replace("-instruct", "") for f in (target, draft)]
     when = str(results.get("meta", {}).get("started_at", ""))[:10]
-    return (f"{label(machine(results))}; {short[0]} / {short[1]}; k = {s.get('k')}, "
+    return (f"{Machine.of(results).label()}; {short[0]} / {short[1]}; k = {s.get('k')}, "
             f"{s.get('max_tokens')} tokens; {when}")
 
 
@@ -83,7 +86,7 @@ def speedup_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
     for r, name in zip(runs, names):
         summ = summarize(r)
         tasks = [t for t in summ if t != OVERALL]
-        series.append({"name": f"{label(machine(r))} ({name})", "tasks": tasks,
+        series.append({"name": f"{Machine.of(r).label()} ({name})", "tasks": tasks,
                        "speedup": [summ[t]["sd_speedup"] for t in tasks],
                        "ci": [summ[t].get("sd_speedup_ci") for t in tasks]})
     return {"series": series, "reference": 1.0}
@@ -103,12 +106,14 @@ def breakeven_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
 def verify_cost_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
     curves = []
     for r, name in zip(runs, names):
-        probe = r.get("cost_probe") or {}
-        verify = {int(n): v for n, v in (probe.get("verify_s") or {}).items()}
-        if 1 in verify:
+        try:
+            verify = CostProbe.of(r.get("cost_probe")).verify_s
+        except RecordError:     # no probe (an older file, a sweep): no curve
+            continue
+        if verify:
             ns = sorted(verify)
             target = (r.get("models", {}).get("target") or {}).get("desc", "")
-            curves.append({"name": f"{label(machine(r))} {target} ({name})", "n": ns,
+            curves.append({"name": f"{Machine.of(r).label()} {target} ({name})", "n": ns,
                            "ratio": [verify[n] / verify[1] for n in ns]})
     return {"curves": curves}
 
@@ -144,6 +149,50 @@ def depth_data(sweep: dict) -> dict[str, Any] | None:
         line["high"].append(r.get("sd_speedup_ci_high"))
         line["predicted"].append(r.get("predicted_speedup"))
     return {"lines": lines, "reference": 1.0}
+
+
+def depth_point(results: dict) -> dict | None:
+    """A bench run at one depth (`bench --depth N`, no sweep) as a row like a sweep's."""
+    depth = (results.get("settings") or {}).get("depth")
+    summary = summarize(results).get(OVERALL) if depth else None
+    if not summary:
+        return None
+    row = table_rows({OVERALL: summary})[0]
+    return {"depth": depth, **{m: row.get(m) for m in (
+        "sd_speedup", "sd_speedup_ci_low", "sd_speedup_ci_high", "predicted_speedup")}}
+
+
+def depth_lines(sweeps: list[tuple[dict, str]], points: list[tuple[dict, str]]
+                ) -> tuple[dict[str, dict], list[str]]:
+    """One line per depth sweep (and per value of its other axes); a single-depth bench run
+    joins the line of a sweep over depth alone with the same workload (compare.mismatches:
+    files, k, drafter, tokens, prompts), else it is a line of its own. Also the runs drawn."""
+    lines, drawn = {}, []
+    for r, n in sweeps:
+        d = depth_data(r)
+        if not d:
+            continue
+        drawn.append(n)
+        for line, v in d["lines"].items():
+            lines[f"{n}: {line}" if line != "SD" else n] = v
+    for r, n in points:
+        p = depth_point(r)
+        if p is None:
+            continue
+        drawn.append(n)
+        home = next((s_name for s, s_name in sweeps if (s.get("axes") or []) == ["depth"]
+                     and s_name in lines and s.get("points")
+                     and not mismatches([s["points"][0], r])), None)
+        line = lines[home] if home else lines.setdefault(n, {
+            "depth": [], "speedup": [], "low": [], "high": [], "predicted": []})
+        for key, field in (("depth", "depth"), ("speedup", "sd_speedup"),
+                           ("low", "sd_speedup_ci_low"), ("high", "sd_speedup_ci_high"),
+                           ("predicted", "predicted_speedup")):
+            line[key].append(p[field])
+        order = sorted(range(len(line["depth"])), key=line["depth"].__getitem__)
+        for key in line:
+            line[key] = [line[key][i] for i in order]
+    return lines, drawn
 
 
 def latency_data(results: dict) -> dict[str, Any]:
@@ -191,12 +240,11 @@ def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
         out["verify_cost"] = verify_cost_data(list(rs), list(ns))
     if sweeps:
         out["sweep"] = {n: sweep_data(r) for r, n in sweeps}
-        # one figure for every depth sweep given: a line per run (and per other axis value)
-        lines = {(f"{n}: {line}" if line != "SD" else n): v for r, n in sweeps
-                 if (d := depth_data(r)) for line, v in d["lines"].items()}
-        if lines:
-            out["depth"] = {"lines": lines, "reference": 1.0,
-                            "runs": [n for r, n in sweeps if depth_data(r)]}
+    # one figure for every depth sweep given: a line per run (and per other axis value), with
+    # single-depth bench runs of the same workload joining their sweep's line
+    lines, drawn = depth_lines(sweeps, bench)
+    if lines:
+        out["depth"] = {"lines": lines, "reference": 1.0, "runs": drawn}
     return out
 
 
@@ -253,9 +301,9 @@ def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None 
         labels = [f"{p['task']} ({p['run']})" for p in pts]
         offsets = label_offsets([(p["break_even"], p["a"]) for p in pts], labels,
                                 (top - 1, top - 1), (250, 250))
-        for p, label, slot in zip(pts, labels, offsets):
+        for p, text, slot in zip(pts, labels, offsets):
             ax.scatter(p["break_even"], p["a"], color="tab:green" if p["pays"] else "tab:red")
-            ax.annotate(label, (p["break_even"], p["a"]), fontsize=6,
+            ax.annotate(text, (p["break_even"], p["a"]), fontsize=6,
                         xytext=(3, 2 + LABEL_STEP_PT * slot), textcoords="offset points")
         ax.set_xlabel("1 + α + β (cost of a round, in target decodes)")
         ax.set_ylabel("a (tokens per round)")

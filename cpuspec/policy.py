@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .costs import choose_k
-from .speculative import RoundStats
+from .costs import best_draft_length
+from .speculative import RoundStats, StaticPolicy
+
+__all__ = ["AdaptivePolicy", "StaticPolicy"]   # StaticPolicy lives with the loop
 
 # Weight of a new observation in the running cost means: ~the last 10 rounds dominate.
 EWMA_WEIGHT = 0.1
@@ -73,19 +75,6 @@ COSTS_RULE_OUT_PROBE_FACTOR = 8
 PROBE_BUDGET = 0.03
 
 
-class StaticPolicy:
-    def __init__(self, k: int):
-        if k < 1:
-            raise ValueError("k must be ≥ 1")
-        self.k = k
-
-    def next_k(self) -> int:
-        return self.k
-
-    def observe(self, r: RoundStats) -> None:
-        pass
-
-
 @dataclass
 class AdaptivePolicy:
     k_max: int
@@ -112,6 +101,7 @@ class AdaptivePolicy:
         self._probed = False
         self._unread, self._budget = 0, 0   # this generation: prompt tokens, answer tokens
         self._plain_generation = False      # priced out: no drafting in this generation
+        self._plain_figures = [1.0, 1.0]    # ... and the predictions that priced it out
 
     # --- acceptance ---------------------------------------------------------------------------
 
@@ -142,14 +132,12 @@ class AdaptivePolicy:
     def best(self, z: float = 0.0) -> tuple[int, float]:
         """The k ≥ 1 with the best predicted speedup (mean survival, or its bound at z), and
         that speedup; below 1.0 when no draft length pays."""
-        _, table = choose_k(self._survival(z), self.draft_s, self.verify_s)
-        top = max(table[1:], key=lambda c: c.predicted_speedup)
-        return top.k, top.predicted_speedup
+        return best_draft_length(self._survival(z), self.draft_s, self.verify_s)
 
     def costs_rule_out(self) -> bool:
         """True when no k pays even if every draft were accepted."""
-        _, table = choose_k([1.0] * self.k_max, self.draft_s, self.verify_s)
-        return max(c.predicted_speedup for c in table[1:]) < SWITCH_OFF_SPEEDUP
+        return best_draft_length([1.0] * self.k_max, self.draft_s,
+                                 self.verify_s)[1] < SWITCH_OFF_SPEEDUP
 
     def new_generation(self, unread_prompt_tokens: int = 0, max_tokens: int = 0) -> None:
         """A new prompt: what was learned is kept, weighing a little less; the draft starts in
@@ -177,17 +165,20 @@ class AdaptivePolicy:
         return self._unread * self.prefill_s > saved
 
     def next_k(self) -> int:
+        if self._plain_generation:
+            # Nothing is learned on plain steps and their costs rescale together, so the
+            # figures of the decision hold for the whole generation: no recomputing per token.
+            self.history.append(0)
+            self.trace.append([0, *self._plain_figures,
+                               "plain: this prompt's prefill outweighs the gain"])
+            return 0
         _, s_mean = self.best()
         _, s_opt = self.best(Z_OFF if self.on else Z_ON)
         starting, self._new_generation = self._new_generation, False
         probed, self._probed = self._probed, False
-        if self._plain_generation:
-            self.history.append(0)
-            self.trace.append([0, round(s_mean, 4), round(s_opt, 4),
-                               "plain: this prompt's prefill outweighs the gain"])
-            return 0
         if starting and self.on and self.prefill_outweighs_gain(s_mean):
             self._plain_generation = True
+            self._plain_figures = [round(s_mean, 4), round(s_opt, 4)]
             self.history.append(0)
             self.trace.append([0, round(s_mean, 4), round(s_opt, 4),
                                f"plain for this prompt: the draft's prefill of {self._unread} "

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .costs import (KChoice, predict_generation_s, predict_parallel_generation_s,
+                    predict_rounds_generation_s, round_terms)
 from .speculative import ROUND_FIELDS
 
 
@@ -15,7 +17,6 @@ def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict
     the cost model, not the acceptance: PREDICTED_FROM), applied to the prompts
     and token counts the run had, for the serial or the parallel schedule. None when the probe
     lacks a batch size."""
-    from .costs import predict_generation_s, predict_parallel_generation_s
     if str(k + 1) not in probe.get("verify_s", {}):
         return None
     predict = predict_parallel_generation_s if parallel else predict_generation_s
@@ -62,7 +63,6 @@ def replay_inputs(sd: list[dict]) -> tuple[list[tuple[int, int, int]], float, fl
 def predict_from_rounds(probe: dict, k: int, sd: list[dict]) -> tuple[float, str] | None:
     """The prediction for drafters with a varying number of drafts per round (lookup, hybrid):
     the probe's costs applied to the recorded rounds replayed at k (costs.py)."""
-    from .costs import predict_rounds_generation_s
     rounds, share, catchup = replay_inputs(sd)
     if not rounds or any(str(min(j, k) + 1) not in probe.get("verify_s", {})
                          for j, _, _ in rounds):
@@ -76,7 +76,6 @@ def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int) -> tuple[int, li
     """choose_k for drafters whose drafts per round vary (lookup, hybrid): each k's predicted
     speedup a ÷ (1 + α + β) from the recorded rounds replayed at k (no i.i.d. break-even
     acceptance: their acceptance is not one rate)."""
-    from .costs import KChoice, round_terms
     rounds, share, catchup = replay_inputs(sd)
     table = [KChoice(0, 1.0, 1.0, None)]
     for k in range(1, k_max + 1):

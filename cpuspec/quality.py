@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .speculative import generate_raw
+
 # Tokens per decode when reading all logit rows (151936 floats per row: 64 rows ≈ 39 MB).
 CHUNK_TOKENS = 64
 
@@ -84,7 +86,6 @@ def run_quality(candidates: list, reference, prompts: list, max_tokens: int, thr
     """Perplexity on QUALITY_TEXT and top-1 agreement with `reference` on `prompts`, for each
     candidate (FetchedModel). Returns the per-model figures."""
     from .engine import Model, Session, check_same_tokenizer
-    from .speculative import generate_raw
     with Model(reference.path) as ref:
         encoded = [ref.tokenize(ref.format_chat(p.text)) for p in prompts]
         n_ctx = max(max(map(len, encoded)) + max_tokens, len(ref.tokenize(QUALITY_TEXT))) + 16
@@ -118,3 +119,13 @@ def render_quality(res: dict) -> str:
             + f"\nperplexity over {res['text_tokens']} tokens of a fixed text; agreement with "
             f"{res['reference']['file']}'s greedy output on {len(res['prompts'])} prompts × "
             f"{res['max_tokens']} tokens (teacher-forced, 100 % = token for token).")
+
+
+def target_perplexity(target_m, threads: int) -> dict:
+    """The target's perplexity on the built-in text (bench's quality line), through the same
+    engine; 16 tokens of slack in the context."""
+    from .engine import Session
+    tokens = target_m.tokenize(QUALITY_TEXT)
+    with Session(target_m, len(tokens) + 16, threads) as s:
+        return {"target_perplexity": perplexity(s, tokens), "text_tokens": len(tokens),
+                "text": "cpuspec.quality.QUALITY_TEXT"}

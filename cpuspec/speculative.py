@@ -173,8 +173,12 @@ class KPolicy(Protocol):
     def observe(self, r: RoundStats) -> None: ...
 
 
-class _FixedK:
+class StaticPolicy:
+    """Draft k tokens every round (policy.py has the adaptive one)."""
+
     def __init__(self, k: int):
+        if k < 1:
+            raise ValueError("k must be ≥ 1")
         self.k = k
 
     def next_k(self) -> int:
@@ -206,11 +210,7 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
     reuse: both the target's and the draft's KV already hold prompt[:reuse] (a follow-up
     turn); both read only the rest.
     """
-    if isinstance(k, int):
-        if k < 1:
-            raise ValueError("k must be ≥ 1")
-        k = _FixedK(k)
-    policy = k
+    policy = StaticPolicy(k) if isinstance(k, int) else k
     _check_reuse(prompt, reuse)
     target.truncate(reuse)
     draft.truncate(reuse)

@@ -15,7 +15,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .models import cpuspec_home
+from .registry import cpuspec_home
 
 GGUF_MAGIC = b"GGUF"
 

@@ -9,10 +9,10 @@ import statistics
 from typing import Any
 
 from .costs import cost_model, cost_model_per_round
-from .speculative import ROUND_FIELDS
-from .stats import (MIN_CI_UNITS, decode_tok_s, e2e_tok_s, percentile, run_e2e_s,
-                    speedup_stats)
+from .measure import MIN_JUDGED_WINDOW_S, OUTLIER_FRACTION_OF_MEDIAN, noise_reasons
 from .predict import PREDICTED_FROM, predict_from_probe, predict_from_rounds
+from .speculative import ROUND_FIELDS
+from .stats import MIN_CI_UNITS, decode_tok_s, e2e_tok_s, percentile, run_e2e_s, speedup_stats
 
 
 OVERALL = "overall"
@@ -171,7 +171,6 @@ def policy_events(run: dict) -> list[dict]:
 def noise_report(runs: list[dict]) -> dict[str, Any]:
     """Generations measured while other programs were busy, and speed outliers: a run slower
     than half its task's median (same mode). Computed when reading, from the raw samples."""
-    from .measure import MIN_JUDGED_WINDOW_S, OUTLIER_FRACTION_OF_MEDIAN, noise_reasons
     flags = []
     other = [r["noise"]["other_cpus"] for r in runs if r.get("noise")]
     pressure = [r["noise"]["cpu_pressure"] for r in runs

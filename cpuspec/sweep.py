@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .bench import BenchConfig, load_pair, resolve_models, run_bench
+from .hardware import CorePinner, check_cpus, current_affinity, select_cpus, split_for_parallel
+from .models import derive_model
+from .report import FIELDS, csv_text, speedup_cell, table_rows
+from .schema import SCHEMA_VERSION
+from .summary import OVERALL
 
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
 GPU_SKIP_REASON = "skipped: this llama-cpp-python build has no GPU offload"
@@ -131,7 +136,6 @@ def plan(hw, axes: dict[str, list], smt: bool, draft_cpus: list[int] | None,
     """Expand the axes and choose every point's CPUs (hardware.select_cpus); the parallel
     schedule without --draft-cores splits a hybrid CPU's P-cores (target) from its E-cores
     (draft). Raises HardwareError or SweepError."""
-    from .hardware import check_cpus, select_cpus, split_for_parallel
     points = expand(axes)
     cpus_of = {(p.p_cores, p.e_cores): select_cpus(hw, p.p_cores, p.e_cores, smt)
                if (p.p_cores or p.e_cores) else None for p in points}
@@ -155,7 +159,6 @@ def point_config(base: BenchConfig, p: Point, plan: Plan, default_threads: int,
                  warn: Callable[[str], None]) -> BenchConfig:
     """One point's bench configuration: its k, its CPUs and its threads (default: one per
     chosen CPU, else default_threads), warning when the threads outnumber the CPUs."""
-    from .hardware import current_affinity
     cpus = plan.cpus_of[(p.p_cores, p.e_cores)]
     n_cpus = len(cpus or current_affinity())
     n_threads = p.threads or (len(cpus) if cpus else default_threads)
@@ -167,7 +170,6 @@ def point_config(base: BenchConfig, p: Point, plan: Plan, default_threads: int,
 
 def sweep_document(points: list[Point], meta: dict, argv: list[str], gpu_ok: bool) -> dict:
     """A sweep's results file before its first point: rows and points are added as they end."""
-    from .schema import SCHEMA_VERSION
     return {"schema_version": SCHEMA_VERSION, "kind": "sweep", "complete": False,
             "axes": varying(points) or ["threads"], "meta": meta, "settings": {"argv": argv},
             "gpu_offload_supported": gpu_ok, "rows": [], "points": []}
@@ -183,7 +185,6 @@ def add_point(doc: dict, point: Point, results: dict | None, skip: str | None) -
 
 def sweep_csv(rows: list[dict]) -> str:
     """Every row's every field, through report's one CSV writer."""
-    from .report import csv_text
     fields = list(dict.fromkeys(k for r in rows for k in r))
     return csv_text(fields, [[r.get(f) for f in fields] for r in rows])
 
@@ -193,7 +194,6 @@ def run_sweep(base: BenchConfig, points: list[Point],
               on_point: Callable[[Point, dict | None, str | None], None],
               gpu_ok: bool, log: Callable[[str], None] = lambda _: None) -> None:
     """Run every point; on_point(point, results, skip_reason) after each one."""
-    from .hardware import CorePinner
     fetched = resolve_models(base, log)
     initial_cpus = sorted(os.sched_getaffinity(0))
     pinner = CorePinner()
@@ -221,7 +221,6 @@ def quantized(fetched: tuple, target_quant: str, draft_quant: str,
               log: Callable[[str], None]) -> tuple:
     """The fetched (target, draft, pair name) with each model replaced by its derived variant
     in the quant asked for (models.derive_model: requantized, cached, labelled derived)."""
-    from .models import derive_model
     if not (target_quant or draft_quant):
         return fetched
     target, draft, pair = fetched
@@ -244,8 +243,6 @@ _IN_SPEEDUP_CELL = ("sd_speedup_ci", "sd_speedup_range", "sd_speedup_units")
 
 def sweep_row(point: Point, results: dict | None, skip: str | None) -> dict:
     """One row per point: its coordinates and the overall figures (or why it was skipped)."""
-    from .report import table_rows
-    from .summary import OVERALL
     row = point.as_dict()
     if skip:
         return row | {"skipped": skip}
@@ -268,7 +265,6 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") ->
     """Markdown table: the axes that vary, then the metrics; with GPU points, each point's raw
     tok/s relative to the CPU-only point of the same threads/k/cores."""
     from tabulate import tabulate
-    from .report import FIELDS, speedup_cell
     rows = [_upgrade_row(r) for r in rows]
     fields = {f.name: f for f in FIELDS}
     shown = [m for m in SWEEP_METRICS if not m.startswith(_IN_SPEEDUP_CELL)]

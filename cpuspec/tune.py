@@ -36,10 +36,13 @@ import time
 from typing import Callable
 
 from .bench import BenchConfig, run_bench
-from .candidates import (PILOT_TOKENS, Candidate, drafter_key, pilot_rank, pooled_probe,
+from .candidates import (Candidate, Option, PILOT_TOKENS, drafter_key, pilot_rank, pooled_probe,
                          predict_at_depths, predictions, rank_candidates, run_pilots)
-from .summary import OVERALL, summarize
+from .costs import round_terms
+from .predict import replay_inputs
 from .stats import speedup_stats
+from .summary import OVERALL, summarize
+from .tasks import ALL_TASKS
 
 Log = Callable[[str], None]
 K_MAX = 8
@@ -84,8 +87,6 @@ def _public(option: dict) -> dict:
 
 def why_terms(results: dict, task: str, k: int) -> dict:
     """a, α, β of a candidate's tuning run on one task, replayed at k: which one is short."""
-    from .costs import round_terms
-    from .predict import replay_inputs
     sd = [r for r in results["runs"] if r["task"] == task and r["mode"] == "static"]
     rounds, share, catchup = replay_inputs(sd)
     if not rounds:
@@ -98,7 +99,6 @@ def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
                 target=None) -> str:
     """The `cpuspec bench` line that reproduces a recommendation (k = 0: raw decoding on
     `target`)."""
-    from .tasks import ALL_TASKS
     if cand is None:
         args = ["cpuspec", "bench", "--target", str(target.path), "--policy", "off"]
     else:
@@ -241,7 +241,7 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
     doc["reference_target"] = reference
     tasks = list(dict.fromkeys(p.task for p in tune_prompts))
     raw_confirm: dict[str, dict] = {}     # target → its raw runs on the confirm prompts
-    chosen: dict[str, dict] = {}          # task → its paying best_sd option, for the depths
+    chosen: dict[str, Option] = {}        # task → its paying best_sd option, for the depths
 
     def raw_runs_on(name: str, task: str) -> list[dict] | None:
         if name not in raw_confirm:
@@ -262,24 +262,21 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
             p = m["predictions"].get(task)
             own = raw_speed.get((cand.target.spec.name, task), ref_raw)
             for row in (p["rows"] if p else []):
-                sd_options.append({"candidate": cand.name, "k": row["k"],
-                                   "predicted_speedup": row["predicted_speedup"],
-                                   "predicted_vs_reference_raw":
-                                       row["predicted_speedup"] * own / ref_raw,
-                                   "_cand": cand, "_results": m["results"]})
-        raw_options = [{"candidate": f"{t} (SD off)", "k": 0, "predicted_speedup": 1.0,
-                        "predicted_vs_reference_raw": raw_speed[(t, task)] / ref_raw,
-                        "_target": targets[t]} for t in targets if (t, task) in raw_speed]
-        eligible = [o for o in sd_options if o["predicted_speedup"] > 1 + FASTEST_SD_MARGIN] \
+                sd_options.append(Option(cand.name, row["k"], row["predicted_speedup"],
+                                         row["predicted_speedup"] * own / ref_raw,
+                                         cand=cand, results=m["results"]))
+        raw_options = [Option(f"{t} (SD off)", 0, 1.0, raw_speed[(t, task)] / ref_raw,
+                              target=targets[t]) for t in targets if (t, task) in raw_speed]
+        eligible = [o for o in sd_options if o.predicted_speedup > 1 + FASTEST_SD_MARGIN] \
             + raw_options
-        fastest = max(eligible, key=lambda o: o["predicted_vs_reference_raw"])
-        rec = {"recommended": _public(fastest),
-               "top": [_public(o) for o in sorted(eligible, key=lambda o:
-                                                  -o["predicted_vs_reference_raw"])[:5]]}
-        rec["recommended"]["sd"] = fastest["k"] > 0
-        rec["recommended"]["command"] = command_for(cfg, fastest.get("_cand"), fastest["k"],
-                                                    task, fastest.get("_target"))
-        best_sd = max(sd_options, key=lambda o: o["predicted_speedup"]) if sd_options else None
+        fastest = max(eligible, key=lambda o: o.predicted_vs_reference_raw)
+        rec = {"recommended": fastest.public(),
+               "top": [o.public() for o in sorted(eligible, key=lambda o:
+                                                  -o.predicted_vs_reference_raw)[:5]]}
+        rec["recommended"]["sd"] = fastest.k > 0
+        rec["recommended"]["command"] = command_for(cfg, fastest.cand, fastest.k, task,
+                                                    fastest.target)
+        best_sd = max(sd_options, key=lambda o: o.predicted_speedup) if sd_options else None
         if best_sd is None:   # every candidate ruled out by its cost curve (or the budget)
             top = max(doc["ranking"], key=lambda r: r["ceiling"])
             rec["best_sd"] = {"candidate": top["candidate"], "k": top["ceiling_k"],
@@ -287,23 +284,22 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
                               "ruled_out_by_cost_curve": True,
                               "predicted_vs_reference_raw": float("nan"), "command": ""}
         else:
-            rec["best_sd"] = _public(best_sd)
-            rec["best_sd"]["pays"] = best_sd["predicted_speedup"] > 1.0
-            rec["best_sd"]["command"] = command_for(cfg, best_sd["_cand"], best_sd["k"], task)
-            rec["best_sd"]["terms"] = why_terms(best_sd["_results"], task, best_sd["k"])
+            rec["best_sd"] = best_sd.public()
+            rec["best_sd"]["pays"] = best_sd.predicted_speedup > 1.0
+            rec["best_sd"]["command"] = command_for(cfg, best_sd.cand, best_sd.k, task)
+            rec["best_sd"]["terms"] = why_terms(best_sd.results, task, best_sd.k)
         to_confirm = [("best_sd", best_sd)] if rec["best_sd"]["pays"] else []
-        if fastest["k"] == 0:
-            if fastest["_target"].spec.name != reference:
+        if fastest.k == 0:
+            if fastest.target.spec.name != reference:
                 to_confirm.append(("recommended", fastest))
-        elif best_sd is None or (fastest["candidate"], fastest["k"]) != \
-                (best_sd["candidate"], best_sd["k"]):
+        elif best_sd is None or fastest.key != best_sd.key:
             to_confirm.append(("recommended", fastest))
         prompts = [p for p in confirm_prompts if p.task == task]
         for key, option in to_confirm:
             if not confirm or over_budget(f"confirming {task} ({key})"):
                 continue
-            if option["k"] == 0:     # raw decoding on another target, against the reference's
-                other = raw_runs_on(option["_target"].spec.name, task)
+            if option.k == 0:     # raw decoding on another target, against the reference's
+                other = raw_runs_on(option.target.spec.name, task)
                 ref = raw_runs_on(reference, task) if other is not None else None
                 if ref is None:
                     continue
@@ -313,16 +309,15 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
                                          "n_prompts": vs_ref["units"]}
                 update()
                 continue
-            log(f"tune: confirming {task}: {option['candidate']}, k = {option['k']} on "
+            log(f"tune: confirming {task}: {option.candidate}, k = {option.k} on "
                 f"{len(prompts)} other prompts")
-            res = run_bench(option["_cand"].bench_config(base, prompts=prompts,
-                                                         k=option["k"]), log)
+            res = run_bench(option.cand.bench_config(base, prompts=prompts, k=option.k), log)
             doc.setdefault("confirm_runs", []).append(res)
             s = res["summary"][task]
             raw = [r for r in res["runs"] if r["mode"] == "raw"]
             sd = [r for r in res["runs"] if r["mode"] == "static"]
             own = _confirmed(raw, sd)
-            ref = raw if option["_cand"].target.spec.name == reference else \
+            ref = raw if option.cand.target.spec.name == reference else \
                 raw_runs_on(reference, task)
             vs_ref = _confirmed(ref, sd) if ref is not None else None
             rec[key]["confirmed"] = {
@@ -334,8 +329,7 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
                 "audit": s["audit"], "raw_tok_s": s["raw_tok_s"], "sd_tok_s": s["sd_tok_s"],
                 "vs_reference_raw": vs_ref["speedup"] if vs_ref else None,
                 "vs_reference_raw_stats": vs_ref}
-            if key == "best_sd" and rec["recommended"]["sd"] and \
-                    (fastest["candidate"], fastest["k"]) == (best_sd["candidate"], best_sd["k"]):
+            if key == "best_sd" and rec["recommended"]["sd"] and fastest.key == best_sd.key:
                 rec["recommended"]["confirmed"] = rec[key]["confirmed"]
             update()
         doc["recommendations"][task] = rec

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import shlex
 
+from .paths_report import how_to_run
 from .report import speedup_cell
 
 
 def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
     """Under a recommended SD configuration's `cpuspec bench` line: the same configuration in
     llama.cpp's server and CLI and in llama-cpp-python, and what `cpuspec paths` measured of
-    it here (paths.how_to_run)."""
-    from .paths import how_to_run
+    it here (paths_report.how_to_run)."""
     args = shlex.split(command)
 
     def opt(*names, default=None):

@@ -4,7 +4,7 @@ chat server holds them."""
 from __future__ import annotations
 
 from .speculative import common_prefix, generate_raw
-from .tasks import Prompt
+from .tasks import DEPTH_INTRO, DEPTH_REPLY, Prompt, depth_text
 
 
 # A follow-up prompt's first turn is answered greedily by the target with up to this many
@@ -29,7 +29,6 @@ def answer_first_turn(target_m, target, p: Prompt, first: list[int]) -> tuple[li
 def depth_history(target_m, n_tokens: int) -> list[tuple[str, str]]:
     """The earlier turn that puts a depth of n_tokens before each prompt: the first n_tokens of
     tasks.depth_text() as the user's message, and a short reply."""
-    from .tasks import DEPTH_INTRO, DEPTH_REPLY, depth_text
     tokens = target_m.tokenize(depth_text(), parse_special=False)
     if tokens and target_m.tokenize("", parse_special=False):   # a BOS the model adds
         tokens = tokens[1:]

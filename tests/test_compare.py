@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from cpuspec.cli import main
-from cpuspec.compare import compare_rows, machine, mismatches
+from cpuspec.compare import compare_rows, mismatches
+from cpuspec.records import Machine
 from cpuspec.plots import figure_data
 from cpuspec.advice import advise
 from cpuspec.schema import read_json
@@ -26,10 +27,11 @@ def run(*args):
 
 
 def test_machines_are_told_apart_by_their_own_records():
-    old, new = machine(read_json(OLD)), machine(read_json(NEW))
-    assert "AVX2" in old["isa"] and "AVX512" not in old["isa"]
-    assert "AVX512" in new["isa"] and "AVX512_VNNI" in new["isa"]
-    assert old["threads"] == new["threads"] == 2
+    old, new = Machine.of(read_json(OLD)), Machine.of(read_json(NEW))
+    assert "AVX2" in old.isa and "AVX512" not in old.isa
+    assert "AVX512" in new.isa and "AVX512_VNNI" in new.isa
+    assert old.threads == new.threads == 2
+    assert not old.same_as(new) and old.same_as(Machine.of(read_json(OLD)))
 
 
 def test_compare_two_machines_side_by_side():

@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from cpuspec import tasks
 from cpuspec.cli import main
+from cpuspec.plots import depth_lines
 
 
 def bench_tiny(tiny_models, out, *args):
@@ -86,9 +87,23 @@ def test_a_depth_sweep_has_a_row_per_depth_and_a_figure(tiny_models, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["axes"] == ["depth"] and [r["depth"] for r in doc["rows"]] == [0, 200]
     assert [p["settings"]["depth"] for p in doc["points"]] == [0, 200]
+    assert doc["meta"]["threads"] == 1          # its environment names the points' threads
     figs = CliRunner().invoke(main, ["plot", str(out), "--out", str(tmp_path / "f")])
     assert figs.exit_code == 0, figs.output
     assert "depth.png" in figs.output
+    # A later single-depth run of the same workload joins the sweep's line, in depth order;
+    # one of another k is a line of its own.
+    deeper, other_k = tmp_path / "d100.json", tmp_path / "k3.json"
+    bench_tiny(tiny_models, deeper, "-n", "12", "--tasks", "json", "--prompts-per-task", "1",
+               "--depth", "100")
+    bench_tiny(tiny_models, other_k, "-n", "12", "--tasks", "json", "--prompts-per-task", "1",
+               "--depth", "100", "-k", "3")
+    runs = [json.loads(p.read_text()) for p in (out, deeper, other_k)]
+    lines, drawn = depth_lines([(runs[0], "sweep")], [(runs[1], "d100"), (runs[2], "k3")])
+    assert drawn == ["sweep", "d100", "k3"]
+    assert lines["sweep"]["depth"] == [0, 100, 200] and lines["k3"]["depth"] == [100]
+    assert lines["sweep"]["speedup"][1] == pytest.approx(
+        runs[1]["summary"]["overall"]["sd_speedup"])
 
 
 @pytest.mark.parametrize("args, message", [

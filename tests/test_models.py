@@ -6,8 +6,8 @@ import zipfile
 import pytest
 
 from cpuspec import models
-from cpuspec.models import (Mirror, ModelError, ModelSpec, assemble_mirror, fetch_model,
-                            load_registry)
+from cpuspec.models import assemble_mirror, fetch_model
+from cpuspec.registry import Mirror, ModelError, ModelSpec, load_registry
 
 PAYLOAD = bytes(range(256)) * 1000 + b"tail"
 

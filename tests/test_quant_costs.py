@@ -11,6 +11,7 @@ from cpuspec import models
 from cpuspec.cli import main
 from cpuspec.costs import cost_curve
 from cpuspec.engine import Model
+from cpuspec.registry import load_registry
 
 
 def run(*args):
@@ -45,7 +46,7 @@ def test_registry_entry_derives_where_no_source_has_the_file(tiny_models, tmp_pa
     monkeypatch.setattr(models, "hub_reachable", lambda: False)
     (cpuspec_home / "models").mkdir(parents=True)
     (cpuspec_home / "models" / "t.gguf").write_bytes(data)
-    got = models.fetch_model(models.load_registry().model("t-q8"))
+    got = models.fetch_model(load_registry().model("t-q8"))
     assert got.source == "derived" and got.verified
     assert got.derived["parent_sha256"] == hashlib.sha256(data).hexdigest()
     assert got.derived["quant"] == "Q8_0" and "not exactly its quality" in got.derived["note"]

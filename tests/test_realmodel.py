@@ -39,12 +39,15 @@ def test_real_metrics_are_in_range(bench_json):
     summary = data["summary"]
     assert set(data["settings"]["tasks"]) == {"json", "code", "story"}
     for task in ("json", "code", "story", "overall"):
-        s = summary[task]
-        assert 1 <= s["a"] <= K + 1
-        assert s["raw_tok_s"] > 0 and s["sd_tok_s"] > 0
-        assert 0 <= s["acceptance_pct"] <= 100
-        assert s["cost"]["c"] > 0 and s["cost"]["beta"] > -1
         assert f"{task}: SD " in stdout
+    # Checked against what the summary does not compute from: the raw decode speed agrees
+    # with the cost probe's V(1), timed apart from any generation (within 35 %: the probe
+    # decodes at the prompt's position, a generation up to 32 tokens further on) ...
+    v1 = data["cost_probe"]["verify_s"]["1"]
+    assert summary["overall"]["raw_decode_tok_s"] == pytest.approx(1 / v1, rel=0.35)
+    # ... and the 0.5B draft agrees with the 1.5B target far more on JSON than on a story
+    # (every recorded run of the built-in prompts: 83-100 % on json-1, 24-46 % on story-1).
+    assert summary["json"]["acceptance_pct"] >= summary["story"]["acceptance_pct"] + 15
     assert len(data["audit"]) == 6  # 3 prompts, static and adaptive each against raw
     assert sorted(a["mode"] for a in data["audit"]) == ["adaptive"] * 3 + ["static"] * 3
     assert "adaptive_speedup" in summary["overall"]
@@ -66,8 +69,11 @@ def test_real_run_has_windows_intervals_and_prediction(bench_json):
     assert probe["target_prefill_s"] > 0 and probe["draft_prefill_s"] > 0
     assert s["predicted_window"] == "end-to-end" and s["predicted_speedup"] > 0
     for r in data["runs"]:
-        assert r["e2e_s"] == pytest.approx(r["prefill_s"] + r["draft_prefill_s"] + r["decode_s"])
-        assert r["noise"]["wall_s"] >= r["e2e_s"]
+        # The end-to-end window covers all the work: the noise probe's wall clock around the
+        # whole generation (read separately) is at most 1 % longer (it measured 0.005 % on
+        # machine B; the draft's prefill alone is ≥ 3 % of an SD generation there).
+        assert 0.99 * r["noise"]["wall_s"] <= r["e2e_s"] <= r["noise"]["wall_s"]
+        assert 0 < r["decode_s"] < r["e2e_s"] and r["prefill_s"] > 0
     assert "SD ×raw e2e [95% CI]" in stdout and "(range " in stdout
     assert "predicted from the cost probe + this run's acceptance" in stdout
     assert "noisy measurements" not in stdout, stdout  # nothing else runs during the test

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from cpuspec import models
 from cpuspec.cli import main
-from cpuspec.models import (Mirror, ModelError, ModelSpec, assemble_mirror,
-                            clean_stale_downloads, load_registry)
+from cpuspec.models import assemble_mirror, clean_stale_downloads
+from cpuspec.registry import Mirror, ModelError, ModelSpec, load_registry
 from cpuspec.tasks import PromptsFileError, read_prompts_file
 
 

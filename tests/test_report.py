@@ -84,8 +84,12 @@ def test_p99_latency_uses_linear_percentile():
 def test_cost_model_break_even():
     cm = cost_model(k=4, a=2.4, target_decode_s=0.033, draft_per_token_s=0.0191,
                     verify_s=0.033 * 2.9)
-    assert cm.c == pytest.approx(0.0191 / 0.033)
-    assert cm.break_even_a == pytest.approx(1 + 4 * 0.0191 / 0.033 + 1.9)
+    # Break-even in seconds: a round (4 drafts of 19.1 ms and a 95.7 ms verify) takes as long
+    # as 5.215 plain decodes of 33 ms; a model with exactly that many tokens per round is level.
+    assert cm.break_even_a == pytest.approx((4 * 0.0191 + 0.0957) / 0.033)
+    level = cost_model(k=4, a=(4 * 0.0191 + 0.0957) / 0.033, target_decode_s=0.033,
+                       draft_per_token_s=0.0191, verify_s=0.0957)
+    assert level.predicted_speedup == pytest.approx(1.0)
     assert not cm.pays
     assert "SD OFF" in verdict_line("json", cm) and "<" in verdict_line("json", cm)
     on = cost_model(k=2, a=2.8, target_decode_s=0.01, draft_per_token_s=0.0005, verify_s=0.011)
@@ -142,8 +146,14 @@ def test_read_json_rejects_foreign_files(tmp_path):
         read_json(tmp_path / "trunc.json")
 
 
+def speedup_iid(alpha: float, k: int, c: float) -> float:
+    """Leviathan et al. (2023), Theorem 3.8, written out here as the reference: improvement
+    factor (1 − α^(k+1)) ÷ ((1 − α)(kc + 1)), verifying k + 1 tokens at one decode's cost."""
+    return (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
+
+
 def test_closed_forms_of_leviathan_et_al():
-    from cpuspec.costs import expected_tokens_iid, speedup_iid
+    from cpuspec.costs import expected_tokens_iid
     assert expected_tokens_iid(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)   # 3.3616
     assert expected_tokens_iid(0.0, 4) == 1.0 and expected_tokens_iid(1.0, 4) == 5.0
     # Their Table/Figure example: α = 0.8, γ = 4, c = 0.05 → ≈ 2.8× (3.3616 / 1.2).
@@ -153,7 +163,7 @@ def test_closed_forms_of_leviathan_et_al():
 def test_measured_cost_model_matches_closed_form_when_beta_is_zero():
     """With i.i.d. acceptance (survival α^i) and a verify that costs one decode, our
     generalisation reduces to Leviathan et al.'s improvement factor."""
-    from cpuspec.costs import predicted_speedup, speedup_iid
+    from cpuspec.costs import predicted_speedup
     alpha, c, t = 0.7, 0.1, 0.02
     survival = [alpha ** i for i in range(1, 9)]
     verify = {n: t for n in range(1, 10)}

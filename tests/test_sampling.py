@@ -98,14 +98,55 @@ def test_the_test_catches_a_wrong_rule(sessions):
 
 
 def test_lookup_drafter_with_sampling(sessions):
-    """A drafter without distributions is treated as proposing with certainty (q one-hot)."""
+    """A drafter without distributions is treated as proposing with certainty (q one-hot):
+    a draft d is kept with probability p(d), else the token comes from p with d removed. The
+    tokens must then follow the target's own distribution, as with a draft model. The prompt is
+    the target's own greedy text, so lookup finds the sampled tokens in it and proposes what
+    the target would likely say next: drafts are made, kept and rejected."""
     from cpuspec.lookup import LookupDrafter
     model, ts, _ = sessions
-    rng = np.random.default_rng(5)
-    target = SamplingDecoder(ts, TEMPERATURE, rng)
-    prompt = model.tokenize("abc abc abc abc abc")
-    g = generate_speculative(target, LookupDrafter(), prompt, 20, 3, verify=RejectionVerify(rng))
-    assert len(g.tokens) == 20
+    start = model.tokenize("The quick brown fox")
+    prompt = start + generate_raw(ts, start, 100).tokens
+
+    def run(mode, seed):
+        rng = np.random.default_rng(seed)
+        target = SamplingDecoder(ts, TEMPERATURE, rng)
+        out, drafted, kept = [], 0, 0
+        for _ in range(N_SAMPLES):
+            g = generate_raw(target, prompt, N_OUT) if mode == "raw" else \
+                generate_speculative(target, LookupDrafter(ngram_max=1, ngram_min=1), prompt,
+                                     N_OUT, 3, verify=RejectionVerify(rng))
+            drafted += sum(r.k for r in g.rounds)
+            kept += sum(r.n_accepted for r in g.rounds)
+            out.append(tuple(g.tokens) + (-1,) * (N_OUT - len(g.tokens)))
+        return out, drafted, kept
+
+    raw, _, _ = run("raw", 21)
+    sd, drafted, kept = run("sd", 22)
+    assert 0 < kept < drafted and drafted > N_SAMPLES // 2, (drafted, kept)
+    for p in (1, 2, 3):
+        stat, df = chi2_homogeneity([t[p] for t in raw], [t[p] for t in sd])
+        assert stat < chi2_critical(df), (p, stat, df)
+
+
+def test_the_one_hot_rule_gives_the_target_distribution():
+    """The rule itself, with power: a target whose distribution is p = (0.5, 0.3, 0.15, 0.05)
+    and a proposal of token 1 with certainty. Kept with probability 0.3, else drawn from p
+    without token 1: token 1 must come out 30 % of the time. (Drawing from p itself after a
+    rejection would give it 51 %.)"""
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+
+    class FixedTarget:
+        def distributions(self, tokens, pos, n_out):
+            return [p] * n_out
+
+    verify, n = RejectionVerify(np.random.default_rng(3)), 20000
+    counts = np.zeros(len(p))
+    for _ in range(n):
+        n_accepted, token = verify(FixedTarget(), object(), 0, [1], 10)
+        counts[1 if n_accepted == 1 else token] += 1
+    stat = float(((counts - n * p) ** 2 / (n * p)).sum())
+    assert stat < chi2_critical(len(p) - 1), counts
 
 
 def test_identical_draft_is_accepted_at_temperature(tiny_models):

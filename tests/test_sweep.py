@@ -65,6 +65,7 @@ def test_sweep_threads_and_k_one_table(tiny_models, tmp_path):
     assert doc["kind"] == "sweep" and doc["axes"] == ["threads", "k"]
     assert [(r["threads"], r["k"]) for r in doc["rows"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert all(p["settings"]["k"] == r["k"] for p, r in zip(doc["points"], doc["rows"]))
+    assert doc["meta"]["threads"] == [1, 2]     # what the points ran with, not a placeholder
 
 
 def test_gpu_points_are_skipped_without_offload(tiny_models, tmp_path):

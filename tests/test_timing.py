@@ -15,6 +15,7 @@ from cpuspec.measure import PSI_CPU, NoiseProbe, NoiseSample, noise_reasons, pro
 from cpuspec.report import render_noise
 from cpuspec.schema import read_json
 from cpuspec.summary import noise_report, summarize
+from cpuspec.speculative import generate_raw, generate_speculative
 from cpuspec.stats import bootstrap_speedup_ci, significance
 from fakes import FakeClock, FakeDecoder, target_rule
 
@@ -75,14 +76,31 @@ def test_raw_and_sd_stay_paired():
     assert bootstrap_speedup_ci(paired_units(raw, sd)) == pytest.approx((1.25, 1.25))
 
 
-def test_prediction_from_the_probe_by_hand():
-    probe = {"verify_s": {"1": 0.01, "2": 0.012, "3": 0.014}, "draft_s": 0.002,
-             "target_prefill_s": 0.1, "draft_prefill_s": 0.04, "prompt_tokens": 20}
-    raw, sd = predict_generation_s(probe, [0.5, 0.25], 2, prompt_tokens=10, n_tokens=11)
-    # Prefills scale with the prompt (10 of the probe's 20 tokens): 0.05 and 0.02 s.
-    # Raw: 10 steps of 10 ms. SD: 10 / 1.75 rounds of 2 × 2 ms + 14 ms.
-    assert raw == pytest.approx(0.05 + 0.10)
-    assert sd == pytest.approx(0.05 + 0.02 + 10 / 1.75 * 0.018)
+def test_prediction_from_the_probe_matches_a_scripted_generation():
+    """The expected values are not the formula written out again: the loop itself runs on
+    scripted decoders and a scripted clock (V(n) = 10 + 2 (n − 1) ms, a draft eval 3 ms), the
+    cost probe times the same decoders, and the prediction from the probe must equal the
+    generations' own end-to-end times. The draft always agrees (survival 1, 1 at k = 2), so
+    the 12 tokens after the prefill's are exactly 4 rounds of 3."""
+    def decoders():
+        clock = FakeClock()
+        return (clock, FakeDecoder(target_rule, clock, lambda n: 0.010 + 0.002 * (n - 1)),
+                FakeDecoder(target_rule, clock, lambda n: 0.003))
+
+    prompt = list(range(1, 11))
+    clock, target, draft = decoders()
+    probe = probe_costs(target, draft, prompt, k_max=2, reps=1, clock=clock)
+    clock, target, draft = decoders()
+    sd = generate_speculative(target, draft, prompt, 13, 2, clock=clock)
+    clock, target, _ = decoders()
+    raw = generate_raw(target, prompt, 13, clock=clock)
+    assert [r.n_accepted for r in sd.rounds] == [2, 2, 2, 2]
+    predicted_raw, predicted_sd = predict_generation_s(probe, [1.0, 1.0], 2, len(prompt), 13)
+    assert predicted_raw == pytest.approx(raw.e2e_s)
+    assert predicted_sd == pytest.approx(sd.e2e_s)
+    # A prompt half as long: the prefills are scaled per token, the rounds are not.
+    half_raw, _ = predict_generation_s(probe, [1.0, 1.0], 2, len(prompt) // 2, 13)
+    assert half_raw == pytest.approx(raw.e2e_s - probe["target_prefill_s"] / 2)
 
 
 def test_probe_states_its_conditions_and_times_with_the_given_clock():
