@@ -8,7 +8,11 @@ StaticPolicy drafts k every round. AdaptivePolicy picks k each round from the co
   unlucky early rounds move the mean but not the verdict, because the policy switches
   speculation OFF only when even an optimistic bound (mean + 1.5 sd) says no k pays.
 * Costs (the draft's time per token, the target's decode time per batch size, the draft's
-  catch-up cost per token) are running means from the cost probe on.
+  catch-up cost per token) are running means from the cost probe on. The probe counts as one
+  observation of each batch size, so the first verifies in the loop move it fast; and where
+  the mean says SD pays, the choice of k is optimistic about the batch sizes the loop has not
+  verified yet too (the probe's one timing of a size can be far off), so a k the probe
+  priced too dear gets tried once and priced by the loop.
 * While OFF the counts slowly forget, so the optimistic bound climbs back. Re-entry happens at
   the start of a prompt, where it costs only the draft's prompt prefill, once that bound says
   SD may pay; mid-generation probes happen only where catching the draft up on the skipped
@@ -46,6 +50,13 @@ GENERATION_DECAY = 0.9
 # 1.5-sd bound of the best k predicts a loss; re-enter when the 1-sd bound predicts a gain.
 Z_OFF = 1.5
 Z_ON = 1.0
+# The probe times each batch size once, before any generation, and on a 2-vCPU VM that timing
+# wanders: machine B's probes put V(8) at 266-280 ms where the loop's verifies of 8 took
+# 195-227 ms (adaptive_heldout_q8_0_k7_n64/n128), which made k = 3 look better than k = 7
+# and the policy never tried k = 7. For choosing k, a batch size the loop has not verified yet
+# is priced this fraction below the probe's timing: each is tried once if it might be best,
+# then the loop's own timings (averaged with the probe's) decide.
+COST_PRIOR_SPREAD = 0.25
 SWITCH_OFF_SPEEDUP = 1.0
 # Re-entry (and switching on after a probe) must promise more than it costs: the draft's
 # prompt prefill and the ~8 rounds it takes to learn otherwise, 7-15 % of a 64-128-token
@@ -91,6 +102,7 @@ class AdaptivePolicy:
         if self.k_max < 1 or any(n not in self.verify_s for n in range(1, self.k_max + 2)):
             raise ValueError("need k_max ≥ 1 and verify times for 1..k_max+1 tokens")
         self.verify_s = dict(self.verify_s)
+        self.verified = {n: 0 for n in self.verify_s}   # the loop's verifies of n tokens
         # Decayed counts, per draft position i: rounds that reached it (drafts 1..i-1 accepted,
         # i drafted), and rounds in which it was accepted too.
         self.drafted = [0.0] * self.k_max
@@ -129,10 +141,16 @@ class AdaptivePolicy:
 
     # --- decisions ----------------------------------------------------------------------------
 
-    def best(self, z: float = 0.0) -> tuple[int, float]:
+    def best(self, z: float = 0.0, explore_costs: bool = False) -> tuple[int, float]:
         """The k ≥ 1 with the best predicted speedup (mean survival, or its bound at z), and
-        that speedup; below 1.0 when no draft length pays."""
-        return best_draft_length(self._survival(z), self.draft_s, self.verify_s)
+        that speedup; below 1.0 when no draft length pays. explore_costs: each V(n) at its
+        optimistic bound until the loop has verified n once (COST_PRIOR_SPREAD), for choosing k
+        only."""
+        verify = self.verify_s if not explore_costs else {
+            n: v * (1.0 - COST_PRIOR_SPREAD) if not self.verified.get(n) else v
+            for n, v in self.verify_s.items()}
+        verify[1] = self.verify_s[1]   # plain decoding, the yardstick, is what it is
+        return best_draft_length(self._survival(z), self.draft_s, verify)
 
     def costs_rule_out(self) -> bool:
         """True when no k pays even if every draft were accepted."""
@@ -202,12 +220,14 @@ class AdaptivePolicy:
             reason = "on" if self.on else "off"
         if self.on:
             # Where the mean says SD pays: optimism in the face of uncertainty, the best k
-            # under the 1-sd bound, so that a draft position rarely tried (its interval still
-            # wide) gets tried again; with evidence the bound meets the mean. Where the mean
+            # under the 1-sd bound and the batch sizes' optimistic costs, so that a draft
+            # position rarely tried (its interval still wide) or a verify size never timed in
+            # the loop gets tried; with evidence the bounds meet the means. Where the mean
             # says it loses but the evidence is thin: the mean's least bad k, the cheapest way
             # to find out.
             k_mean, _ = self.best()
-            choice = self.best(Z_ON)[0] if s_mean >= SWITCH_ON_SPEEDUP else k_mean
+            choice = self.best(Z_ON, explore_costs=True)[0] \
+                if s_mean >= SWITCH_ON_SPEEDUP else k_mean
         elif self.probes_pay() and self.steps_off >= PROBE_EVERY_STEPS * (
                 COSTS_RULE_OUT_PROBE_FACTOR if self.costs_rule_out() else 1) and (
                 s_opt > PROBE_SWITCH_ON_SPEEDUP or self.costs_rule_out()):
@@ -254,4 +274,8 @@ class AdaptivePolicy:
             self.draft_s += w * (r.draft_s / r.k - self.draft_s)
         self._after_off = False
         self.steps_off = 0
-        self.verify_s[r.k + 1] += w * (r.verify_s - self.verify_s[r.k + 1])
+        # the probe's timing counts as one observation of this batch size, then a running mean
+        n = r.k + 1
+        self.verified[n] = self.verified.get(n, 0) + 1
+        w_n = max(w, 1.0 / (self.verified[n] + 1))
+        self.verify_s[n] += w_n * (r.verify_s - self.verify_s[n])

@@ -1,4 +1,6 @@
 """The adaptive draft-length controller on scripted costs and acceptance, and in the loop."""
+from pathlib import Path
+
 import pytest
 
 from cpuspec.policy import PROBE_EVERY_STEPS, PROBE_K, AdaptivePolicy, StaticPolicy
@@ -261,3 +263,25 @@ def test_a_long_prompt_with_a_short_answer_is_not_read_by_the_draft():
     # and without the prices (0: not given) it speculates as before
     p.new_generation()
     assert feed(p, 1, True, pays)[0] > 0
+
+
+def test_a_k_the_probe_priced_too_dear_is_tried_and_kept(monkeypatch):
+    """Machine B's recorded probe (held-out run, 128 tokens) timed V(8) at 280 ms; the loop's
+    verifies of 8 took 227 ms. At the probe's costs k = 3 looks best, at the loop's k = 7 is
+    (every draft kept: 1.88× against 1.69×). The policy tries the batch size it has not
+    verified, learns its cost from the loop, and keeps k = 7; without that optimism it never
+    tries it."""
+    from cpuspec import policy
+    from cpuspec.records import CostProbe
+    from cpuspec.schema import read_json
+    probe = CostProbe.of(read_json(Path(__file__).parent.parent / "bench" / "results" /
+                                   "epyc-family25-model17" /
+                                   "adaptive_heldout_q8_0_k7_n128.json")["cost_probe"])
+    prior = dict(draft_s=probe.draft_s, verify_s={n: probe.verify_s[n] for n in range(1, 9)})
+    loop = dict(prior, verify_s={**prior["verify_s"], 8: 0.227})
+    assert AdaptivePolicy(k_max=7, **prior).best()[0] == 3
+    ks = feed(AdaptivePolicy(k_max=7, **prior), 60, True, loop)
+    assert ks[-10:] == [7] * 10
+    monkeypatch.setattr(policy, "COST_PRIOR_SPREAD", 0.0)
+    ks = feed(AdaptivePolicy(k_max=7, **prior), 60, True, loop)
+    assert 7 not in ks
