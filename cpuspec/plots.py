@@ -270,8 +270,11 @@ def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None 
     def save(fig, stem: str, text: str = cap) -> None:
         text = wrap_caption((f"{title}\n" if title else "") + text, fig.get_figwidth())
         fig.text(0.01, 0.01, text, fontsize=7, va="bottom", ha="left", color="0.3")
-        lines = text.count("\n") + 1
-        fig.tight_layout(rect=(0, min(0.012 + 0.11 * lines / fig.get_figheight(), 0.5), 1, 1))
+        # a 7-point line is 0.117 in high (line spacing 1.2); a long caption makes the figure
+        # taller rather than squeezing the axes into it (at most 45 % of the height is caption)
+        needed = 0.05 + 0.12 * (text.count("\n") + 1)
+        fig.set_figheight(max(fig.get_figheight(), needed / 0.45))
+        fig.tight_layout(rect=(0, needed / fig.get_figheight(), 1, 1))
         for ext in ("png", "svg"):
             path = out_dir / f"{stem}.{ext}"
             fig.savefig(path, dpi=120)
