@@ -18,6 +18,14 @@ if [ "$PART" != adaptive ]; then
   # 8 k tokens again after every prompt whose output differed, since fixed)
   cpuspec bench $D --target "$T8" --draft "$D4" -k 7 --depth 0,1024,4096 \
     --json $R/depth_q8_0_k7.json > $R/depth_q8_0_k7.txt
+  # 8 k on its own (a later session); `cpuspec plot` joins it to the sweep's line
+  cpuspec bench $D --target "$T8" --draft "$D4" -k 7 --depth 8192 \
+    --json $R/depth_q8_0_k7_8k.json > $R/depth_q8_0_k7_8k.txt
+  # tune's prediction of the same pick at each depth, from its cost curves there and the
+  # acceptance of its choosing prompts at depth 0 (no confirmation runs)
+  cpuspec tune --targets qwen2.5-coder-1.5b-q8_0 --drafts qwen2.5-coder-0.5b-q4_0 \
+    --tasks json,code --k-max 7 --depths 0,1024,4096 --no-confirm --threads 2 --no-save \
+    --json $R/tune_depths_q8_0.json > $R/tune_depths_q8_0.txt
 fi
 if [ "$PART" != depth ]; then
   A="--target $T8 --draft $D4 -k 7 --policy static,adaptive --threads 2 --no-save"
