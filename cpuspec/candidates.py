@@ -261,12 +261,38 @@ def predict_at_depths(cfg: BenchConfig, chosen: dict[str, Option], depths: list[
                        None)
             if row:
                 rows.append({"depth": depth, "predicted_speedup": row["predicted_speedup"]})
-        pays = [r["predicted_speedup"] > 1.0 for r in rows]
-        turn = next((r["depth"] for r, p, q in zip(rows[1:], pays[1:], pays) if p != q), None)
         out[task] = {"candidate": cand.name, "k": option.k, "by_depth": rows,
-                     "crossover_depth": turn,
-                     "crossover": None if turn is None else
-                     ("stops paying" if pays[0] else "starts paying"),
+                     **crossover(rows, "predicted_speedup"),
                      "predicted_from": "cost curve at each depth + the choosing runs' "
                                        "acceptance at depth 0"}
     return out
+
+
+def crossover(rows: list[dict], key: str) -> dict:
+    """The first depth where rows[key] crosses 1.0, and which way."""
+    pays = [r[key] > 1.0 for r in rows]
+    turn = next((r["depth"] for r, p, q in zip(rows[1:], pays[1:], pays) if p != q), None)
+    return {"crossover_depth": turn,
+            "crossover": None if turn is None else ("stops paying" if pays[0] else
+                                                    "starts paying")}
+
+
+def calibrate_depths(depth_predictions: dict, recommendations: dict) -> None:
+    """Where a task's SD answer was confirmed (depth 0, the other prompts), each depth's
+    prediction is scaled by confirmed ÷ predicted at depth 0: the choosing prompts' optimism,
+    as the confirm prompts measured it, taken out. The crossover is then read from the scaled
+    figures. Inputs: the cost curves at each depth, the choosing runs' acceptance and the
+    confirmation at depth 0; nothing measured at a depth above 0."""
+    for task, d in depth_predictions.items():
+        best = (recommendations.get(task) or {}).get("best_sd") or {}
+        measured = (best.get("confirmed") or {}).get("measured_speedup")
+        at_0 = next((r["predicted_speedup"] for r in d["by_depth"] if r["depth"] == 0),
+                    best.get("predicted_speedup"))
+        if not measured or not at_0 or best.get("k") != d["k"]:
+            continue
+        scale = measured / at_0
+        for r in d["by_depth"]:
+            r["calibrated_speedup"] = r["predicted_speedup"] * scale
+        d.update(calibration=scale, **crossover(d["by_depth"], "calibrated_speedup"),
+                 predicted_from=d["predicted_from"] + ", scaled by confirmed ÷ predicted "
+                                                      "at depth 0")

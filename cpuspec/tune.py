@@ -36,8 +36,9 @@ import time
 from typing import Callable
 
 from .bench import BenchConfig, run_bench
-from .candidates import (Candidate, Option, PILOT_TOKENS, drafter_key, pilot_rank, pooled_probe,
-                         predict_at_depths, predictions, rank_candidates, run_pilots)
+from .candidates import (Candidate, Option, PILOT_TOKENS, calibrate_depths, drafter_key,
+                         pilot_rank, pooled_probe, predict_at_depths, predictions,
+                         rank_candidates, run_pilots)
 from .costs import round_terms
 from .predict import replay_inputs
 from .stats import speedup_stats
@@ -339,6 +340,7 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
     if depths:
         doc["depth_predictions"] = predict_at_depths(cfg, chosen, depths, k_max, log,
                                                      over_budget)
+        calibrate_depths(doc["depth_predictions"], doc["recommendations"])
         update()
     doc["complete"] = True
     return doc

@@ -51,6 +51,16 @@ def _audit(c: dict) -> str:
     return f"{c['audit']['identical']}/{c['audit']['n']}" if c.get("audit") else "-"
 
 
+def _depth_value(row: dict) -> float:
+    return row.get("calibrated_speedup", row["predicted_speedup"])
+
+
+def _depth_cell(row: dict) -> str:
+    if "calibrated_speedup" in row:
+        return f"{row['predicted_speedup']:.2f} → {row['calibrated_speedup']:.2f}"
+    return f"{row['predicted_speedup']:.2f}"
+
+
 def render_tune(doc: dict) -> str:
     from tabulate import tabulate
     ppl = doc.get("target_perplexity", {})
@@ -154,15 +164,20 @@ def render_tune(doc: dict) -> str:
         out += ["", "SD at depth, predicted (" + next(iter(depth.values()))["predicted_from"]
                 + "; `cpuspec bench --depth` measures it):",
                 tabulate([[task, d["candidate"], d["k"],
-                           *[next((f"{r['predicted_speedup']:.2f}" for r in d["by_depth"]
-                                   if r["depth"] == x), "-") for x in ds],
+                           *[next((_depth_cell(r) for r in d["by_depth"] if r["depth"] == x),
+                                  "-") for x in ds],
                            f"{d['crossover']} at {d['crossover_depth']}" if d["crossover"]
                            else "-" if not d["by_depth"] else "pays at every depth"
-                           if d["by_depth"][0]["predicted_speedup"] > 1 else "pays at no depth"]
+                           if _depth_value(d["by_depth"][0]) > 1 else "pays at no depth"]
                           for task, d in depth.items()],
                          headers=["task", "target + draft", "k",
                                   *[f"×raw at {x}" for x in ds], "crossover"],
                          disable_numparse=True)]
+        if any("calibration" in d for d in depth.values()):
+            out.append("(a → b: a from the choosing prompts; b = a × confirmed ÷ predicted at "
+                       "depth 0, " + ", ".join(f"{t} {d['calibration']:.2f}" for t, d in
+                                               depth.items() if "calibration" in d)
+                       + "; the crossover is read from b)")
     if doc.get("skipped_for_budget"):
         out.append("skipped for the budget: " + "; ".join(doc["skipped_for_budget"]))
     return "\n".join(out + lines)
