@@ -337,3 +337,32 @@ def test_one_curve_per_model_makes_two_tunes_agree(name):
     own = best(own=True)
     assert [own[t][0] for t in ("json", "code")] == [
         f"qwen2.5-coder-1.5b-q8_0 + {p}qwen2.5-coder-0.5b-q4_0" for p in printed]
+
+
+def test_calibrated_depth_predictions_come_closer_to_the_measured_depths():
+    """Machine B's recorded tune with --depths and confirmation, against the bench's measured
+    depth sweep of the same configuration (other runs, other prompts): at 4 k tokens the
+    predictions scaled by confirmed ÷ predicted at depth 0 lie nearer what was measured than
+    the choosing prompts' own, for each task, and code's crossover is found."""
+    import copy
+
+    from cpuspec.candidates import calibrate_depths
+    from cpuspec.schema import read_json
+    from cpuspec.summary import summarize
+    results = Path(__file__).parent.parent / "bench" / "results" / "epyc-family25-model17"
+    doc = read_json(results / "tune_depths_q8_0_confirmed.json")
+    depths = copy.deepcopy(doc["depth_predictions"])
+    for d in depths.values():           # as predict_at_depths left them
+        for r in d["by_depth"]:
+            r.pop("calibrated_speedup")
+        d.pop("calibration")
+    calibrate_depths(depths, doc["recommendations"])
+    sweep = read_json(results / "depth_q8_0_k7.json")
+    at_4k = summarize(next(p for p in sweep["points"] if p["settings"]["depth"] == 4096))
+    for task in ("json", "code"):
+        row = next(r for r in depths[task]["by_depth"] if r["depth"] == 4096)
+        measured = at_4k[task]["sd_speedup"]
+        assert abs(row["calibrated_speedup"] - measured) < abs(row["predicted_speedup"]
+                                                               - measured) / 2
+    assert (depths["code"]["crossover"], depths["code"]["crossover_depth"]) == \
+        ("stops paying", 4096)
