@@ -146,10 +146,10 @@ class AdaptivePolicy:
         that speedup; below 1.0 when no draft length pays. explore_costs: each V(n) at its
         optimistic bound until the loop has verified n once (COST_PRIOR_SPREAD), for choosing k
         only."""
-        verify = self.verify_s if not explore_costs else {
-            n: v * (1.0 - COST_PRIOR_SPREAD) if not self.verified.get(n) else v
-            for n, v in self.verify_s.items()}
-        verify[1] = self.verify_s[1]   # plain decoding, the yardstick, is what it is
+        verify = self.verify_s
+        if explore_costs:   # V(1), plain decoding, is the yardstick: never discounted
+            verify = {n: v * (1.0 - COST_PRIOR_SPREAD) if n > 1 and not self.verified.get(n)
+                      else v for n, v in self.verify_s.items()}
         return best_draft_length(self._survival(z), self.draft_s, verify)
 
     def costs_rule_out(self) -> bool:
