@@ -7,6 +7,7 @@ from typing import Callable
 
 from .costs import (KChoice, predict_generation_s, predict_parallel_generation_s,
                     predict_rounds_generation_s, round_terms)
+from .records import CostProbe, RecordError
 from .speculative import ROUND_FIELDS
 
 
@@ -17,11 +18,20 @@ def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict
     the cost model, not the acceptance: PREDICTED_FROM), applied to the prompts
     and token counts the run had, for the serial or the parallel schedule. None when the probe
     lacks a batch size."""
-    if str(k + 1) not in probe.get("verify_s", {}):
+    costs = _costs(probe)
+    if costs is None or k + 1 not in costs.verify_s:
         return None
     predict = predict_parallel_generation_s if parallel else predict_generation_s
     return _speedup_over_runs(probe, sd, lambda prompt_tokens, n_tokens: predict(
-        probe, survival, k, prompt_tokens, n_tokens))
+        costs, survival, k, prompt_tokens, n_tokens))
+
+
+def _costs(probe: dict) -> CostProbe | None:
+    """The probe read once for every prompt it prices (None: it has no V(n) to price with)."""
+    try:
+        return CostProbe.of(probe)
+    except RecordError:
+        return None
 
 
 # What each prediction uses, printed and stored beside it.
@@ -64,11 +74,12 @@ def predict_from_rounds(probe: dict, k: int, sd: list[dict]) -> tuple[float, str
     """The prediction for drafters with a varying number of drafts per round (lookup, hybrid):
     the probe's costs applied to the recorded rounds replayed at k (costs.py)."""
     rounds, share, catchup = replay_inputs(sd)
-    if not rounds or any(str(min(j, k) + 1) not in probe.get("verify_s", {})
-                         for j, _, _ in rounds):
+    costs = _costs(probe)
+    if not rounds or costs is None or any(min(j, k) + 1 not in costs.verify_s
+                                          for j, _, _ in rounds):
         return None
     return _speedup_over_runs(probe, sd, lambda prompt_tokens, n_tokens:
-                              predict_rounds_generation_s(probe, rounds, k, prompt_tokens,
+                              predict_rounds_generation_s(costs, rounds, k, prompt_tokens,
                                                           n_tokens, share, catchup))
 
 
@@ -77,11 +88,12 @@ def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int) -> tuple[int, li
     speedup a ÷ (1 + α + β) from the recorded rounds replayed at k (no i.i.d. break-even
     acceptance: their acceptance is not one rate)."""
     rounds, share, catchup = replay_inputs(sd)
+    costs = CostProbe.of(probe)
     table = [KChoice(0, 1.0, 1.0, None)]
     for k in range(1, k_max + 1):
         if not rounds:
             break
-        a, alpha, beta = round_terms(probe, rounds, k, share, catchup)
+        a, alpha, beta = round_terms(costs, rounds, k, share, catchup)
         table.append(KChoice(k, a, a / (1.0 + alpha + beta), None))
     best = max(table, key=lambda c: c.predicted_speedup)
     return best.k, table

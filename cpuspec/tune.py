@@ -41,6 +41,7 @@ from .candidates import (Candidate, Option, PILOT_TOKENS, calibrate_depths, draf
                          rank_candidates, run_pilots)
 from .costs import round_terms
 from .predict import replay_inputs
+from .records import CostProbe
 from .stats import speedup_stats
 from .summary import OVERALL, summarize
 from .tasks import ALL_TASKS
@@ -175,7 +176,7 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
             firsts.setdefault(p.task, p)
         pilot_prompts = list(firsts.values())
         pilots = run_pilots(base, candidates, ranking, pilot_prompts, k_max, log)
-        ref_v1 = next(r["_probe"]["verify_s"]["1"] for c, r in zip(candidates, ranking)
+        ref_v1 = next(CostProbe.of(r["_probe"]).t for c, r in zip(candidates, ranking)
                       if c.target.spec.name == candidates[0].target.spec.name)
         doc["pilot_prompts"] = [p.prompt_id for p in pilot_prompts]
         doc["pilot_tokens"] = PILOT_TOKENS
