@@ -42,10 +42,6 @@ class CostProbe:
         """T = V(1), a plain decode: the unit every cost is stated in."""
         return self.verify_s[1]
 
-    @property
-    def max_n(self) -> int:
-        return max(self.verify_s)
-
     def prefill_s_per_token(self) -> float:
         """The draft's prefill time per prompt token (0 when the probe did not time it)."""
         return self.draft_prefill_s / self.prompt_tokens if self.prompt_tokens else 0.0
@@ -55,12 +51,6 @@ class CostProbe:
         (0 for probes without prefill timings)."""
         per = prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
         return self.target_prefill_s * per, self.draft_prefill_s * per
-
-    def with_draft_costs(self, draft_s: float, catchup_s: float,
-                         draft_prefill_s: float) -> "CostProbe":
-        return CostProbe(self.verify_s, draft_s, catchup_s, self.target_prefill_s,
-                         draft_prefill_s, self.prompt_tokens, self.position, self.reps,
-                         self.verify_samples_s, self.draft_samples_s, self.catchup_samples_s)
 
     @classmethod
     def of(cls, probe: "CostProbe | dict") -> "CostProbe":
