@@ -15,12 +15,15 @@ StaticPolicy drafts k every round. AdaptivePolicy picks k each round from the co
   priced too dear gets tried once and priced by the loop.
 * While OFF the counts slowly forget, so the optimistic bound climbs back. Re-entry happens at
   the start of a prompt, where it costs only the draft's prompt prefill, once that bound says
-  SD may pay; mid-generation probes happen only where catching the draft up on the skipped
-  tokens is cheap.
+  SD may pay and the plain decoding since the switch-off pays for the try (what the last
+  losing stretch cost is at most REENTRY_BUDGET of it); mid-generation probes happen only
+  where catching the draft up on the skipped tokens is cheap.
 * The draft's prompt prefill is priced before a generation speculates: where reading the
   unread prompt would cost the draft more than the predicted gain over the answer's tokens
   can save (a long input, a short answer), the generation runs plain and the draft never
-  reads it; what the task learned is kept for the next prompt.
+  reads it; what the task learned is kept for the next prompt. Where the mean prices it out
+  but the optimistic bound pays it back, the prompt is tried (explored): otherwise a task
+  whose first inputs are long would never learn that SD pays on it.
 * Every decision is logged in `trace` (k, mean and optimistic predicted speedup, reason) for
   the results file.
 """
@@ -64,6 +67,13 @@ SWITCH_OFF_SPEEDUP = 1.0
 # per-position acceptance and costs of the Q4_0 pair's built-in-suite run, bench/README.md),
 # and confirmed on held-out prompts (bench/prompts_heldout.jsonl) in a real run.
 SWITCH_ON_SPEEDUP = 1.15
+# Re-entry is an experiment with a price: a task that lost before loses again while the
+# policy relearns (machine B, held-out story prompts: ~7 rounds at 0.9x, 2 % of each 64-token
+# prompt, on every prompt). A task that was switched off re-enters only once the plain decoding
+# since is large enough that what the last losing stretch cost (its measured loss, plus the
+# draft's prefill of this prompt) is at most this fraction of it: checking again costs a task
+# where SD loses at most ~this much.
+REENTRY_BUDGET = 0.03
 # After a probe the draft has caught up already: switching on costs nothing more.
 PROBE_SWITCH_ON_SPEEDUP = 1.0
 # ... or when the mean predicts a loss at every k after this many (decayed) rounds of evidence:
@@ -114,6 +124,10 @@ class AdaptivePolicy:
         self._unread, self._budget = 0, 0   # this generation: prompt tokens, answer tokens
         self._plain_generation = False      # priced out: no drafting in this generation
         self._plain_figures = [1.0, 1.0]    # ... and the predictions that priced it out
+        # Seconds lost to speculation lately against plain decoding at V(1) (a running sum
+        # floored at 0: a stretch that paid cancels earlier losses), the loss of the stretch
+        # that ended in the last switch-off, and the plain decoding since then.
+        self._loss_s, self._reentry_cost_s, self._plain_off_s = 0.0, 0.0, 0.0
 
     # --- acceptance ---------------------------------------------------------------------------
 
@@ -174,6 +188,17 @@ class AdaptivePolicy:
         """Catching the draft up after plain steps is cheap enough to probe mid-generation."""
         return self.catchup_s <= PROBE_BUDGET * self.verify_s[1]
 
+    def reentry_affordable(self) -> bool:
+        """The plain decoding since the last switch-off pays for trying again: what the last
+        losing stretch cost, plus the draft's prefill of this prompt, is at most REENTRY_BUDGET
+        of it."""
+        return REENTRY_BUDGET * self._plain_off_s >= \
+            self._reentry_cost_s + self._unread * self.prefill_s
+
+    def _switch_off(self) -> None:
+        self.on, self.steps_off = False, 0
+        self._reentry_cost_s, self._plain_off_s, self._loss_s = self._loss_s, 0.0, 0.0
+
     def prefill_outweighs_gain(self, speedup: float) -> bool:
         """At a generation's start: the draft's prefill of the unread prompt costs more than a
         decode `speedup` saves over the answer's max_tokens, (1 − 1/speedup)·max_tokens·V(1)."""
@@ -194,7 +219,18 @@ class AdaptivePolicy:
         _, s_opt = self.best(Z_OFF if self.on else Z_ON)
         starting, self._new_generation = self._new_generation, False
         probed, self._probed = self._probed, False
+        explore = ""
         if starting and self.on and self.prefill_outweighs_gain(s_mean):
+            # The mean prices the prefill out; the optimistic bound (acceptance at its 1-sd
+            # bound, unverified batch sizes at theirs) may not: then this prompt is tried, for
+            # what is learned serves the task's next prompts, and the loss is bounded by the
+            # evidence (a losing task switches off within ~8 rounds and its bound then prices
+            # the next long input out).
+            s_explore = self.best(Z_ON, explore_costs=True)[1]
+            if not self.prefill_outweighs_gain(s_explore):
+                explore = (f"explore: the prefill of {self._unread} tokens is paid back if "
+                           f"the decode reaches its optimistic {s_explore:.2f}×")
+        if starting and self.on and self.prefill_outweighs_gain(s_mean) and not explore:
             self._plain_generation = True
             self._plain_figures = [round(s_mean, 4), round(s_opt, 4)]
             self.history.append(0)
@@ -204,20 +240,22 @@ class AdaptivePolicy:
                                f"{self._budget} tokens"])
             return 0
         if self.costs_rule_out():
-            self.on, reason = False, "off: even 100 % acceptance cannot pay at these costs"
+            if self.on:
+                self._switch_off()
+            reason = "off: even 100 % acceptance cannot pay at these costs"
         elif self.on and s_opt < SWITCH_OFF_SPEEDUP:
-            self.on, self.steps_off = False, 0
+            self._switch_off()
             reason = "switched off: the optimistic bound predicts a loss at every k"
         elif self.on and s_mean < SWITCH_OFF_SPEEDUP and self.drafted[0] >= MIN_EVIDENCE_ROUNDS:
-            self.on, self.steps_off = False, 0
+            self._switch_off()
             reason = "switched off: the mean of enough rounds predicts a loss at every k"
         elif not self.on and starting and s_opt > SWITCH_ON_SPEEDUP and \
-                not self.prefill_outweighs_gain(s_opt):
+                not self.prefill_outweighs_gain(s_opt) and self.reentry_affordable():
             self.on, reason = True, "re-entry at a new prompt: the optimistic bound pays"
         elif not self.on and probed and s_mean > PROBE_SWITCH_ON_SPEEDUP:
             self.on, reason = True, "switched on: a probe showed that SD pays"
         else:
-            reason = "on" if self.on else "off"
+            reason = explore or ("on" if self.on else "off")
         if self.on:
             # Where the mean says SD pays: optimism in the face of uncertainty, the best k
             # under the 1-sd bound and the batch sizes' optimistic costs, so that a draft
@@ -246,6 +284,7 @@ class AdaptivePolicy:
             self._steps_before = self.steps_off
             if not self.on:
                 self._decay(OFF_STEP_DECAY)
+                self._plain_off_s += r.verify_s
             # A plain step measures only V(1). A change in it while the other costs go unseen is
             # the whole machine speeding up or slowing down (other load, clocks), which scales
             # every phase alike: rescale them all, so c and β stay as last measured and a slow
@@ -256,6 +295,9 @@ class AdaptivePolicy:
             self.catchup_s *= factor
             self._after_off = True
             return
+        # what this round cost beyond plain decoding of the tokens it gave
+        self._loss_s = max(0.0, self._loss_s + r.draft_s + r.verify_s
+                           - (r.n_accepted + 1) * self.verify_s[1])
         if not self.on and r.n_accepted == r.k:
             # A probe that kept every draft while the task was off: the regime may have
             # changed, so the old evidence against SD counts for less.
