@@ -27,12 +27,24 @@ if [ "$PART" != adaptive ]; then
     --tasks json,code --k-max 7 --depths 0,1024,4096 --no-confirm --threads 2 --no-save \
     --json $R/tune_depths_q8_0.json > $R/tune_depths_q8_0.txt
 fi
+# adaptive NAME ARGS...: one run into $R/NAME$TAG.{json,txt}; an existing result is never
+# overwritten (give the rerun a TAG, the third argument: bench/run_depth.sh B adaptive v3)
+TAG=${3:+_$3}
+adaptive() {
+  local out=$R/$1$TAG; shift
+  if [ -e "$out.json" ] || [ -e "$out.txt" ]; then
+    echo "run_depth.sh: $out.json exists; give this rerun a tag (third argument)" >&2; exit 2
+  fi
+  cpuspec bench --target "$T8" --draft "$D4" -k 7 --policy static,adaptive --threads 2 \
+    --no-save "$@" --json "$out.json" > "$out.txt"
+}
 if [ "$PART" != depth ]; then
-  A="--target $T8 --draft $D4 -k 7 --policy static,adaptive --threads 2 --no-save"
-  for n in 64 128; do
-    cpuspec bench $A --tasks long-edit,long-explain,long-doc --max-tokens $n \
-      --json $R/adaptive_long_q8_0_k7_n$n.json > $R/adaptive_long_q8_0_k7_n$n.txt
-    cpuspec bench $A --prompts bench/prompts_heldout.jsonl --max-tokens $n \
-      --json $R/adaptive_heldout_q8_0_k7_n$n.json > $R/adaptive_heldout_q8_0_k7_n$n.txt
+  for n in 128 64; do
+    adaptive adaptive_long_q8_0_k7_n$n --tasks long-edit,long-explain,long-doc --max-tokens $n
+    adaptive adaptive_heldout_q8_0_k7_n$n --prompts bench/prompts_heldout.jsonl --max-tokens $n
+    # the second held-out set, 8 prompts per task, written after the first had shaped the
+    # policy's prefill exploration and re-entry budget
+    adaptive adaptive_heldout2_q8_0_k7_n$n --prompts bench/prompts_heldout2.jsonl \
+      --max-tokens $n
   done
 fi
