@@ -74,6 +74,15 @@ SWITCH_ON_SPEEDUP = 1.15
 # draft's prefill of this prompt) is at most this fraction of it: checking again costs a task
 # where SD loses at most ~this much.
 REENTRY_BUDGET = 0.03
+# V(1), plain decoding, is the yardstick every prediction is measured against, and only a
+# plain step times it. Plain steps while OFF rescale every cost (a change of machine speed),
+# so a slow spell while off leaves every cost high; when speculation resumes, its rounds time
+# V(n) and the draft again, but V(1) stays as the slow spell left it and SD looks better than
+# it is (machine B, held-out story at 128 tokens: V(1) 84 ms against the loop's 68 ms, and
+# k = 2 kept on at 0.9x for three prompts). So while ON, one round in this many is a plain
+# step, and a plain step right after an SD round moves V(1) alone, by this weight.
+V1_REFRESH_ROUNDS = 16
+V1_REFRESH_WEIGHT = 0.5
 # After a probe the draft has caught up already: switching on costs nothing more.
 PROBE_SWITCH_ON_SPEEDUP = 1.0
 # ... or when the mean predicts a loss at every k after this many (decayed) rounds of evidence:
@@ -128,6 +137,7 @@ class AdaptivePolicy:
         # floored at 0: a stretch that paid cancels earlier losses), the loss of the stretch
         # that ended in the last switch-off, and the plain decoding since then.
         self._loss_s, self._reentry_cost_s, self._plain_off_s = 0.0, 0.0, 0.0
+        self._sd_rounds = 0    # SD rounds since the last plain step
 
     # --- acceptance ---------------------------------------------------------------------------
 
@@ -221,24 +231,23 @@ class AdaptivePolicy:
         probed, self._probed = self._probed, False
         explore = ""
         if starting and self.on and self.prefill_outweighs_gain(s_mean):
-            # The mean prices the prefill out; the optimistic bound (acceptance at its 1-sd
-            # bound, unverified batch sizes at theirs) may not: then this prompt is tried, for
-            # what is learned serves the task's next prompts, and the loss is bounded by the
-            # evidence (a losing task switches off within ~8 rounds and its bound then prices
-            # the next long input out).
+            # The mean prices the prefill out. If the optimistic bound (acceptance at its 1-sd
+            # bound, unverified batch sizes at theirs) pays it back, the prompt is tried: what
+            # is learned serves the task's next prompts, and the evidence bounds the loss (a
+            # losing task switches off within ~8 rounds, and its bound then prices the next
+            # long input out). Otherwise the whole generation runs plain.
             s_explore = self.best(Z_ON, explore_costs=True)[1]
-            if not self.prefill_outweighs_gain(s_explore):
-                explore = (f"explore: the prefill of {self._unread} tokens is paid back if "
-                           f"the decode reaches its optimistic {s_explore:.2f}×")
-        if starting and self.on and self.prefill_outweighs_gain(s_mean) and not explore:
-            self._plain_generation = True
-            self._plain_figures = [round(s_mean, 4), round(s_opt, 4)]
-            self.history.append(0)
-            self.trace.append([0, round(s_mean, 4), round(s_opt, 4),
-                               f"plain for this prompt: the draft's prefill of {self._unread} "
-                               f"tokens costs more than a {s_mean:.2f}× decode saves on "
-                               f"{self._budget} tokens"])
-            return 0
+            if self.prefill_outweighs_gain(s_explore):
+                self._plain_generation = True
+                self._plain_figures = [round(s_mean, 4), round(s_opt, 4)]
+                self.history.append(0)
+                self.trace.append([0, round(s_mean, 4), round(s_opt, 4),
+                                   f"plain for this prompt: the draft's prefill of "
+                                   f"{self._unread} tokens costs more than a {s_mean:.2f}× "
+                                   f"decode saves on {self._budget} tokens"])
+                return 0
+            explore = (f"explore: the prefill of {self._unread} tokens is paid back if the "
+                       f"decode reaches its optimistic {s_explore:.2f}×")
         if self.costs_rule_out():
             if self.on:
                 self._switch_off()
@@ -266,6 +275,8 @@ class AdaptivePolicy:
             k_mean, _ = self.best()
             choice = self.best(Z_ON, explore_costs=True)[0] \
                 if s_mean >= SWITCH_ON_SPEEDUP else k_mean
+            if self._sd_rounds >= V1_REFRESH_ROUNDS:
+                choice, reason = 0, "plain step: V(1), the yardstick, timed again"
         elif self.probes_pay() and self.steps_off >= PROBE_EVERY_STEPS * (
                 COSTS_RULE_OUT_PROBE_FACTOR if self.costs_rule_out() else 1) and (
                 s_opt > PROBE_SWITCH_ON_SPEEDUP or self.costs_rule_out()):
@@ -282,9 +293,15 @@ class AdaptivePolicy:
         if r.k == 0:
             self.steps_off += 1
             self._steps_before = self.steps_off
+            self._after_off = True
             if not self.on:
                 self._decay(OFF_STEP_DECAY)
                 self._plain_off_s += r.verify_s
+            if self._sd_rounds:
+                # right after SD rounds the other costs are fresh: only the yardstick moves
+                self._sd_rounds = 0
+                self.verify_s[1] += V1_REFRESH_WEIGHT * (r.verify_s - self.verify_s[1])
+                return
             # A plain step measures only V(1). A change in it while the other costs go unseen is
             # the whole machine speeding up or slowing down (other load, clocks), which scales
             # every phase alike: rescale them all, so c and β stay as last measured and a slow
@@ -293,8 +310,8 @@ class AdaptivePolicy:
             self.verify_s = {n: v * factor for n, v in self.verify_s.items()}
             self.draft_s *= factor
             self.catchup_s *= factor
-            self._after_off = True
             return
+        self._sd_rounds += 1
         # what this round cost beyond plain decoding of the tokens it gave
         self._loss_s = max(0.0, self._loss_s + r.draft_s + r.verify_s
                            - (r.n_accepted + 1) * self.verify_s[1])

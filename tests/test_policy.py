@@ -13,11 +13,14 @@ CPU_LIKE = dict(draft_s=0.6 * T, verify_s={n: T * (1 + 0.475 * (n - 1)) for n in
 
 
 def feed(policy, n_rounds, accept_all, cost):
-    """Play n rounds: the chosen k, accepted all or none, at the policy's own cost figures."""
+    """Play n rounds: the chosen k, accepted all or none, at the policy's own cost figures.
+    The plain steps that time V(1) again while on are played but not listed: they are not a
+    decision about speculating (test_v1_is_timed_again_while_on counts them)."""
     ks = []
     for _ in range(n_rounds):
         k = policy.next_k()
-        ks.append(k)
+        if not policy.trace[-1][3].startswith("plain step"):
+            ks.append(k)
         acc = k if accept_all else 0
         policy.observe(RoundStats(k, acc, acc + 1, k * cost["draft_s"],
                                   cost["verify_s"][k + 1], 0.0))
@@ -148,6 +151,11 @@ def cost_of(ks, cost):
     return sum(k * cost["draft_s"] + cost["verify_s"][k + 1] for k in ks)
 
 
+def decisions(policy, n_rounds):
+    """The k of the last n rounds without the plain steps that time V(1) again while on."""
+    return [t[0] for t in policy.trace[-n_rounds:] if not t[3].startswith("plain step")]
+
+
 def play(policy, accepts, cost):
     """accepts[i]: True = every draft of round i accepted, False = none. Returns ks, tokens."""
     ks, tokens = [], 0
@@ -191,10 +199,11 @@ def test_follows_acceptance_that_flips_mid_generation():
     ks, _ = play(p, [True] * 100, Q40_LIKE)
     assert ks[-1] == 4
     ks, _ = play(p, [False] * 100, Q40_LIKE)
+    ks = decisions(p, len(ks))
     first_off = ks.index(0)
     assert first_off <= 30 and all(k == 0 for k in ks[first_off + 1:] if k != PROBE_K)
     ks, _ = play(p, [True] * (3 * PROBE_EVERY_STEPS), Q40_LIKE)
-    assert ks[-1] == 4   # a probe saw it pay again
+    assert decisions(p, len(ks))[-1] == 4   # a probe saw it pay again
 
 
 def test_sd_that_never_pays_costs_at_most_3_percent():
@@ -285,3 +294,19 @@ def test_a_k_the_probe_priced_too_dear_is_tried_and_kept(monkeypatch):
     monkeypatch.setattr(policy, "COST_PRIOR_SPREAD", 0.0)
     ks = feed(AdaptivePolicy(k_max=7, **prior), 60, True, loop)
     assert 7 not in ks
+
+
+def test_v1_is_timed_again_while_on():
+    """While on, one round in V1_REFRESH_ROUNDS is a plain step; it moves V(1) alone (the
+    other costs were just timed), halfway to what it measured."""
+    from cpuspec.policy import V1_REFRESH_ROUNDS
+    p = AdaptivePolicy(k_max=4, **GPU_LIKE)
+    for _ in range(2 * (V1_REFRESH_ROUNDS + 1)):
+        k = p.next_k()
+        # the machine's plain decode is now 20 % slower than the probe said; verifies as probed
+        v = 1.2 * T if k == 0 else GPU_LIKE["verify_s"][k + 1]
+        p.observe(RoundStats(k, k, k + 1, k * GPU_LIKE["draft_s"], v, 0.0))
+    plain = [i for i, t in enumerate(p.trace) if t[0] == 0]
+    assert plain == [V1_REFRESH_ROUNDS, 2 * V1_REFRESH_ROUNDS + 1]
+    assert p.verify_s[1] == pytest.approx(T * (1 + 0.2 * 0.75))       # two steps of 0.5
+    assert p.verify_s[5] == pytest.approx(GPU_LIKE["verify_s"][5])      # untouched
