@@ -40,11 +40,11 @@ adaptive() {
 }
 if [ "$PART" != depth ]; then
   for n in 128 64; do
-    adaptive adaptive_long_q8_0_k7_n$n --tasks long-edit,long-explain,long-doc --max-tokens $n
-    adaptive adaptive_heldout_q8_0_k7_n$n --prompts bench/prompts_heldout.jsonl --max-tokens $n
     # the second held-out set, 8 prompts per task, written after the first had shaped the
     # policy's prefill exploration and re-entry budget
     adaptive adaptive_heldout2_q8_0_k7_n$n --prompts bench/prompts_heldout2.jsonl \
       --max-tokens $n
+    adaptive adaptive_heldout_q8_0_k7_n$n --prompts bench/prompts_heldout.jsonl --max-tokens $n
+    adaptive adaptive_long_q8_0_k7_n$n --tasks long-edit,long-explain,long-doc --max-tokens $n
   done
 fi
