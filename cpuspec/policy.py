@@ -79,7 +79,7 @@ REENTRY_BUDGET = 0.03
 # so a slow spell while off leaves every cost high; when speculation resumes, its rounds time
 # V(n) and the draft again, but V(1) stays as the slow spell left it and SD looks better than
 # it is (machine B, held-out story at 128 tokens: V(1) 84 ms against the loop's 68 ms, and
-# k = 2 kept on at 0.9x for three prompts). So while ON, one round in this many is a plain
+# k = 2 kept on at 0.9x for five prompts). So while ON, one round in this many is a plain
 # step, and a plain step right after an SD round moves V(1) alone, by this weight.
 V1_REFRESH_ROUNDS = 16
 V1_REFRESH_WEIGHT = 0.5

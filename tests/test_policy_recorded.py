@@ -147,7 +147,7 @@ def test_the_yardstick_is_timed_again_after_a_slow_spell(monkeypatch, refresh):
     mode ran ~18 % slower than raw decoding of the same prompt (the VM's noise), which raised
     every cost the policy held, V(1) to 84 ms. At story-4 it re-entered; its rounds timed V(3)
     and the draft at the normal speed again, but V(1) stayed at 84 ms against the loop's 68, so
-    k = 2 looked like 1.1-1.2x and stayed on at ~0.9x for three prompts (0.88x raw over the
+    k = 2 looked like 1.1-1.2x and stayed on at ~0.9x for five prompts (0.88x raw over the
     task). Replayed: the recorded rounds of story-1 to story-3, then three prompts at the loop's
     own costs. Timing V(1) again while on brings it back and turns SD off; without (never
     timed again) it stays on."""
