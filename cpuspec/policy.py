@@ -211,9 +211,13 @@ class AdaptivePolicy:
 
     def prefill_outweighs_gain(self, speedup: float) -> bool:
         """At a generation's start: the draft's prefill of the unread prompt costs more than a
-        decode `speedup` saves over the answer's max_tokens, (1 − 1/speedup)·max_tokens·V(1)."""
-        if not self._budget or not self._unread or speedup <= 1.0:
+        decode `speedup` saves over the answer's max_tokens, (1 − 1/speedup)·max_tokens·V(1).
+        A decode that saves nothing (speedup ≤ 1) never pays a prefill back. False where
+        nothing is priced (no prompt, answer length or prefill cost given)."""
+        if not self._budget or not self._unread or not self.prefill_s:
             return False
+        if speedup <= 1.0:
+            return True
         saved = (1.0 - 1.0 / speedup) * self._budget * self.verify_s[1]
         return self._unread * self.prefill_s > saved
 

@@ -168,3 +168,21 @@ def test_the_yardstick_is_timed_again_after_a_slow_spell(monkeypatch, refresh):
         assert abs(pol.verify_s[1] / r.v[1] - 1) < 0.1 and sd_rounds < 0.1 * sum(map(len, ks))
     else:
         assert sd_rounds > 0.4 * sum(map(len, ks))
+
+
+def test_a_long_input_is_not_read_when_even_the_mean_predicts_a_loss():
+    """Long suites at 128 tokens, policy c459454: this run's probe put the prior's mean at
+    0.95x, and a mean below 1 was taken as "nothing to price", so the first prompt of
+    long-explain (1,774 tokens) speculated, paid 6.9 s of draft prefill and lost (0.87x on that
+    prompt, 0.93x over the task). A decode that saves nothing never pays a prefill back: the
+    prompt runs plain unless the optimistic bound pays the prefill back, which it cannot here."""
+    r = Replay("adaptive_long_q8_0_k7_n128_v4.json", "long-explain")
+    pol = r.policy()
+    pol.new_generation(r.prompts[0][0], 128)
+    assert pol.best()[1] < 1.0 and pol.prefill_outweighs_gain(pol.best()[1])
+    ks, t_ad, t_raw = r.run(r.policy(), 128)
+    assert not any(ks[0]) and t_raw / t_ad >= 0.97
+    # nothing to price (no prefill cost known): the prompt is not held back
+    pol = AdaptivePolicy(7, r.probe.draft_s, r.probe.verify_s)
+    pol.new_generation(r.prompts[0][0], 128)
+    assert not pol.prefill_outweighs_gain(0.9)
