@@ -28,18 +28,25 @@ if [ "$PART" != adaptive ]; then
     --json $R/tune_depths_q8_0.json > $R/tune_depths_q8_0.txt
 fi
 # adaptive NAME ARGS...: one run into $R/NAME$TAG.{json,txt}; an existing result is never
-# overwritten (give the rerun a TAG, the third argument: bench/run_depth.sh B adaptive v3)
+# overwritten but skipped, so an interrupted sweep resumes where it stopped (to run one again,
+# give it a new TAG, the third argument: bench/run_depth.sh B adaptive v3)
 TAG=${3:+_$3}
 adaptive() {
   local out=$R/$1$TAG; shift
   if [ -e "$out.json" ] || [ -e "$out.txt" ]; then
-    echo "run_depth.sh: $out.json exists; give this rerun a tag (third argument)" >&2; exit 2
+    echo "run_depth.sh: $out.json exists, skipped (a new tag, the third argument, runs it again)" >&2
+    return 0
   fi
   cpuspec bench --target "$T8" --draft "$D4" -k 7 --policy static,adaptive --threads 2 \
     --no-save "$@" --json "$out.json" > "$out.txt"
 }
 if [ "$PART" != depth ]; then
   for n in 128 64; do
+    # held out from every change to the policy (written after the last one, 1e4beea): short
+    # prompts of five tasks, two new to it, and the long suites' instructions over other texts
+    adaptive adaptive_heldout3_q8_0_k7_n$n --prompts bench/prompts_heldout3.jsonl --max-tokens $n
+    adaptive adaptive_heldout_long_q8_0_k7_n$n --prompts bench/prompts_heldout_long.jsonl \
+      --max-tokens $n
     # the second held-out set, 8 prompts per task, written after the first had shaped the
     # policy's prefill exploration and re-entry budget
     adaptive adaptive_heldout2_q8_0_k7_n$n --prompts bench/prompts_heldout2.jsonl \
