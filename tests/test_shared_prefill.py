@@ -1,0 +1,84 @@
+"""bench/shared_prefill.py on machine B's long-suite run at 64 tokens (policy 1e4beea)."""
+import copy
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cpuspec.schema import read_json
+from cpuspec.stats import speedup_stats
+
+ROOT = Path(__file__).parent.parent
+RUN = ROOT / "bench" / "results" / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n64_v5.json"
+spec = importlib.util.spec_from_file_location("shared_prefill", ROOT / "bench" / "shared_prefill.py")
+sp = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sp)
+
+
+def ratio(runs, a, b):
+    return speedup_stats([r for r in runs if r["mode"] == b],
+                         [r for r in runs if r["mode"] == a])["speedup"]
+
+
+def set_prefill(run, seconds):
+    run["e2e_s"] += seconds - run["prefill_s"]
+    run["prefill_s"] = seconds
+
+
+@pytest.fixture
+def runs():
+    return [r for r in read_json(RUN)["runs"] if r["task"] == "long-doc"]
+
+
+def test_only_the_modes_mean_prefill_counts(runs):
+    """Swapping two modes' prefill timings of a prompt (the same work, timed twice) moves the
+    measured ratio and leaves the shared one where it was."""
+    swapped = copy.deepcopy(runs)
+    raw = next(r for r in swapped if r["mode"] == "raw")
+    ad = next(r for r in swapped if r["mode"] == "adaptive" and r["prompt_id"] == raw["prompt_id"])
+    p_raw, p_ad = raw["prefill_s"], ad["prefill_s"]
+    assert abs(p_raw - p_ad) > 0.05
+    set_prefill(raw, p_ad)
+    set_prefill(ad, p_raw)
+    assert ratio(swapped, "adaptive", "raw") != pytest.approx(ratio(runs, "adaptive", "raw"),
+                                                             rel=1e-4)
+    for a, b in sp.PAIRS:
+        assert ratio(sp.shared(swapped), a, b) == pytest.approx(ratio(sp.shared(runs), a, b),
+                                                                rel=1e-9)
+
+
+def test_where_the_modes_prefills_agree_nothing_changes(runs):
+    same = copy.deepcopy(runs)
+    first = {}
+    for r in same:
+        first.setdefault(r["prompt_id"], r["prefill_s"])
+        set_prefill(r, first[r["prompt_id"]])
+    for a, b in sp.PAIRS:
+        assert ratio(sp.shared(same), a, b) == pytest.approx(ratio(same, a, b), rel=1e-9)
+    # and the decode and the draft's prefill are left alone
+    for r, s in zip(same, sp.shared(same)):
+        assert (s["decode_s"], s.get("draft_prefill_s")) == (r["decode_s"], r.get("draft_prefill_s"))
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "shared_prefill.py"), *args],
+                          capture_output=True, text=True)
+
+
+def test_the_tool_prints_both_rows_per_task():
+    p = cli(str(RUN))
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if " long-doc " in ln]
+    assert len(lines) == 2 and "measured" in lines[0] and "prefill shared" in lines[1]
+
+
+@pytest.mark.parametrize("content, message", [(None, "cannot read results"),
+                                              ("[]", "not a cpuspec results file")])
+def test_bad_input_gets_a_message_and_exit_2(tmp_path, content, message):
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    p = cli(str(path))
+    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
