@@ -14,7 +14,11 @@ prefill and the decode. Paired by prompt, 95 % interval over ≥ 5 prompts, a ra
 (cpuspec.stats.speedup_stats). Both are measurements; the second removes one source of noise
 and adds none, and neither replaces the other.
 
-    python bench/shared_prefill.py RESULT.json [RESULT.json ...]
+    python bench/shared_prefill.py [--pool] RESULT.json [RESULT.json ...]
+
+--pool adds, per task, one row over the prompts of every file given (each prompt still paired
+with its own run's other modes): where one run has 4 prompts of a task and no interval, runs
+of the same configuration together have one.
 """
 import collections
 import copy
@@ -55,18 +59,22 @@ def fmt(s: dict) -> str:
     return f"{s['speedup']:.2f}×"
 
 
-def rows(path: Path) -> list[list[str]]:
+def read_runs(path: Path) -> list[dict]:
     rec = read_json(path)
     if rec.get("kind") != "bench" or "e2e_s" not in (rec.get("runs") or [{}])[0]:
         raise ResultsError(f"{path}: not a bench results file with end-to-end times")
+    return rec["runs"]
+
+
+def rows(name: str, runs: list[dict]) -> list[list[str]]:
     out = []
     by_task = collections.defaultdict(list)
-    for r in rec["runs"]:
+    for r in runs:
         by_task[r["task"]].append(r)
-    for task, runs in by_task.items():
-        modes = {m for m in (r["mode"] for r in runs)}
-        for kind, rr in (("measured", runs), ("prefill shared", shared(runs))):
-            row = [path.name, task, kind]
+    for task, task_runs in by_task.items():
+        modes = {r["mode"] for r in task_runs}
+        for kind, rr in (("measured", task_runs), ("prefill shared", shared(task_runs))):
+            row = [name, task, kind]
             for a, b in PAIRS:
                 if a in modes and b in modes:
                     row.append(fmt(speedup_stats([r for r in rr if r["mode"] == b],
@@ -78,16 +86,25 @@ def rows(path: Path) -> list[list[str]]:
 
 
 def main() -> int:
-    if len(sys.argv) < 2:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+    args = sys.argv[1:]
+    pool = "--pool" in args
+    paths = [a for a in args if a != "--pool"]
+    if not paths or any(a.startswith("--") for a in paths):
+        print("usage: python bench/shared_prefill.py [--pool] RESULT.json [RESULT.json ...]",
+              file=sys.stderr)
         return 2
-    table = []
-    for arg in sys.argv[1:]:
+    table, pooled = [], []
+    for i, arg in enumerate(paths):
         try:
-            table += rows(Path(arg))
+            runs = read_runs(Path(arg))
+            table += rows(Path(arg).name, runs)
         except (ResultsError, KeyError, TypeError) as exc:
             print(f"shared_prefill.py: {arg}: {exc}", file=sys.stderr)
             return 2
+        # one prompt id per file: story-1 of one set is not story-1 of another
+        pooled += [{**r, "prompt_id": f"{i}:{r['prompt_id']}"} for r in runs]
+    if pool:
+        table += rows(f"pooled ({len(paths)} files)", pooled)
     print(tabulate(table, headers=["run", "task", "end to end", *(f"{a} ÷ {b}" for a, b in PAIRS)],
                    disable_numparse=True))
     return 0

@@ -82,3 +82,24 @@ def test_bad_input_gets_a_message_and_exit_2(tmp_path, content, message):
         path.write_text(content)
     p = cli(str(path))
     assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_pooled_runs_lie_between_their_own_ratios():
+    """--pool pairs each prompt within its own run and sums over the runs: each pooled ratio is
+    a weighted mean of the runs' own, so it lies between them (held-out sets 1 and 2 at 64
+    tokens, one prompt name in both: story-1 must not be paired across runs)."""
+    results = ROOT / "bench" / "results" / "epyc-family25-model17"
+    files = [results / "adaptive_heldout_q8_0_k7_n64_v4.json",
+             results / "adaptive_heldout2_q8_0_k7_n64_v4.json"]
+    p = cli("--pool", *map(str, files))
+    assert p.returncode == 0, p.stderr
+    got = {}
+    for ln in p.stdout.splitlines():
+        cells = [c for c in ln.split("  ") if c.strip()]
+        if len(cells) >= 6 and cells[2].strip() == "measured" and cells[1].strip() == "story":
+            got[cells[0].strip()] = float(cells[4].split("×")[0])
+    assert len(got) == 3, got
+    own = [v for k, v in got.items() if not k.startswith("pooled")]
+    assert min(own) <= got["pooled (2 files)"] <= max(own)
+    assert "[" in next(ln for ln in p.stdout.splitlines()
+                       if ln.startswith("pooled") and " story " in ln and "measured" in ln)
