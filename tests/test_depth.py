@@ -73,9 +73,11 @@ def test_the_prediction_prices_only_what_is_read(tiny_models, tmp_path):
                "--depth", "400")
     doc = read_json(out)
     assert doc["cost_probe"]["position"] > 400
-    first = doc["runs"][0]
-    # the timed prefill read the prompt only: far less than the probe's prefill of it all
-    assert first["prefill_s"] < doc["cost_probe"]["target_prefill_s"] / 3
+    # the timed prefill read the prompt only: far less than the probe's prefill of it all (the
+    # quickest of the run's prefills: a tiny model's few-millisecond prefills carry a fixed
+    # per-call cost and the machine's noise, and one of them came out at 0.36 of the probe's
+    # in a CI run; re-reading the depth would put every one of them near 1)
+    assert min(r["prefill_s"] for r in doc["runs"]) < doc["cost_probe"]["target_prefill_s"] / 3
     assert summarize(doc)["code"]["predicted_speedup"] > 0
 
 
