@@ -5,7 +5,8 @@ the same model, before any draft or decision), and on long inputs it is most of 
 window (60-75 % of a 128-token answer to a 1-2 k-token input on machine B). Yet on a 2-vCPU VM
 its timing wanders between modes: long-doc-4's took 14.5 s in the raw mode and 20.3 s in the
 adaptive one (adaptive_long_q8_0_k7_n128_v5), with no other program running and no steal
-time. On five prompts one such spell moves a task's ratio by 5-8 %.
+time. On five prompts one such spell moved long-doc's adaptive ÷ static from 0.97x (shared) to
+0.91x (measured).
 
 So, per task of each run, this prints the end-to-end ratios twice: as measured, and with each
 generation's target prefill replaced by the mean of its prompt's timings over the modes (the

@@ -12,7 +12,8 @@ from cpuspec.stats import speedup_stats
 
 ROOT = Path(__file__).parent.parent
 RUN = ROOT / "bench" / "results" / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n64_v5.json"
-spec = importlib.util.spec_from_file_location("shared_prefill", ROOT / "bench" / "shared_prefill.py")
+spec = importlib.util.spec_from_file_location("shared_prefill",
+                                              ROOT / "bench" / "shared_prefill.py")
 sp = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sp)
 
@@ -59,7 +60,8 @@ def test_where_the_modes_prefills_agree_nothing_changes(runs):
         assert ratio(sp.shared(same), a, b) == pytest.approx(ratio(same, a, b), rel=1e-9)
     # and the decode and the draft's prefill are left alone
     for r, s in zip(same, sp.shared(same)):
-        assert (s["decode_s"], s.get("draft_prefill_s")) == (r["decode_s"], r.get("draft_prefill_s"))
+        assert (s["decode_s"], s.get("draft_prefill_s")) == \
+            (r["decode_s"], r.get("draft_prefill_s"))
 
 
 def cli(*args):
