@@ -5,14 +5,15 @@ repetition (same tokens), per recorded adaptive run.
     python bench/plain_vs_plain.py bench/results/epyc-family25-model17/adaptive*.json
 """
 import collections
-import json
 import statistics
 import sys
+
+from cpuspec.schema import read_json
 
 
 def ratios(path: str) -> list[float]:
     runs = collections.defaultdict(dict)
-    for r in json.load(open(path))["runs"]:
+    for r in read_json(path)["runs"]:
         runs[(r["prompt_id"], r["repetition"])][r["mode"]] = r
     return [m["adaptive"]["decode_s"] / m["raw"]["decode_s"] for m in runs.values()
             if "adaptive" in m and "raw" in m and not any(x[0] for x in m["adaptive"]["rounds"])

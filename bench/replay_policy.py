@@ -33,7 +33,7 @@ def rows(path: Path, tasks: list[str] | None, max_tokens: int | None, passes: in
     for task in tasks or list(dict.fromkeys(r["task"] for r in rec["runs"])):
         r = Replay(rec, task)
         res = r.run(r.policy(), n, prompts=r.prompts * passes)
-        static_s = r.static_seconds(n, r.prompts * passes)
+        static_s = res.static_s
         rounds = [k for ks in res.ks for k in ks]
         out.append([path.name, task, len(r.prompts), n,
                     fmt(res.raw_s / static_s), fmt(res.raw_s / res.adaptive_s),

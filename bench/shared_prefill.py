@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from cpuspec.report import speedup_cell
 from cpuspec.schema import ResultsError, read_json
 from cpuspec.stats import speedup_stats
 
@@ -51,13 +52,10 @@ def shared(runs: list[dict]) -> list[dict]:
 
 
 def fmt(s: dict) -> str:
-    if s["units"] == 0:
-        return "—"
-    if s["ci"]:
-        return f"{s['speedup']:.2f}× [{s['ci'][0]:.2f}, {s['ci'][1]:.2f}]"
-    if s["range"]:
-        return f"{s['speedup']:.2f}× (range {s['range'][0]:.2f}–{s['range'][1]:.2f})"
-    return f"{s['speedup']:.2f}×"
+    """speedup_stats' result in the report's own cell: interval, or range below 5 prompts."""
+    return speedup_cell({"speedup": s["speedup"], "speedup_ci": s["ci"],
+                         "speedup_range": s["range"], "speedup_units": s["units"]},
+                        prefix="") if s["units"] else "—"
 
 
 def read_runs(path: Path) -> list[dict]:

@@ -19,6 +19,7 @@ from itertools import cycle
 from .policy import AdaptivePolicy
 from .records import CostProbe
 from .speculative import RoundStats
+from .stats import e2e_tok_s
 
 MIN_TIMED = 5   # verifies of one batch size the loop must have made before its median is used
 
@@ -111,7 +112,8 @@ class Replay:
 
 
 def recorded_ratio(rec: dict, task: str, mode: str, base: str) -> float | None:
-    """The run's own end-to-end ratio over a task: Σ base ÷ Σ mode (None where missing)."""
-    e2e = {m: sum(r["e2e_s"] for r in rec["runs"] if r["task"] == task and r["mode"] == m
-                  and r["repetition"] == 0) for m in (mode, base)}
-    return e2e[base] / e2e[mode] if e2e[mode] and e2e[base] else None
+    """The run's own end-to-end speedup of `mode` over `base` on a task, as its report computes
+    it (None where either mode is missing)."""
+    runs = {m: [r for r in rec["runs"] if r["task"] == task and r["mode"] == m
+                and r["repetition"] == 0] for m in (mode, base)}
+    return e2e_tok_s(runs[mode]) / e2e_tok_s(runs[base]) if runs[mode] and runs[base] else None
