@@ -1,7 +1,7 @@
 """The adaptive policy replayed on machine B's recorded runs (cpuspec/replay.py: each round keeps
-as many drafts as the recorded static k = 7 round did, at most the k the policy chose, at the
-costs the run's own rounds took, with the run's own target prefills); time is compared with raw
-decoding at the same costs.
+as many drafts as the recorded static k = 7 rounds say the target keeps from that point of the
+answer, at most the k the policy chose, at the costs the run's own rounds took, with the run's
+own target prefills); time is compared with raw decoding at the same costs.
 
 These are the cases where the policy missed its goal in real runs (issue 20), one per change
 made for it: a long input whose draft prefill it priced with its prior and so never learned that
@@ -46,7 +46,7 @@ def test_a_long_input_the_bound_cannot_pay_back_stays_plain():
     tried."""
     r = task_replay("adaptive_longdoc_q8_0_k7_n128_rerun.json", "long-doc")
     ks = r.run(r.policy(), 64).ks
-    tried = {unread for (unread, _), k in zip(r.prompts, ks) if any(k)}
+    tried = {unread for (unread, _, _), k in zip(r.prompts, ks) if any(k)}
     assert tried and max(tried) < 700
 
 
@@ -86,8 +86,9 @@ def test_the_yardstick_is_timed_again_after_a_slow_spell(monkeypatch, refresh):
     and the draft at the normal speed again, but V(1) stayed at 84 ms against the loop's 68, so
     k = 2 looked like 1.1-1.2x and stayed on at ~0.9x for five prompts (0.88x raw over the
     task). Replayed: the recorded rounds of story-1 to story-3, then three prompts at the loop's
-    own costs. Timing V(1) again while on brings it back and turns SD off; without (never
-    timed again) it stays on."""
+    own costs. Timing V(1) again while on brings it back and turns SD off within story-4 (which
+    opens with 25 tokens the draft guesses, ridden at k = 7 either way), and story-5 and -6 run
+    plain; without (never timed again) it stays on in every prompt."""
     monkeypatch.setattr(policy, "V1_REFRESH_ROUNDS", refresh)
     name = "adaptive_heldout2_q8_0_k7_n128_v3.json"
     r = task_replay(name, "story")
@@ -102,7 +103,8 @@ def test_the_yardstick_is_timed_again_after_a_slow_spell(monkeypatch, refresh):
     ks = r.run(pol, 128, prompts=r.prompts[3:6]).ks
     sd_rounds = sum(k > 0 for p in ks for k in p)
     if refresh < 10 ** 9:
-        assert abs(pol.verify_s[1] / r.v[1] - 1) < 0.1 and sd_rounds < 0.1 * sum(map(len, ks))
+        assert abs(pol.verify_s[1] / r.v[1] - 1) < 0.1 and not any(ks[1]) and not any(ks[2])
+        assert sd_rounds < 0.2 * sum(map(len, ks))
     else:
         assert sd_rounds > 0.4 * sum(map(len, ks))
 
