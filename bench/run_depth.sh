@@ -41,6 +41,10 @@ adaptive() {
     --no-save "$@" --json "$out.json" > "$out.txt"
 }
 if [ "$PART" != depth ]; then
+  for n in 64 128; do
+    # the fourth held-out set, 12 prompts per task (written after the third had been run once)
+    adaptive adaptive_heldout4_q8_0_k7_n$n --prompts bench/prompts_heldout4.jsonl --max-tokens $n
+  done
   for n in 128 64; do
     # held out from every change to the policy (written after the last one, 1e4beea): short
     # prompts of five tasks, two new to it, and the long suites' instructions over other texts
