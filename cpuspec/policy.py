@@ -15,9 +15,10 @@ StaticPolicy drafts k every round. AdaptivePolicy picks k each round from the co
   priced too dear gets tried once and priced by the loop.
 * While OFF the counts slowly forget, so the optimistic bound climbs back. Re-entry happens at
   the start of a prompt, where it costs only the draft's prompt prefill, once that bound says
-  SD may pay and the plain decoding since the switch-off pays for the try (what the last
-  losing stretch cost is at most REENTRY_BUDGET of it); mid-generation probes happen only
-  where catching the draft up on the skipped tokens is cheap.
+  SD may pay and either the mean says so too or the plain decoding since the switch-off pays
+  for the try (what the last stretch of speculation lost is at most REENTRY_BUDGET of it);
+  mid-generation probes happen only where catching the draft up on the skipped tokens is
+  cheap.
 * The draft's prompt prefill is priced before a generation speculates: where reading the
   unread prompt would cost the draft more than the predicted gain over the answer's tokens
   can save (a long input, a short answer), the generation runs plain and the draft never
@@ -70,10 +71,17 @@ SWITCH_ON_SPEEDUP = 1.15
 # Re-entry is an experiment with a price: a task that lost before loses again while the
 # policy relearns (machine B, held-out story prompts: ~7 rounds at 0.9x, 2 % of each 64-token
 # prompt, on every prompt). A task that was switched off re-enters only once the plain decoding
-# since is large enough that what the last losing stretch cost (its measured loss, plus the
-# draft's prefill of this prompt) is at most this fraction of it: checking again costs a task
-# where SD loses at most ~this much.
+# since is large enough that what its last stretch of speculation cost (its net loss against
+# plain decoding, from switching on to switching off, plus the draft's prefill of this prompt)
+# is at most this fraction of it: checking again costs a task where SD loses at most ~this much.
 REENTRY_BUDGET = 0.03
+# ... unless the mean itself (not only its optimistic bound) predicts that SD pays: then the
+# decoding is expected to lose nothing, the draft's prefill of the prompt is the price of the
+# check (the bound must pay it back, as for any re-entry), and a task that paid until one bad
+# stretch switched it off does not wait many prompts for the budget (machine B, held-out set 4, json at 64 tokens:
+# json-1 paid for 7 rounds, then kept no draft for 6, and the task ran plain until json-11,
+# 0.85x static k = 7).
+REENTRY_MEAN = 1.0
 # V(1), plain decoding, is the yardstick every prediction is measured against, and only a
 # plain step times it. Plain steps while OFF rescale every cost (a change of machine speed),
 # so a slow spell while off leaves every cost high; when speculation resumes, its rounds time
@@ -133,9 +141,9 @@ class AdaptivePolicy:
         self._unread, self._budget = 0, 0   # this generation: prompt tokens, answer tokens
         self._plain_generation = False      # priced out: no drafting in this generation
         self._plain_figures = [1.0, 1.0]    # ... and the predictions that priced it out
-        # Seconds lost to speculation lately against plain decoding at V(1) (a running sum
-        # floored at 0: a stretch that paid cancels earlier losses), the loss of the stretch
-        # that ended in the last switch-off, and the plain decoding since then.
+        # Seconds lost to speculation since it was last switched on, against plain decoding at
+        # V(1) (net: rounds that paid cancel rounds that lost), the loss of the stretch that
+        # ended in the last switch-off (0 where it paid), and the plain decoding since then.
         self._loss_s, self._reentry_cost_s, self._plain_off_s = 0.0, 0.0, 0.0
         self._sd_rounds = 0    # SD rounds since the last plain step
 
@@ -200,14 +208,14 @@ class AdaptivePolicy:
 
     def reentry_affordable(self) -> bool:
         """The plain decoding since the last switch-off pays for trying again: what the last
-        losing stretch cost, plus the draft's prefill of this prompt, is at most REENTRY_BUDGET
-        of it."""
+        stretch of speculation lost, plus the draft's prefill of this prompt, is at most
+        REENTRY_BUDGET of it."""
         return REENTRY_BUDGET * self._plain_off_s >= \
             self._reentry_cost_s + self._unread * self.prefill_s
 
     def _switch_off(self) -> None:
         self.on, self.steps_off = False, 0
-        self._reentry_cost_s, self._plain_off_s, self._loss_s = self._loss_s, 0.0, 0.0
+        self._reentry_cost_s, self._plain_off_s, self._loss_s = max(self._loss_s, 0.0), 0.0, 0.0
 
     def prefill_outweighs_gain(self, speedup: float) -> bool:
         """At a generation's start: the draft's prefill of the unread prompt costs more than a
@@ -263,8 +271,11 @@ class AdaptivePolicy:
             self._switch_off()
             reason = "switched off: the mean of enough rounds predicts a loss at every k"
         elif not self.on and starting and s_opt > SWITCH_ON_SPEEDUP and \
-                not self.prefill_outweighs_gain(s_opt) and self.reentry_affordable():
-            self.on, reason = True, "re-entry at a new prompt: the optimistic bound pays"
+                not self.prefill_outweighs_gain(s_opt) and (
+                    s_mean >= REENTRY_MEAN or self.reentry_affordable()):
+            self.on, reason = True, "re-entry at a new prompt: " + (
+                "the mean pays" if s_mean >= REENTRY_MEAN else
+                "the optimistic bound pays, and the plain decoding since pays for the try")
         elif not self.on and probed and s_mean > PROBE_SWITCH_ON_SPEEDUP:
             self.on, reason = True, "switched on: a probe showed that SD pays"
         else:
@@ -317,8 +328,7 @@ class AdaptivePolicy:
             return
         self._sd_rounds += 1
         # what this round cost beyond plain decoding of the tokens it gave
-        self._loss_s = max(0.0, self._loss_s + r.draft_s + r.verify_s
-                           - (r.n_accepted + 1) * self.verify_s[1])
+        self._loss_s += r.draft_s + r.verify_s - (r.n_accepted + 1) * self.verify_s[1]
         if not self.on and r.n_accepted == r.k:
             # A probe that kept every draft while the task was off: the regime may have
             # changed, so the old evidence against SD counts for less.

@@ -125,3 +125,23 @@ def test_a_long_input_is_not_read_when_even_the_mean_predicts_a_loss():
     pol = AdaptivePolicy(7, r.probe.draft_s, r.probe.verify_s)
     pol.new_generation(r.prompts[0][0], 128)
     assert not pol.prefill_outweighs_gain(0.9)
+
+
+@pytest.mark.parametrize("reentry_mean", [policy.REENTRY_MEAN, math.inf])
+def test_a_task_switched_off_by_one_bad_stretch_comes_back(monkeypatch, reentry_mean):
+    """Held-out set 4, json at 64 tokens (policy 1e4beea, static k = 7 1.21x raw): json-1 kept
+    most drafts for 7 rounds, then none for 6; the mean fell below 1 and SD was switched off.
+    The re-entry budget then counted only that losing stretch (1.1 s), so the task ran plain
+    until json-11: 0.85x static. Now the budget counts the net loss of the whole stretch of
+    speculation (the 7 good rounds cancel most of it), and where the mean itself predicts a gain
+    at a new prompt the task re-enters at once (the optimistic bound must still pay back the
+    draft's prefill)."""
+    monkeypatch.setattr(policy, "REENTRY_MEAN", reentry_mean)
+    r = task_replay("adaptive_heldout4_q8_0_k7_n64_v5.json", "json")
+    out = r.run(r.policy(), 64)
+    first_back = next(i for i, ks in enumerate(out.ks[1:], start=1) if any(ks))
+    assert any(out.ks[0]) and not all(out.ks[0])          # switched off within json-1
+    if reentry_mean < math.inf:
+        assert first_back == 1 and out.static_s / out.adaptive_s >= 0.95
+    else:   # the budget alone, on the net loss: back at json-7 (json-11 on the old account)
+        assert 2 <= first_back <= 6 and out.static_s / out.adaptive_s < 0.95
