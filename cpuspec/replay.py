@@ -85,11 +85,12 @@ class Replay:
         self.v[1] = statistics.median(t for run in rec["runs"] if run["mode"] == "raw"
                                       for t in run["token_latencies_s"])
 
-    def policy(self) -> AdaptivePolicy:
-        """The policy as the run started it: from the probe's costs."""
+    def policy(self, cls: type = AdaptivePolicy) -> AdaptivePolicy:
+        """The policy as the run started it: from the probe's costs (cls: another version of
+        the policy class, for comparing two)."""
         p = self.probe
-        return AdaptivePolicy(self.k_max, p.draft_s, p.verify_s, catchup_s=p.catchup_s,
-                              prefill_s=p.prefill_s_per_token())
+        return cls(self.k_max, p.draft_s, p.verify_s, catchup_s=p.catchup_s,
+                   prefill_s=p.prefill_s_per_token())
 
     def _round(self, k: int, profile: list[int], t: int) -> tuple[int, float, float]:
         """(accepted, draft seconds, verify seconds) of a round of k drafts after t tokens."""

@@ -106,3 +106,41 @@ def test_bad_input_gets_a_message_and_exit_2(tmp_path, content, args, message):
         path.write_text(content)
     p = replay_cli(str(path), *args)
     assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def has_revision(rev: str) -> bool:
+    return subprocess.run(["git", "cat-file", "-e", f"{rev}^{{commit}}"], cwd=ROOT,
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not has_revision("1e4beea"), reason="needs the repository's git history")
+def test_against_replays_an_older_policy_beside_the_current_one():
+    """Set 4's json at 64 tokens, where policy v5 (1e4beea) ran plain from json-2 to json-10:
+    its column and its goal line show the miss, the current policy's do not."""
+    p = replay_cli(str(RESULTS / "adaptive_heldout4_q8_0_k7_n64_v5.json"), "--tasks", "json",
+                   "--against", "1e4beea")
+    assert p.returncode == 0, p.stderr
+    assert "1e4beea: adaptive ÷ static" in p.stdout
+    row = next(ln for ln in p.stdout.splitlines() if ln.startswith("adaptive_heldout4"))
+    current, old = (float(x.rstrip("×")) for x in row.split()[6:8])
+    assert old < 0.90 < 0.95 <= current
+    goal = {ln.split(":")[0]: ln for ln in p.stdout.splitlines() if "static wins on" in ln}
+    assert "1 below 0.95" in goal["the policy at 1e4beea"] and "0 below 0.95" in goal["this policy"]
+
+
+def test_against_a_revision_that_does_not_exist_is_a_clear_error():
+    p = replay_cli(str(RESULTS / RUNS[0]), "--against", "no-such-revision")
+    assert p.returncode == 2 and "cannot read cpuspec/policy.py at 'no-such-revision'" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_skip_leaves_out_and_names_what_cannot_be_replayed(tmp_path):
+    bad = tmp_path / "notes.json"
+    bad.write_text("{}")
+    args = [str(bad), str(RESULTS / RUNS[0]), "--tasks", "long-doc"]
+    assert replay_cli(*args).returncode == 2             # without --skip: the first bad file
+    p = replay_cli(*args, "--skip")
+    assert p.returncode == 0 and f"{bad}: skipped" in p.stderr
+    assert any(ln.startswith("adaptive_long") for ln in p.stdout.splitlines())
+    p = replay_cli(str(bad), "--skip")
+    assert p.returncode == 2 and "nothing to replay" in p.stderr
