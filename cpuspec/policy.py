@@ -272,9 +272,9 @@ class AdaptivePolicy:
             reason = "switched off: the mean of enough rounds predicts a loss at every k"
         elif not self.on and starting and s_opt > SWITCH_ON_SPEEDUP and \
                 not self.prefill_outweighs_gain(s_opt) and (
-                    s_mean >= REENTRY_MEAN or self.reentry_affordable()):
+                    (mean_pays := s_mean >= REENTRY_MEAN) or self.reentry_affordable()):
             self.on, reason = True, "re-entry at a new prompt: " + (
-                "the mean pays" if s_mean >= REENTRY_MEAN else
+                "the mean pays" if mean_pays else
                 "the optimistic bound pays, and the plain decoding since pays for the try")
         elif not self.on and probed and s_mean > PROBE_SWITCH_ON_SPEEDUP:
             self.on, reason = True, "switched on: a probe showed that SD pays"

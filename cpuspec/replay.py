@@ -94,7 +94,7 @@ class Replay:
 
     def _round(self, k: int, profile: list[int], t: int) -> tuple[int, float, float]:
         """(accepted, draft seconds, verify seconds) of a round of k drafts after t tokens."""
-        acc = min(k, profile[t] if t < len(profile) else 0)
+        acc = min(k, profile[t])   # t < the answer's length = len(profile)
         return acc, k * self.probe.draft_s, self.v[k + 1]
 
     def run(self, pol: AdaptivePolicy, max_tokens: int,
