@@ -42,6 +42,8 @@ adaptive() {
 }
 if [ "$PART" != depth ]; then
   for n in 64 128; do
+    # the sixth held-out set, 10 prompts per task, written with the policy unchanged since v6
+    adaptive adaptive_heldout6_q8_0_k7_n$n --prompts bench/prompts_heldout6.jsonl --max-tokens $n
     # the fifth held-out set, 10 prompts per task, written after the fourth led to policy v6
     adaptive adaptive_heldout5_q8_0_k7_n$n --prompts bench/prompts_heldout5.jsonl --max-tokens $n
     # the fourth held-out set, 12 prompts per task (written after the third had been run once)
