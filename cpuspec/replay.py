@@ -97,6 +97,23 @@ class Replay:
         acc = min(k, profile[t])   # t < the answer's length = len(profile)
         return acc, k * self.probe.draft_s, self.v[k + 1]
 
+    def _answer(self, profile: list[int], max_tokens: int, choose,
+                observe=None) -> tuple[list[int], float]:
+        """One answer's rounds, each of the k that choose() gives (capped so that the answer
+        ends at its recorded length, or max_tokens): the ks and the rounds' seconds. observe,
+        if given, is told each round (the policy learns from it)."""
+        ks, seconds, tokens = [], 0.0, 1
+        n = min(max_tokens, len(profile))   # the answer's recorded length
+        while tokens < n:
+            k = min(choose(), n - tokens - 1)
+            acc, draft_s, verify_s = self._round(k, profile, tokens)
+            ks.append(k)
+            seconds += draft_s + verify_s
+            tokens += acc + 1
+            if observe is not None:
+                observe(RoundStats(k, acc, acc + 1, draft_s, verify_s, draft_s + verify_s))
+        return ks, seconds
+
     def run(self, pol: AdaptivePolicy, max_tokens: int,
             prompts: list[tuple[int, float, list[int]]] | None = None) -> Replayed:
         """Every prompt once, in order, under `pol` (its state carries over, as in a run)."""
@@ -104,36 +121,20 @@ class Replay:
         prompts = self.prompts if prompts is None else prompts
         for unread, prefill, profile in prompts:
             pol.new_generation(unread, max_tokens)
-            ks, tokens, read = [], 1, False
-            n = min(max_tokens, len(profile))   # the answer's recorded length
-            t_ad += prefill
-            while tokens < n:
-                k = min(pol.next_k(), n - tokens - 1)
-                ks.append(k)
-                if k and not read:   # the draft reads the prompt on its first draft
-                    t_ad += unread * self.probe.prefill_s_per_token()
-                    read = True
-                acc, draft_s, verify_s = self._round(k, profile, tokens)
-                t_ad += draft_s + verify_s
-                tokens += acc + 1
-                pol.observe(RoundStats(k, acc, acc + 1, draft_s, verify_s, draft_s + verify_s))
-            t_raw += prefill + (n - 1) * self.v[1]
+            ks, seconds = self._answer(profile, max_tokens, pol.next_k, pol.observe)
+            # the draft reads the prompt on its first draft, if the answer drafts at all
+            t_ad += prefill + seconds + (unread * self.probe.prefill_s_per_token()
+                                         if any(ks) else 0.0)
+            t_raw += prefill + (min(max_tokens, len(profile)) - 1) * self.v[1]
             per_prompt.append(ks)
         return Replayed(per_prompt, t_ad, t_raw, self.static_seconds(max_tokens, prompts))
 
     def static_seconds(self, max_tokens: int,
                        prompts: list[tuple[int, float, list[int]]] | None = None) -> float:
         """Static k = k_max on the same replay: every prompt's draft prefill and rounds."""
-        t = 0.0
-        for unread, prefill, profile in self.prompts if prompts is None else prompts:
-            t += prefill + unread * self.probe.prefill_s_per_token()
-            tokens, n = 1, min(max_tokens, len(profile))
-            while tokens < n:
-                k = min(self.k_max, n - tokens - 1)
-                acc, draft_s, verify_s = self._round(k, profile, tokens)
-                t += draft_s + verify_s if k else self.v[1]
-                tokens += acc + 1
-        return t
+        return sum(prefill + unread * self.probe.prefill_s_per_token()
+                   + self._answer(profile, max_tokens, lambda: self.k_max)[1]
+                   for unread, prefill, profile in (self.prompts if prompts is None else prompts))
 
 
 def recorded_ratio(rec: dict, task: str, mode: str, base: str) -> float | None:
