@@ -15,12 +15,14 @@ prefill and the decode. Paired by prompt, 95 % interval over ≥ 5 prompts, a ra
 (cpuspec.stats.speedup_stats). Both are measurements; the second removes one source of noise
 and adds none, and neither replaces the other.
 
-    python bench/shared_prefill.py [--pool] RESULT.json [RESULT.json ...]
+    python bench/shared_prefill.py [--pool] [--digits N] RESULT.json [RESULT.json ...]
 
 --pool adds, per task, one row over the prompts of every file given (each prompt still paired
 with its own run's other modes): where one run has 4 prompts of a task and no interval, runs
-of the same configuration together have one.
+of the same configuration together have one. --digits N prints each ratio with N decimals
+(default 2; the interval's bounds keep two), for a ratio that sits at a goal such as 0.97.
 """
+import argparse
 import collections
 import copy
 import sys
@@ -51,11 +53,11 @@ def shared(runs: list[dict]) -> list[dict]:
     return out
 
 
-def fmt(s: dict) -> str:
+def fmt(s: dict, digits: int = 2) -> str:
     """speedup_stats' result in the report's own cell: interval, or range below 5 prompts."""
     return speedup_cell({"speedup": s["speedup"], "speedup_ci": s["ci"],
                          "speedup_range": s["range"], "speedup_units": s["units"]},
-                        prefix="") if s["units"] else "—"
+                        prefix="", digits=digits) if s["units"] else "—"
 
 
 def read_runs(path: Path) -> list[dict]:
@@ -65,7 +67,7 @@ def read_runs(path: Path) -> list[dict]:
     return rec["runs"]
 
 
-def rows(name: str, runs: list[dict]) -> list[list[str]]:
+def rows(name: str, runs: list[dict], digits: int = 2) -> list[list[str]]:
     out = []
     by_task = collections.defaultdict(list)
     for r in runs:
@@ -77,7 +79,7 @@ def rows(name: str, runs: list[dict]) -> list[list[str]]:
             for a, b in PAIRS:
                 if a in modes and b in modes:
                     row.append(fmt(speedup_stats([r for r in rr if r["mode"] == b],
-                                                 [r for r in rr if r["mode"] == a])))
+                                                 [r for r in rr if r["mode"] == a]), digits))
                 else:
                     row.append("—")
             out.append(row)
@@ -85,25 +87,25 @@ def rows(name: str, runs: list[dict]) -> list[list[str]]:
 
 
 def main() -> int:
-    args = sys.argv[1:]
-    pool = "--pool" in args
-    paths = [a for a in args if a != "--pool"]
-    if not paths or any(a.startswith("--") for a in paths):
-        print("usage: python bench/shared_prefill.py [--pool] RESULT.json [RESULT.json ...]",
-              file=sys.stderr)
-        return 2
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--pool", action="store_true", help="add a row per task over every file")
+    ap.add_argument("--digits", type=int, default=2, choices=range(1, 7), metavar="N",
+                    help="decimals of each ratio, 1-6 (default 2)")
+    a = ap.parse_args()
+    pool, paths, digits = a.pool, a.results, a.digits
     table, pooled = [], []
     for i, arg in enumerate(paths):
         try:
             runs = read_runs(Path(arg))
-            table += rows(Path(arg).name, runs)
+            table += rows(Path(arg).name, runs, digits)
         except (ResultsError, KeyError, TypeError) as exc:
             print(f"shared_prefill.py: {arg}: {exc}", file=sys.stderr)
             return 2
         # one prompt id per file: story-1 of one set is not story-1 of another
         pooled += [{**r, "prompt_id": f"{i}:{r['prompt_id']}"} for r in runs]
     if pool:
-        table += rows(f"pooled ({len(paths)} files)", pooled)
+        table += rows(f"pooled ({len(paths)} files)", pooled, digits)
     print(tabulate(table, headers=["run", "task", "end to end", *(f"{a} ÷ {b}" for a, b in PAIRS)],
                    disable_numparse=True))
     return 0

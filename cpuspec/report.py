@@ -34,23 +34,23 @@ def _ci(key: str, i: int) -> Callable[[dict], Any]:
 
 
 def _with_ci(value: Any, ci: list | None, rng: list | None = None,
-             n_units: int | None = None) -> str | None:
+             n_units: int | None = None, digits: int = 2) -> str | None:
     """`1.18 [1.13, 1.25]` with an interval; `1.18 (range 1.15–1.20, 2 prompts)` where there
-    were too few prompts for one."""
+    were too few prompts for one. digits: decimals of the speedup (the bounds keep two)."""
     if value is None or value != value:
         return None
     if ci:
-        return f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+        return f"{value:.{digits}f} [{ci[0]:.2f}, {ci[1]:.2f}]"
     if rng:
-        return f"{value:.2f} (range {rng[0]:.2f}–{rng[1]:.2f}" + \
+        return f"{value:.{digits}f} (range {rng[0]:.2f}–{rng[1]:.2f}" + \
             (f", {n_units} prompts)" if n_units else ")")
-    return f"{value:.2f}"
+    return f"{value:.{digits}f}"
 
 
-def speedup_cell(s: dict, prefix: str = "sd_") -> str | None:
+def speedup_cell(s: dict, prefix: str = "sd_", digits: int = 2) -> str | None:
     """A summary's speedup with its interval or, below MIN_CI_UNITS prompts, its range."""
     return _with_ci(s.get(f"{prefix}speedup"), s.get(f"{prefix}speedup_ci"),
-                    s.get(f"{prefix}speedup_range"), s.get(f"{prefix}speedup_units"))
+                    s.get(f"{prefix}speedup_range"), s.get(f"{prefix}speedup_units"), digits)
 
 
 FIELDS = [
