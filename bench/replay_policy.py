@@ -12,9 +12,9 @@ far the replay is from the run. --passes P runs the prompts P times over (the po
 carries over), for the learning cost spread over more prompts. --against REV replays the policy
 of git revision REV too (its cpuspec/policy.py) and prints its adaptive ÷ static beside.
 --skip leaves out, and names on stderr, files and tasks that cannot be replayed (no cost probe,
-no static or raw mode: a glob over bench/results/ holds many). The
-last lines hold each policy to the adaptive goal (≥ 0.95× static where the replayed static
-wins, ≥ 0.97× raw where it loses): its lowest row on each side and the rows below the goal."""
+no static or raw mode: a glob over bench/results/ holds many). The last lines hold each policy
+to the adaptive goal (≥ 0.95× static where the replayed static wins, ≥ 0.97× raw where it
+loses): its lowest row on each side and the rows below the goal."""
 import argparse
 import subprocess
 import sys

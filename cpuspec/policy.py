@@ -78,9 +78,9 @@ REENTRY_BUDGET = 0.03
 # ... unless the mean itself (not only its optimistic bound) predicts that SD pays: then the
 # decoding is expected to lose nothing, the draft's prefill of the prompt is the price of the
 # check (the bound must pay it back, as for any re-entry), and a task that paid until one bad
-# stretch switched it off does not wait many prompts for the budget (machine B, held-out set 4, json at 64 tokens:
-# json-1 paid for 7 rounds, then kept no draft for 6, and the task ran plain until json-11,
-# 0.85x static k = 7).
+# stretch switched it off does not wait many prompts for the budget (machine B, held-out set 4,
+# json at 64 tokens: json-1 paid for 7 rounds, then kept no draft for 6, and the task ran plain
+# until json-11, 0.85x static k = 7).
 REENTRY_MEAN = 1.0
 # V(1), plain decoding, is the yardstick every prediction is measured against, and only a
 # plain step times it. Plain steps while OFF rescale every cost (a change of machine speed),

@@ -62,7 +62,8 @@ def test_replaying_static_gives_back_its_recorded_rounds():
             k = min(7, rec["settings"]["max_tokens"] - t - 1)
             kept.append(min(k, profile[t]) if k else 0)
             t += kept[-1] + 1
-        assert kept == [row[1] for row in run["rounds"]] and t == len(run["tokens"]), run["prompt_id"]
+        assert kept == [row[1] for row in run["rounds"]] and t == len(run["tokens"]), \
+            run["prompt_id"]
 
 
 def test_a_task_without_static_rounds_cannot_be_replayed():
