@@ -10,7 +10,8 @@ time. On five prompts one such spell moved long-doc's adaptive ÷ static from 0.
 
 So, per task of each run, this prints the end-to-end ratios twice: as measured, and with each
 generation's target prefill replaced by the mean of its prompt's timings over the modes (the
-same repetition), so that a ratio holds only what the modes did differently: the draft's
+same repetition; cpuspec.stats.share_target_prefill, which `cpuspec report` uses too for the
+long inputs of one file), so that a ratio holds only what the modes did differently: the draft's
 prefill and the decode. Paired by prompt, 95 % interval over ≥ 5 prompts, a range over fewer
 (cpuspec.stats.speedup_stats). Both are measurements; the second removes one source of noise
 and adds none, and neither replaces the other.
@@ -24,7 +25,6 @@ of the same configuration together have one. --digits N prints each ratio with N
 """
 import argparse
 import collections
-import copy
 import sys
 from pathlib import Path
 
@@ -32,25 +32,9 @@ from tabulate import tabulate
 
 from cpuspec.report import speedup_cell
 from cpuspec.schema import ResultsError, read_json
-from cpuspec.stats import speedup_stats
+from cpuspec.stats import share_target_prefill, speedup_stats
 
 PAIRS = [("static", "raw"), ("adaptive", "raw"), ("adaptive", "static")]
-
-
-def shared(runs: list[dict]) -> list[dict]:
-    """Copies of the runs, each with its target prefill set to the mean over the modes that ran
-    its prompt (and repetition), and its end-to-end time moved by the same amount."""
-    by_unit = collections.defaultdict(list)
-    for r in runs:
-        by_unit[(r["prompt_id"], r.get("repetition", 0))].append(r["prefill_s"])
-    out = []
-    for r in runs:
-        mean = sum(p := by_unit[(r["prompt_id"], r.get("repetition", 0))]) / len(p)
-        c = copy.copy(r)
-        c["e2e_s"] = r["e2e_s"] - r["prefill_s"] + mean
-        c["prefill_s"] = mean
-        out.append(c)
-    return out
 
 
 def fmt(s: dict, digits: int = 2) -> str:
@@ -74,7 +58,8 @@ def rows(name: str, runs: list[dict], digits: int = 2) -> list[list[str]]:
         by_task[r["task"]].append(r)
     for task, task_runs in by_task.items():
         modes = {r["mode"] for r in task_runs}
-        for kind, rr in (("measured", task_runs), ("prefill shared", shared(task_runs))):
+        for kind, rr in (("measured", task_runs),
+                         ("prefill shared", share_target_prefill(task_runs))):
             row = [name, task, kind]
             for a, b in PAIRS:
                 if a in modes and b in modes:

@@ -85,6 +85,12 @@ FIELDS = [
           ".2f"),
     Field("adaptive_speedup_ci_low", "", _ci("adaptive_speedup_ci", 0), ".3f", text=False),
     Field("adaptive_speedup_ci_high", "", _ci("adaptive_speedup_ci", 1), ".3f", text=False),
+    Field("target_prefill_pct", "", lambda s: s.get("target_prefill_pct"), ".1f", text=False),
+    Field("shared_sd_speedup", "", lambda s: s.get("shared_sd_speedup"), ".3f", text=False),
+    Field("shared_adaptive_speedup", "", lambda s: s.get("shared_adaptive_speedup"), ".3f",
+          text=False),
+    Field("shared_adaptive_static_speedup", "", lambda s: s.get("shared_adaptive_static_speedup"),
+          ".3f", text=False),
     Field("adaptive_p99_ms", "adapt p99 ms",
           lambda s: s["adaptive_latency_ms"]["p99"] if "adaptive_latency_ms" in s else None,
           ".1f"),
@@ -170,6 +176,8 @@ def render_details(summary: dict, k: int) -> str:
             lines += _static_details(task, s, k)
         if "adaptive_tok_s" in s:
             lines += _adaptive_details(task, s, k)
+        if s.get("target_prefill_pct", 0.0) >= SHARED_PREFILL_SHOW_PCT:
+            lines += _prefill_shared_details(task, s)
         lines += [f"[{task}] WARNING: {w}" for w in s["warnings"]]
     return "\n".join(lines)
 
@@ -231,6 +239,31 @@ def _adaptive_details(task: str, s: dict, k: int) -> list[str]:
     if s.get("adaptive_decisions"):
         lines.append(f"[{task}] adaptive decisions: " + "; ".join(
             f"{why} ×{n}" for why, n in s["adaptive_decisions"].items()))
+    return lines
+
+
+# Where the target's prefill is at least this share of raw's end-to-end window (long inputs),
+# the details add the ratios with it shared between modes (stats.share_target_prefill); and a
+# mode whose prefill timing averages more than SHARED_PREFILL_BIAS off its prompts' mean gets
+# a warning, for sharing would hide a real difference if it recurs.
+SHARED_PREFILL_SHOW_PCT = 25.0
+SHARED_PREFILL_BIAS = 0.05
+
+
+def _prefill_shared_details(task: str, s: dict) -> list[str]:
+    by_mode = s["target_prefill_by_mode"]
+    cells = [f"{label} {speedup_cell(s, prefix)}" for label, prefix in
+             (("SD ×raw", "shared_sd_"), ("adaptive ×raw", "shared_adaptive_"),
+              ("adaptive ÷ static", "shared_adaptive_static_")) if f"{prefix}speedup" in s]
+    lines = [f"[{task}] target prefill: {s['target_prefill_pct']:.0f}% of raw's end-to-end "
+             "window, the same work in every mode; each mode's timing against its prompts' "
+             "mean: " + ", ".join(f"{m} {v:.2f}" for m, v in by_mode.items())
+             + ". With it shared between modes, end to end: " + "; ".join(cells)
+             + " (the measured figures stay the headline)"]
+    lines += [f"[{task}] WARNING: {m}'s target prefill ran {100 * (v - 1):+.0f}% off its "
+              "prompts' mean over the modes: if that recurs in other runs it is a real "
+              "difference between modes, and the shared figures hide it"
+              for m, v in by_mode.items() if abs(v - 1.0) > SHARED_PREFILL_BIAS]
     return lines
 
 

@@ -12,7 +12,8 @@ from .costs import cost_model, cost_model_per_round
 from .measure import MIN_JUDGED_WINDOW_S, OUTLIER_FRACTION_OF_MEDIAN, noise_reasons
 from .predict import PREDICTED_FROM, predict_from_probe, predict_from_rounds
 from .speculative import ROUND_FIELDS
-from .stats import MIN_CI_UNITS, decode_tok_s, e2e_tok_s, percentile, run_e2e_s, speedup_stats
+from .stats import (MIN_CI_UNITS, decode_tok_s, e2e_tok_s, percentile, run_e2e_s,
+                    share_target_prefill, speedup_stats, target_prefill_by_mode)
 
 
 OVERALL = "overall"
@@ -49,6 +50,36 @@ def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
         by_rep = [e2e_tok_s([r for r in sd if r.get("repetition", 0) == j])
                   / e2e_tok_s([r for r in raw if r.get("repetition", 0) == j]) for j in reps]
         out[f"{prefix}speedup_by_repetition"] = by_rep
+    return out
+
+
+def _ratio(base: list[dict], other: list[dict], prefix: str) -> dict[str, Any]:
+    """other ÷ base end to end with its interval (or range), under `prefix` as speedup_cell
+    reads it."""
+    st = speedup_stats(base, other)
+    return {f"{prefix}speedup": st["speedup"], f"{prefix}speedup_ci": st["ci"],
+            f"{prefix}speedup_range": st["range"], f"{prefix}speedup_units": st["units"]}
+
+
+def _prefill_shared(raw: list[dict], sd: list[dict], ad: list[dict]) -> dict[str, Any]:
+    """The target prefill's share of raw's end-to-end window, each mode's mean prefill timing
+    against its prompts' (the check that the modes differ by noise alone), and the end-to-end
+    ratios again with that prefill shared between modes (stats.share_target_prefill)."""
+    runs = raw + sd + ad
+    # schema 1 kept the draft's prefill inside prefill_s: no target prefill of its own to share
+    if not raw or not (sd or ad) or any("e2e_s" not in r for r in runs):
+        return {}
+    shared = share_target_prefill(runs)
+    of = {m: [r for r in shared if r["mode"] == m] for m in ("raw", "static", "adaptive")}
+    out = {"target_prefill_pct": 100.0 * sum(r["prefill_s"] for r in raw)
+           / sum(run_e2e_s(r) for r in raw),
+           "target_prefill_by_mode": target_prefill_by_mode(runs)}
+    if sd:
+        out.update(_ratio(of["raw"], of["static"], "shared_sd_"))
+    if ad:
+        out.update(_ratio(of["raw"], of["adaptive"], "shared_adaptive_"))
+    if sd and ad:
+        out.update(_ratio(of["static"], of["adaptive"], "shared_adaptive_static_"))
     return out
 
 
@@ -141,6 +172,7 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
                                      if why not in ("on", "off")}
         out["adaptive_speculating_pct"] = 100.0 * sum(1 for j in ks if j > 0) / len(ks) \
             if ks else 0.0
+    out.update(_prefill_shared(raw, sd, ad))
     if 0 < len(full) < MIN_ROUNDS_FOR_STABLE_A:
         out["warnings"].append(f"only {len(full)} full rounds: a and acceptance are rough; "
                                "raise --max-tokens or --repetitions")

@@ -23,6 +23,9 @@ CASES = [
     ("report", "bench/results/avx2-build/sweep_threads_k.json", "text"),
     ("report", "bench/results/epyc-family25-model1/tune_json_code.json", "text"),
     ("report", "bench/results/epyc-family25-model17/paths_q8_0_k7.json", "text"),
+    # long inputs: the target's prefill shared between modes (summary.py, report.py)
+    ("report", "bench/results/epyc-family25-model17/adaptive_heldout_long_q8_0_k7_n128_v6.json",
+     "text"),
 ]
 
 
