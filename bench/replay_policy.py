@@ -14,7 +14,8 @@ of git revision REV too (its cpuspec/policy.py) and prints its adaptive ÷ stati
 --skip leaves out, and names on stderr, files and tasks that cannot be replayed (no cost probe,
 no static or raw mode: a glob over bench/results/ holds many). The last lines hold each policy
 to the adaptive goal (≥ 0.95× static where the replayed static wins, ≥ 0.97× raw where it
-loses): its lowest row on each side and the rows below the goal."""
+loses): its lowest row on each side and the rows below the goal; and, over the rows replayed
+at their run's own length, how far the replayed static ÷ raw is from the run's own."""
 import argparse
 import subprocess
 import sys
@@ -73,6 +74,10 @@ def rows(path: Path, tasks: list[str] | None, max_tokens: int | None, passes: in
         static_s = res.static_s
         goals.setdefault("current", []).append(
             (*goal_ratio(res.raw_s, static_s, res.adaptive_s), path.name, task))
+        measured = recorded_ratio(rec, task, "static", "raw")
+        if measured and passes == 1 and n == int(rec["settings"]["max_tokens"]):
+            goals.setdefault("fidelity", []).append(
+                (abs(res.raw_s / static_s / measured - 1.0), path.name, task))
         rounds = [k for ks in res.ks for k in ks]
         row = [path.name, task, len(r.prompts), n,
                fmt(res.raw_s / static_s), fmt(res.raw_s / res.adaptive_s),
@@ -83,13 +88,19 @@ def rows(path: Path, tasks: list[str] | None, max_tokens: int | None, passes: in
                 (*goal_ratio(old.raw_s, old.static_s, old.adaptive_s), path.name, task))
             row.append(fmt(old.static_s / old.adaptive_s))
         out.append(row + [f"{sum(k > 0 for k in rounds) / len(rounds):.0%}" if rounds else "—",
-                          fmt(recorded_ratio(rec, task, "static", "raw")),
+                          fmt(measured),
                           fmt(recorded_ratio(rec, task, "adaptive", "raw"))])
     return out
 
 
 def goal_lines(goals: dict, rev: str | None) -> list[str]:
     lines = []
+    if goals.get("fidelity"):   # how far the replay's static mode is from the run's
+        errs = goals["fidelity"]
+        worst = max(errs)
+        lines.append(f"replayed static ÷ raw against the run's own, over {len(errs)} task rows "
+                     f"at their own length: {100 * sum(e for e, *_ in errs) / len(errs):.1f} % "
+                     f"off on average, at most {100 * worst[0]:.1f} % ({worst[2]}, {worst[1]})")
     for key, name in (("current", "this policy"), ("against", f"the policy at {rev}")):
         got = goals.get(key)
         if not got:

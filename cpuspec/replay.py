@@ -14,8 +14,8 @@ wants at least 98 % of them predicted exactly. Costs are the run's
 own: a batch size the loop verified 5 times or more at the median of those verifies, otherwise
 the probe's timing; V(1) at the median of the raw mode's token times. Prompts keep their recorded
 lengths, target prefills and answer lengths (an answer that ended before max_tokens ends there in
-every mode), and the draft reads a prompt (at the probe's prefill cost per token) on its first
-draft.
+every mode), and the draft reads a prompt on its first draft, in the time the static mode's
+draft took to read it in the run (the probe's cost per token where a file has no such timing).
 
 What it leaves out: timing noise, and the rare prompt whose adaptive output differs from the
 static one (a near-tie decided differently). A replayed ratio is the policy's decisions at steady
@@ -69,13 +69,17 @@ class Replay:
         self.k_max = int(rec["settings"]["k"])
         runs = [r for r in rec["runs"] if r["task"] == task and r["repetition"] == 0]
         raw = [r for r in runs if r["mode"] == "raw"]
-        static = {r["prompt_id"]: r["rounds"] for r in runs if r["mode"] == "static"}
-        raw = [r for r in raw if static.get(r["prompt_id"])]
+        static = {r["prompt_id"]: r for r in runs if r["mode"] == "static"}
+        raw = [r for r in raw if r["prompt_id"] in static and static[r["prompt_id"]]["rounds"]]
         if not raw:
             raise ReplayError(f"task {task!r} has no raw runs or no static rounds to replay")
-        # (prompt tokens, target prefill seconds, acceptance profile) per prompt, in run order
+        # (prompt tokens, target prefill seconds, acceptance profile, the draft's prefill
+        # seconds) per prompt, in run order
         self.prompts = [(r["prompt_tokens"], r["prefill_s"],
-                         acceptance_profile(static[r["prompt_id"]])) for r in raw]
+                         acceptance_profile(static[r["prompt_id"]]["rounds"]),
+                         static[r["prompt_id"]].get("draft_prefill_s")
+                         or r["prompt_tokens"] * self.probe.prefill_s_per_token())
+                        for r in raw]
         timed: dict[int, list[float]] = {}
         for run in rec["runs"]:
             for k, _, _, _, verify_s, _ in run["rounds"]:
@@ -115,26 +119,27 @@ class Replay:
         return ks, seconds
 
     def run(self, pol: AdaptivePolicy, max_tokens: int,
-            prompts: list[tuple[int, float, list[int]]] | None = None) -> Replayed:
+            prompts: list[tuple[int, float, list[int], float]] | None = None) -> Replayed:
         """Every prompt once, in order, under `pol` (its state carries over, as in a run)."""
         per_prompt, t_ad, t_raw = [], 0.0, 0.0
         prompts = self.prompts if prompts is None else prompts
-        for unread, prefill, profile in prompts:
+        for unread, prefill, profile, draft_prefill in prompts:
             pol.new_generation(unread, max_tokens)
             ks, seconds = self._answer(profile, max_tokens, pol.next_k, pol.observe)
             # the draft reads the prompt on its first draft, if the answer drafts at all
-            t_ad += prefill + seconds + (unread * self.probe.prefill_s_per_token()
-                                         if any(ks) else 0.0)
+            t_ad += prefill + seconds + (draft_prefill if any(ks) else 0.0)
             t_raw += prefill + (min(max_tokens, len(profile)) - 1) * self.v[1]
             per_prompt.append(ks)
         return Replayed(per_prompt, t_ad, t_raw, self.static_seconds(max_tokens, prompts))
 
     def static_seconds(self, max_tokens: int,
-                       prompts: list[tuple[int, float, list[int]]] | None = None) -> float:
+                       prompts: list[tuple[int, float, list[int], float]] | None = None
+                       ) -> float:
         """Static k = k_max on the same replay: every prompt's draft prefill and rounds."""
-        return sum(prefill + unread * self.probe.prefill_s_per_token()
+        return sum(prefill + draft_prefill
                    + self._answer(profile, max_tokens, lambda: self.k_max)[1]
-                   for unread, prefill, profile in (self.prompts if prompts is None else prompts))
+                   for _, prefill, profile, draft_prefill
+                   in (self.prompts if prompts is None else prompts))
 
 
 def recorded_ratio(rec: dict, task: str, mode: str, base: str) -> float | None:
