@@ -7,25 +7,37 @@
 set -euo pipefail
 NAME=${1:?usage: bench/run_depth.sh NAME   (results go to bench/results/NAME)}
 PART=${2:-all}   # depth | adaptive | long (the long suite and the long held-out set only) | all
+case $PART in depth|adaptive|long|all) ;;
+  *) echo "run_depth.sh: PART must be depth, adaptive, long or all, not '$PART'" >&2; exit 2 ;;
+esac
 R=bench/results/$NAME
 mkdir -p "$R"
+# kept OUT: true where OUT.json or OUT.txt exists already (never overwritten: skipped, named)
+kept() {
+  if [ -e "$1.json" ] || [ -e "$1.txt" ]; then
+    echo "run_depth.sh: $1.json exists, skipped (a new tag, the third argument, runs it again)" >&2
+    return 0
+  fi
+  return 1
+}
 T8=$(cpuspec models path qwen2.5-coder-1.5b-q8_0)
 D4=$(cpuspec models path qwen2.5-coder-0.5b-q4_0)
 D="--tasks json,code --prompts-per-task 5 --max-tokens 64 --policy static --threads 2 --no-save"
-if [ "$PART" != adaptive ]; then
-  cpuspec bench $D --depth 0,1024,4096,8192 --json $R/depth_q4km_k4.json > $R/depth_q4km_k4.txt
+if [ "$PART" = depth ] || [ "$PART" = all ]; then
+  kept $R/depth_q4km_k4 ||
+    cpuspec bench $D --depth 0,1024,4096,8192 --json $R/depth_q4km_k4.json > $R/depth_q4km_k4.txt
   # (recorded on machine B without 8192 here, for time: the default pair's 8 k point read
   # 8 k tokens again after every prompt whose output differed, since fixed)
-  cpuspec bench $D --target "$T8" --draft "$D4" -k 7 --depth 0,1024,4096 \
-    --json $R/depth_q8_0_k7.json > $R/depth_q8_0_k7.txt
+  kept $R/depth_q8_0_k7 || cpuspec bench $D --target "$T8" --draft "$D4" -k 7 \
+    --depth 0,1024,4096 --json $R/depth_q8_0_k7.json > $R/depth_q8_0_k7.txt
   # 8 k on its own (a later session); `cpuspec plot` joins it to the sweep's line
-  cpuspec bench $D --target "$T8" --draft "$D4" -k 7 --depth 8192 \
+  kept $R/depth_q8_0_k7_8k || cpuspec bench $D --target "$T8" --draft "$D4" -k 7 --depth 8192 \
     --json $R/depth_q8_0_k7_8k.json > $R/depth_q8_0_k7_8k.txt
   # tune's prediction of the same pick at each depth, from its cost curves there and the
   # acceptance of its choosing prompts at depth 0 (no confirmation runs)
-  cpuspec tune --targets qwen2.5-coder-1.5b-q8_0 --drafts qwen2.5-coder-0.5b-q4_0 \
-    --tasks json,code --k-max 7 --depths 0,1024,4096 --no-confirm --threads 2 --no-save \
-    --json $R/tune_depths_q8_0.json > $R/tune_depths_q8_0.txt
+  kept $R/tune_depths_q8_0 || cpuspec tune --targets qwen2.5-coder-1.5b-q8_0 \
+    --drafts qwen2.5-coder-0.5b-q4_0 --tasks json,code --k-max 7 --depths 0,1024,4096 \
+    --no-confirm --threads 2 --no-save --json $R/tune_depths_q8_0.json > $R/tune_depths_q8_0.txt
 fi
 # adaptive NAME ARGS...: one run into $R/NAME$TAG.{json,txt}; an existing result is never
 # overwritten but skipped, so an interrupted sweep resumes where it stopped (to run one again,
@@ -33,10 +45,7 @@ fi
 TAG=${3:+_$3}
 adaptive() {
   local out=$R/$1$TAG; shift
-  if [ -e "$out.json" ] || [ -e "$out.txt" ]; then
-    echo "run_depth.sh: $out.json exists, skipped (a new tag, the third argument, runs it again)" >&2
-    return 0
-  fi
+  kept "$out" && return 0
   cpuspec bench --target "$T8" --draft "$D4" -k 7 --policy static,adaptive --threads 2 \
     --no-save "$@" --json "$out.json" > "$out.txt"
 }
@@ -51,7 +60,7 @@ if [ "$PART" = long ]; then
   done
   exit 0
 fi
-if [ "$PART" != depth ]; then
+if [ "$PART" = adaptive ] || [ "$PART" = all ]; then
   for n in 64 128; do
     # the sixth held-out set, 10 prompts per task, written with the policy unchanged since v6
     adaptive adaptive_heldout6_q8_0_k7_n$n --prompts bench/prompts_heldout6.jsonl --max-tokens $n
