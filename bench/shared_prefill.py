@@ -20,8 +20,11 @@ and adds none, and neither replaces the other.
 
 --pool adds, per task, one row over the prompts of every file given (each prompt still paired
 with its own run's other modes): where one run has 4 prompts of a task and no interval, runs
-of the same configuration together have one. --digits N prints each ratio with N decimals
-(default 2; the interval's bounds keep two), for a ratio that sits at a goal such as 0.97.
+of the same configuration together have one; and a row over every task of every file. The last
+column is the check that the sharing is fair: each mode's target prefill timing against its
+prompt's mean over the modes, near 1.00 for every mode where the modes differ by noise alone.
+--digits N prints each ratio with N decimals (default 2; the interval's bounds keep two), for a
+ratio that sits at a goal such as 0.97.
 """
 import argparse
 import collections
@@ -32,7 +35,7 @@ from tabulate import tabulate
 
 from cpuspec.report import speedup_cell
 from cpuspec.schema import ResultsError, read_json
-from cpuspec.stats import share_target_prefill, speedup_stats
+from cpuspec.stats import share_target_prefill, speedup_stats, target_prefill_by_mode
 
 PAIRS = [("static", "raw"), ("adaptive", "raw"), ("adaptive", "static")]
 
@@ -51,11 +54,21 @@ def read_runs(path: Path) -> list[dict]:
     return rec["runs"]
 
 
-def rows(name: str, runs: list[dict], digits: int = 2) -> list[list[str]]:
+def by_mode(runs: list[dict]) -> str:
+    """Each mode's target prefill timing against its prompts' mean over the modes: the check
+    that sharing it removes noise (about 1.00 each) and hides no real difference."""
+    return ", ".join(f"{m} {v:.3f}" for m, v in target_prefill_by_mode(runs).items()) or "—"
+
+
+def rows(name: str, runs: list[dict], digits: int = 2,
+         every_task: bool = False) -> list[list[str]]:
+    """Per task (and with every_task, one more row over all of them): both kinds of ratio."""
     out = []
     by_task = collections.defaultdict(list)
     for r in runs:
         by_task[r["task"]].append(r)
+    if every_task:
+        by_task["(every task)"] = list(runs)
     for task, task_runs in by_task.items():
         modes = {r["mode"] for r in task_runs}
         for kind, rr in (("measured", task_runs),
@@ -67,7 +80,7 @@ def rows(name: str, runs: list[dict], digits: int = 2) -> list[list[str]]:
                                                  [r for r in rr if r["mode"] == a]), digits))
                 else:
                     row.append("—")
-            out.append(row)
+            out.append(row + [by_mode(task_runs) if kind == "measured" else ""])
     return out
 
 
@@ -90,8 +103,9 @@ def main() -> int:
         # one prompt id per file: story-1 of one set is not story-1 of another
         pooled += [{**r, "prompt_id": f"{i}:{r['prompt_id']}"} for r in runs]
     if pool:
-        table += rows(f"pooled ({len(paths)} files)", pooled, digits)
-    print(tabulate(table, headers=["run", "task", "end to end", *(f"{a} ÷ {b}" for a, b in PAIRS)],
+        table += rows(f"pooled ({len(paths)} files)", pooled, digits, every_task=True)
+    print(tabulate(table, headers=["run", "task", "end to end", *(f"{a} ÷ {b}" for a, b in PAIRS),
+                                   "target prefill ÷ its prompt's mean"],
                    disable_numparse=True))
     return 0
 

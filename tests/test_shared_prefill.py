@@ -177,3 +177,18 @@ def test_a_mode_that_is_always_slower_gets_a_warning(tmp_path):
     assert "WARNING: static's target prefill ran +" in out
     from cpuspec.summary import summarize
     assert summarize(rec)["overall"]["target_prefill_by_mode"]["static"] > 1.1
+
+
+def test_pool_adds_a_row_over_every_task_with_the_fairness_check():
+    """Two long runs pooled: a row over every task of both, whose last column gives each mode's
+    target prefill timing against its prompts' mean; on real runs that is noise, within 5 %."""
+    results = ROOT / "bench" / "results" / "epyc-family25-model17"
+    files = [results / "adaptive_long_q8_0_k7_n128_v6.json", LONG]
+    p = cli("--pool", *map(str, files))
+    assert p.returncode == 0, p.stderr
+    row = next(ln for ln in p.stdout.splitlines()
+               if ln.startswith("pooled") and "(every task)" in ln and "measured" in ln)
+    check = row.split("  ")[-1].strip()
+    got = {m: float(v) for m, v in (part.split() for part in check.split(", "))}
+    assert set(got) == {"raw", "static", "adaptive"}
+    assert all(abs(v - 1) < 0.05 for v in got.values()), got
