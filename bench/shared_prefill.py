@@ -51,6 +51,9 @@ def read_runs(path: Path) -> list[dict]:
     rec = read_json(path)
     if rec.get("kind") != "bench" or "e2e_s" not in (rec.get("runs") or [{}])[0]:
         raise ResultsError(f"{path}: not a bench results file with end-to-end times")
+    if (rec.get("settings") or {}).get("schedule") == "parallel":
+        raise ResultsError(f"{path}: the parallel schedule prefills both models at once, so "
+                           "its target prefill is not the work raw's was: nothing to share")
     return rec["runs"]
 
 

@@ -37,12 +37,18 @@ def _latency_ms(runs: list[dict]) -> dict[str, float]:
     return {f"p{q}": percentile(lat, q) * 1e3 for q in (50, 95, 99)}
 
 
+def _ratio(base: list[dict], other: list[dict], prefix: str) -> dict[str, Any]:
+    """other ÷ base end to end with its interval (or range) and verdict, under `prefix` as
+    speedup_cell reads it."""
+    st = speedup_stats(base, other)
+    return {f"{prefix}speedup": st["speedup"], f"{prefix}speedup_ci": st["ci"],
+            f"{prefix}speedup_units": st["units"], f"{prefix}speedup_range": st["range"],
+            f"{prefix}significance": st["significance"]}
+
+
 def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
-    st = speedup_stats(raw, sd)
     out = {f"{prefix}tok_s": e2e_tok_s(sd), f"{prefix}decode_tok_s": decode_tok_s(sd),
-           f"{prefix}speedup": st["speedup"], f"{prefix}speedup_ci": st["ci"],
-           f"{prefix}speedup_units": st["units"], f"{prefix}speedup_range": st["range"],
-           f"{prefix}significance": st["significance"],
+           **_ratio(raw, sd, prefix),
            f"{prefix}decode_speedup": decode_tok_s(sd) / decode_tok_s(raw)
            if raw and sd else float("nan")}
     reps = sorted({r.get("repetition", 0) for r in sd})
@@ -53,21 +59,14 @@ def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
     return out
 
 
-def _ratio(base: list[dict], other: list[dict], prefix: str) -> dict[str, Any]:
-    """other ÷ base end to end with its interval (or range), under `prefix` as speedup_cell
-    reads it."""
-    st = speedup_stats(base, other)
-    return {f"{prefix}speedup": st["speedup"], f"{prefix}speedup_ci": st["ci"],
-            f"{prefix}speedup_range": st["range"], f"{prefix}speedup_units": st["units"]}
-
-
 def _prefill_shared(raw: list[dict], sd: list[dict], ad: list[dict]) -> dict[str, Any]:
     """The target prefill's share of raw's end-to-end window, each mode's mean prefill timing
     against its prompts' (the check that the modes differ by noise alone), and the end-to-end
     ratios again with that prefill shared between modes (stats.share_target_prefill)."""
     runs = raw + sd + ad
     # schema 1 kept the draft's prefill inside prefill_s: no target prefill of its own to share
-    if not raw or not (sd or ad) or any("e2e_s" not in r for r in runs):
+    if not raw or not (sd or ad) or any("e2e_s" not in r for r in runs) or \
+            sum(run_e2e_s(r) for r in raw) <= 0:
         return {}
     shared = share_target_prefill(runs)
     of = {m: [r for r in shared if r["mode"] == m] for m in ("raw", "static", "adaptive")}
@@ -172,7 +171,8 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
                                      if why not in ("on", "off")}
         out["adaptive_speculating_pct"] = 100.0 * sum(1 for j in ks if j > 0) / len(ks) \
             if ks else 0.0
-    out.update(_prefill_shared(raw, sd, ad))
+    if not parallel:   # the parallel schedule prefills both models at once: not raw's work
+        out.update(_prefill_shared(raw, sd, ad))
     if 0 < len(full) < MIN_ROUNDS_FOR_STABLE_A:
         out["warnings"].append(f"only {len(full)} full rounds: a and acceptance are rough; "
                                "raise --max-tokens or --repetitions")

@@ -192,3 +192,16 @@ def test_pool_adds_a_row_over_every_task_with_the_fairness_check():
     got = {m: float(v) for m, v in (part.split() for part in check.split(", "))}
     assert set(got) == {"raw", "static", "adaptive"}
     assert all(abs(v - 1) < 0.05 for v in got.values()), got
+
+
+def test_the_parallel_schedule_shares_nothing():
+    """In the parallel schedule both models prefill at once, so the target's prefill there is
+    not the work raw's was: no shared figures (the serial run of the same split has them)."""
+    from cpuspec.summary import summarize
+    results = ROOT / "bench" / "results" / "epyc-family25-model17"
+    serial, parallel = (summarize(read_json(results / f"split_{s}_q8_0.json"))
+                        for s in ("serial", "parallel"))
+    assert all("shared_sd_speedup" in t for t in serial.values())
+    assert not any("shared_sd_speedup" in t for t in parallel.values())
+    p = cli(str(results / "split_parallel_q8_0.json"))
+    assert p.returncode == 2 and "parallel schedule" in p.stderr and "Traceback" not in p.stderr
