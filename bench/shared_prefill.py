@@ -13,8 +13,8 @@ generation's target prefill replaced by the mean of its prompt's timings over th
 same repetition; cpuspec.stats.share_target_prefill, which `cpuspec report` uses too for the
 long inputs of one file), so that a ratio holds only what the modes did differently: the draft's
 prefill and the decode. Paired by prompt, 95 % interval over ≥ 5 prompts, a range over fewer
-(cpuspec.stats.speedup_stats). Both are measurements; the second removes one source of noise
-and adds none, and neither replaces the other.
+(cpuspec.stats.speedup_stats, through cpuspec.summary.ratio_fields). Both are measurements;
+the second removes one source of noise and adds none, and neither replaces the other.
 
     python bench/shared_prefill.py [--pool] [--digits N] RESULT.json [RESULT.json ...]
 
@@ -35,16 +35,16 @@ from tabulate import tabulate
 
 from cpuspec.report import speedup_cell
 from cpuspec.schema import ResultsError, read_json
-from cpuspec.stats import share_target_prefill, speedup_stats, target_prefill_by_mode
+from cpuspec.stats import share_target_prefill, target_prefill_by_mode
+from cpuspec.summary import ratio_fields
 
 PAIRS = [("static", "raw"), ("adaptive", "raw"), ("adaptive", "static")]
 
 
-def fmt(s: dict, digits: int = 2) -> str:
-    """speedup_stats' result in the report's own cell: interval, or range below 5 prompts."""
-    return speedup_cell({"speedup": s["speedup"], "speedup_ci": s["ci"],
-                         "speedup_range": s["range"], "speedup_units": s["units"]},
-                        prefix="", digits=digits) if s["units"] else "—"
+def fmt(base: list[dict], other: list[dict], digits: int = 2) -> str:
+    """other ÷ base in the report's own cell: interval, or range below 5 prompts."""
+    s = ratio_fields(base, other, "")
+    return speedup_cell(s, prefix="", digits=digits) if s["speedup_units"] else "—"
 
 
 def read_runs(path: Path) -> list[dict]:
@@ -79,8 +79,8 @@ def rows(name: str, runs: list[dict], digits: int = 2,
             row = [name, task, kind]
             for a, b in PAIRS:
                 if a in modes and b in modes:
-                    row.append(fmt(speedup_stats([r for r in rr if r["mode"] == b],
-                                                 [r for r in rr if r["mode"] == a]), digits))
+                    row.append(fmt([r for r in rr if r["mode"] == b],
+                                   [r for r in rr if r["mode"] == a], digits))
                 else:
                     row.append("—")
             out.append(row + [by_mode(task_runs) if kind == "measured" else ""])

@@ -37,9 +37,9 @@ def _latency_ms(runs: list[dict]) -> dict[str, float]:
     return {f"p{q}": percentile(lat, q) * 1e3 for q in (50, 95, 99)}
 
 
-def _ratio(base: list[dict], other: list[dict], prefix: str) -> dict[str, Any]:
+def ratio_fields(base: list[dict], other: list[dict], prefix: str) -> dict[str, Any]:
     """other ÷ base end to end with its interval (or range) and verdict, under `prefix` as
-    speedup_cell reads it."""
+    report.speedup_cell reads it (summary rows, bench/shared_prefill.py)."""
     st = speedup_stats(base, other)
     return {f"{prefix}speedup": st["speedup"], f"{prefix}speedup_ci": st["ci"],
             f"{prefix}speedup_units": st["units"], f"{prefix}speedup_range": st["range"],
@@ -48,7 +48,7 @@ def _ratio(base: list[dict], other: list[dict], prefix: str) -> dict[str, Any]:
 
 def _speedups(raw: list[dict], sd: list[dict], prefix: str) -> dict[str, Any]:
     out = {f"{prefix}tok_s": e2e_tok_s(sd), f"{prefix}decode_tok_s": decode_tok_s(sd),
-           **_ratio(raw, sd, prefix),
+           **ratio_fields(raw, sd, prefix),
            f"{prefix}decode_speedup": decode_tok_s(sd) / decode_tok_s(raw)
            if raw and sd else float("nan")}
     reps = sorted({r.get("repetition", 0) for r in sd})
@@ -74,11 +74,11 @@ def _prefill_shared(raw: list[dict], sd: list[dict], ad: list[dict]) -> dict[str
            / sum(run_e2e_s(r) for r in raw),
            "target_prefill_by_mode": target_prefill_by_mode(runs)}
     if sd:
-        out.update(_ratio(of["raw"], of["static"], "shared_sd_"))
+        out.update(ratio_fields(of["raw"], of["static"], "shared_sd_"))
     if ad:
-        out.update(_ratio(of["raw"], of["adaptive"], "shared_adaptive_"))
+        out.update(ratio_fields(of["raw"], of["adaptive"], "shared_adaptive_"))
     if sd and ad:
-        out.update(_ratio(of["static"], of["adaptive"], "shared_adaptive_static_"))
+        out.update(ratio_fields(of["static"], of["adaptive"], "shared_adaptive_static_"))
     return out
 
 
