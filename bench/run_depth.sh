@@ -43,11 +43,13 @@ fi
 # overwritten but skipped, so an interrupted sweep resumes where it stopped (to run one again,
 # give it a new TAG, the third argument: bench/run_depth.sh B adaptive v3)
 TAG=${3:+_$3}
+# WINDOW=HEAD,TAIL: the draft reads only a long prompt's first HEAD and last TAIL tokens
+# (--draft-window; give such runs a tag of their own, e.g. bench/run_depth.sh B long w256)
 adaptive() {
   local out=$R/$1$TAG; shift
   kept "$out" && return 0
   cpuspec bench --target "$T8" --draft "$D4" -k 7 --policy static,adaptive --threads 2 \
-    --no-save "$@" --json "$out.json" > "$out.txt"
+    ${WINDOW:+--draft-window "$WINDOW"} --no-save "$@" --json "$out.json" > "$out.txt"
 }
 if [ "$PART" = long ]; then
   # again, at the lengths given (LENGTHS="128 64" by default): where a ratio's noise (one

@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .hardware import CoreOwner, CorePinner, census_delta, detect_hardware, thread_census
+from .hardware import (CoreOwner, CorePinner, OwnedDecoder, census_delta, detect_hardware,
+                       thread_census)
 from .lookup import HYBRID_NGRAM, HybridDrafter, LookupDrafter, NGRAM_MAX, NGRAM_MIN
 from .measure import CATCHUP_PROBE_TOKENS, CURVE_N, NoiseProbe, NoiseSample, probe_costs
 from .models import FetchedModel, fetch_model, local_model
@@ -31,6 +32,7 @@ from .speculative import (Generation, generate_raw, generate_speculative,
 from .summary import summarize
 from .tasks import Prompt
 from .turns import FIRST_TURN_TOKENS, answer_first_turn, encode_prompts, prepare_followup
+from .window import WindowedDraft
 
 Log = Callable[[str], None]
 # Tokens of slack in the context beyond prompt + max_tokens + k (the verify batch overshoots).
@@ -68,6 +70,8 @@ class BenchConfig:
     quality: bool = True            # the target's perplexity after the runs (tune's pilot: no)
     depth: int = 0                  # tokens of real context held in both KV caches before each
     #                                 prompt (an earlier turn a server keeps; llama-bench's -d)
+    draft_window: tuple[int, int] | None = None  # the draft reads a long prompt's first HEAD
+    #                                 and last TAIL tokens only (window.py); None: all of it
     argv: list[str] = field(default_factory=list)
 
 
@@ -95,29 +99,6 @@ def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str,
             **({"reused_prompt_tokens": g.reused} if g.reused else {}),
             "noise": noise.to_dict(), **({"schedule": g.extra} if g.extra else {}),
             **({"drafter_stats": g.drafter_stats} if g.drafter_stats else {})}
-
-
-class OwnedDecoder:
-    """A model session whose every call runs on its CoreOwner's thread, so its llama.cpp
-    threads stay on the owner's CPUs (how the draft gets its own cores)."""
-
-    def __init__(self, session, owner):
-        self.session, self.owner = session, owner
-
-    def eval(self, tokens, pos, n_out):
-        return self.owner.call(self.session.eval, tokens, pos, n_out)
-
-    def decode(self, tokens, pos, n_out):
-        self.owner.call(self.session.decode, tokens, pos, n_out)
-
-    def logits(self, n_out):
-        return self.session.logits(n_out)
-
-    def truncate(self, pos):
-        self.owner.call(self.session.truncate, pos)
-
-    def is_eog(self, token):
-        return self.session.is_eog(token)
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -200,6 +181,8 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
                             "max_noise": cfg.max_noise,
                             "adaptive_scope": cfg.adaptive_scope,
                             "schedule": cfg.schedule, "depth": cfg.depth,
+                            "draft_window": list(cfg.draft_window) if cfg.draft_window
+                            else None,
                             "windows": {"e2e": "target prefill + draft prefill + every round",
                                         "decode": "after both prefills"}},
                "models": {"target": loaded.target_f.to_dict(),
@@ -226,6 +209,7 @@ class Generator:
         self.policies: dict[str, AdaptivePolicy] = {}
         self.traces: dict[str, list] = {}
         self.owner = None         # the draft's CoreOwner, for the parallel schedule
+        self.window = None        # the WindowedDraft, where the draft reads a window
         self.draft_async = None   # the draft session, called on the owner's thread
 
     def adaptive_policy(self, task: str, unread: int = 0, max_tokens: int = 0
@@ -271,7 +255,8 @@ class Generator:
         if mode == "static":
             return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify,
                                         reuse=reuse)
-        policy = self.adaptive_policy(task, len(tokens) - reuse, max_tokens)
+        unread = self.window.reads(len(tokens), reuse) if self.window else len(tokens) - reuse
+        policy = self.adaptive_policy(task, unread, max_tokens)
         start = len(policy.trace)
         g = generate_speculative(t, d, tokens, max_tokens, policy, verify=verify, reuse=reuse)
         self.traces[mode] = policy.trace[start:]  # this generation's decisions
@@ -342,6 +327,8 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                                 "text": "cpuspec.tasks.depth_text() (cpuspec/data/long)"}
         if any(p.followup for p in cfg.prompts) and cfg.schedule == "parallel":
             raise ValueError("follow-up turns run with the serial schedule only")
+        if cfg.draft_window and (cfg.schedule == "parallel" or not loaded.draft_m):
+            raise ValueError("a draft window needs a draft model and the serial schedule")
         # a follow-up's second turn holds the first, its answer and the follow-up message
         lengths = [len(e) + (FIRST_TURN_TOKENS + len(target_m.tokenize(p.followup)) + 32
                              if p.followup else 0) for p, e in zip(cfg.prompts, encoded)]
@@ -359,12 +346,17 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             owner = CoreOwner(cfg.draft_cpus, "draft")
             stack.callback(owner.close)
             draft_session, draft = draft, OwnedDecoder(draft, owner)
-        draft_model = draft  # what the cost probe times: the hybrid's lookup costs ~nothing
+        # what the cost probe times: the hybrid's lookup costs ~nothing, and the window's
+        # prefill is priced per token read (Generator: WindowedDraft.reads)
+        draft_model = draft
+        window = WindowedDraft(draft, *cfg.draft_window) \
+            if cfg.draft_window and loaded.draft_m else None
+        draft = window or draft
         if cfg.drafter == "hybrid":
             draft = HybridDrafter(draft)
         census = thread_census()
         gen = Generator(cfg, target, draft, None)
-        gen.owner, gen.draft_async = owner, draft_session
+        gen.owner, gen.draft_async, gen.window = owner, draft_session, window
         # a depth's warm-up runs without it: it pages in weights, it does not need 4 k tokens
         warm = encoded[0] if not cfg.depth else \
             target_m.tokenize(target_m.format_chat(cfg.prompts[0].text))

@@ -16,7 +16,7 @@ from .cli_models import models
 from .cli_results import advise, compare, plot, report, runs
 from .cliutil import (check_bench_flags, check_model_file, check_size, cpu_list, finite, guarded,
                       log, policy_list, positive, prepare_outputs, print_bench, quant_list,
-                      save_options, task_list, values)
+                      save_options, task_list, values, window_option)
 from .hardware import HardwareError, default_threads, detect_hardware
 from .registry import ModelError
 from .report import render_csv
@@ -102,6 +102,12 @@ def main() -> None:
               help="Draft with the pair's draft model; by prompt lookup (n-gram match "
                    "against the prompt and output so far; no draft model, c ≈ 0); or hybrid: "
                    "lookup where it finds a match, the draft model where it does not.")
+@click.option("--draft-window", default="off", show_default=True, metavar="HEAD,TAIL",
+              callback=lambda c, p, v: window_option(v),
+              help="The draft reads only the first HEAD and last TAIL tokens of a prompt "
+                   "longer than HEAD + TAIL (e.g. 256,256): its prefill of a long input costs "
+                   "a window, not the whole text. Lossless: the target still reads every "
+                   "token and decides every output token.")
 @click.option("--schedule", type=click.Choice(["serial", "parallel"]), default="serial",
               show_default=True,
               help="parallel: the draft, on --draft-cores, drafts the next round while the "
@@ -126,7 +132,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
           draft_gpu_layers, target_quant, draft_quant, smt, draft_threads, draft_cores, k,
           max_tokens, depth, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, policies, temperature, seed, drafter,
-          schedule, adaptive_scope, max_noise, json_path, csv_path, save, force, yes):
+          draft_window, schedule, adaptive_scope, max_noise, json_path, csv_path, save, force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
     \b
@@ -144,6 +150,9 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     check_bench_flags(k, max_tokens, threads, temperature, drafter, policies, adaptive_scope,
                       draft_path, draft_quant, draft_threads, draft_cores, draft_gpu_layers,
                       schedule)
+    if draft_window and (drafter == "lookup" or schedule == "parallel" or not policies):
+        raise click.UsageError("--draft-window needs a draft model (--drafter model or "
+                               "hybrid), the serial schedule and an SD policy")
     try:
         prompts = load_prompts(tasks, prompts_file, prompts_per_task)
     except PromptsFileError as exc:
@@ -175,7 +184,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        drafter=drafter, draft_cpus=where.draft_cpus,
                        draft_threads=draft_threads, temperature=temperature, seed=seed,
                        max_noise=max_noise, adaptive_scope=adaptive_scope, schedule=schedule,
-                       argv=["cpuspec", *sys.argv[1:]])
+                       draft_window=draft_window, argv=["cpuspec", *sys.argv[1:]])
     run = _sweep if where.is_sweep else _bench_point
     run(base, where, default_threads(), sink, csv_path)
 
@@ -196,7 +205,9 @@ def _bench_point(base, where, fallback_threads: int, sink, csv_path) -> None:
     m = results["models"]
     draft_desc = ("prompt-lookup drafter" if cfg.drafter == "lookup" else
                   f"draft {m['draft']['file']} ({m['draft']['source']})"
-                  + (", hybrid with prompt lookup" if cfg.drafter == "hybrid" else ""))
+                  + (", hybrid with prompt lookup" if cfg.drafter == "hybrid" else "")
+                  + (" reading the first {} and last {} tokens of a longer prompt".format(
+                      *cfg.draft_window) if cfg.draft_window else ""))
     click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
                f"k = {cfg.k}, {cfg.threads} threads, {cfg.max_tokens} tokens/prompt")
     print_bench(results)

@@ -21,6 +21,7 @@ from .store import OutputError, ResultsSink, check_outputs, new_run_path, resolv
 from .summary import noise_report, summarize
 from .sweep import SweepError, parse_values
 from .tasks import ALL_TASKS
+from .window import parse_window
 
 
 def log(msg: str) -> None:
@@ -46,6 +47,14 @@ def finite(value, name):
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"{value} is not a finite number", param_hint=f"'{name}'")
     return value
+
+
+def window_option(value):
+    """--draft-window: 'HEAD,TAIL' or off (window.parse_window), a usage error otherwise."""
+    try:
+        return parse_window(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--draft-window'")
 
 
 def quant_list(ctx, param, value):

@@ -28,6 +28,7 @@ WORKLOAD: list[tuple[str, Callable[[dict], Any]]] = [
     ("target model sha256", lambda r: (r.get("models", {}).get("target") or {}).get("sha256")),
     ("draft model sha256", lambda r: (r.get("models", {}).get("draft") or {}).get("sha256")),
     ("drafter", lambda r: r.get("settings", {}).get("drafter", "model")),
+    ("draft window", lambda r: r.get("settings", {}).get("draft_window")),
     ("k", lambda r: r.get("settings", {}).get("k")),
     ("max tokens", lambda r: r.get("settings", {}).get("max_tokens")),
     ("temperature", lambda r: r.get("settings", {}).get("temperature", 0.0)),

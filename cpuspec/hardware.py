@@ -368,3 +368,26 @@ def census_delta(before: dict[int, dict], after: dict[int, dict]) -> list[dict]:
         g["threads"] += 1
         g["cpu_s"] += used
     return sorted(groups.values(), key=lambda g: g["cpus"])
+
+
+class OwnedDecoder:
+    """A model session whose every call runs on its CoreOwner's thread, so its llama.cpp
+    threads stay on the owner's CPUs (how the draft gets its own cores)."""
+
+    def __init__(self, session, owner):
+        self.session, self.owner = session, owner
+
+    def eval(self, tokens, pos, n_out):
+        return self.owner.call(self.session.eval, tokens, pos, n_out)
+
+    def decode(self, tokens, pos, n_out):
+        self.owner.call(self.session.decode, tokens, pos, n_out)
+
+    def logits(self, n_out):
+        return self.session.logits(n_out)
+
+    def truncate(self, pos):
+        self.owner.call(self.session.truncate, pos)
+
+    def is_eog(self, token):
+        return self.session.is_eog(token)
