@@ -146,24 +146,28 @@ def test_bench_refuses_a_bad_window(tiny_models, tmp_path, extra, message):
     assert "Traceback" not in res.output
 
 
-def test_window_acceptance_counts_rounds_as_the_loop_does():
+def window_acceptance():
     import importlib.util
     from pathlib import Path
     spec = importlib.util.spec_from_file_location(
         "window_acceptance", Path(__file__).parent.parent / "bench" / "window_acceptance.py")
     wa = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(wa)
+    return wa
+
+
+def test_window_acceptance_counts_rounds_as_the_loop_does():
+    wa = window_acceptance()
     # rounds: [T T] F -> 3 tokens; [T] -> 1 token + the end
     assert wa.rounds_of([True, True, False, True], 7) == 2
     assert wa.rounds_of([True] * 16, 7) == 2            # 7 accepted + 1 bonus, twice
     assert wa.rounds_of([False] * 5, 3) == 5
-    return wa
 
 
 def test_window_acceptance_on_a_recorded_run_with_the_targets_own_copy(tiny_models, tmp_path,
                                                                         capsys):
     """With an exact copy of the target as the draft, the whole prompt gives every guess."""
-    wa = test_window_acceptance_counts_rounds_as_the_loop_does()
+    wa = window_acceptance()
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"task": "long", "prompt": LONG}) + "\n")
     out = tmp_path / "r.json"
