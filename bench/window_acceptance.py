@@ -2,8 +2,9 @@
 bench runs, the draft reads the whole prompt, or a window of it (--draft-window HEAD,TAIL),
 and then the raw run's recorded output, teacher-forced. Where the draft's greedy guess matches
 the output token it would have been accepted: with greedy verification and the draft's
-context equal to the output until its first miss, these matches give exactly the rounds of a
-static k (the tokens per round in each cell), without the target model.
+context equal to the output until its first miss, these matches give the rounds of a static k
+(the tokens per round in each cell; exactly, but for near-ties a batched decode breaks
+differently), without the target model.
 
     python bench/window_acceptance.py bench/results/NAME/adaptive_long_q8_0_k7_n128.json \\
         --windows 256,256 64,448 128,128 -k 7
