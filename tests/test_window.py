@@ -181,3 +181,18 @@ def test_window_acceptance_on_a_recorded_run_with_the_targets_own_copy(tiny_mode
     row = next(line for line in table.splitlines() if line.startswith("long-1"))
     assert row.split()[2] == "100%/8.00"      # 24 tokens: 3 rounds of 7 + 1
     assert wa.main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_sampling_and_the_hybrid_run_through_the_window(tiny_models, tmp_path):
+    """Temperature > 0 drives the draft through decode + logits, the hybrid through its
+    catch-up evals: both reach the window's position mapping and finish."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"task": "long", "prompt": LONG}) + "\n")
+    for extra in (["--temperature", "0.7"], ["--drafter", "hybrid"]):
+        out = tmp_path / f"r{len(extra[1])}.json"
+        res = bench(tiny_models, tmp_path, "--prompts", str(prompts), "--draft-window", "4,8",
+                    "--policy", "static", "--json", str(out), *extra)
+        assert res.exit_code == 0, res.output
+        doc = json.loads(out.read_text())
+        sd = [r for r in doc["runs"] if r["mode"] == "static"]
+        assert sd and sd[0]["draft_prefill_s"] > 0 and 0 < len(sd[0]["tokens"]) <= 24
