@@ -28,6 +28,7 @@ from .policy import AdaptivePolicy
 from .records import CostProbe
 from .speculative import RoundStats
 from .stats import e2e_tok_s
+from .window import WindowedDraft
 
 MIN_TIMED = 5   # verifies of one batch size the loop must have made before its median is used
 
@@ -73,12 +74,15 @@ class Replay:
         raw = [r for r in raw if r["prompt_id"] in static and static[r["prompt_id"]]["rounds"]]
         if not raw:
             raise ReplayError(f"task {task!r} has no raw runs or no static rounds to replay")
-        # (prompt tokens, target prefill seconds, acceptance profile, the draft's prefill
-        # seconds) per prompt, in run order
-        self.prompts = [(r["prompt_tokens"], r["prefill_s"],
+        # (prompt tokens the draft reads, target prefill seconds, acceptance profile, the
+        # draft's prefill seconds) per prompt, in run order; with a draft window the draft
+        # reads the window, and the policy was told so (bench's Generator)
+        window = rec["settings"].get("draft_window")
+        reads = WindowedDraft(None, *window).reads if window else (lambda n: n)
+        self.prompts = [(reads(r["prompt_tokens"]), r["prefill_s"],
                          acceptance_profile(static[r["prompt_id"]]["rounds"]),
                          static[r["prompt_id"]].get("draft_prefill_s")
-                         or r["prompt_tokens"] * self.probe.prefill_s_per_token())
+                         or reads(r["prompt_tokens"]) * self.probe.prefill_s_per_token())
                         for r in raw]
         timed: dict[int, list[float]] = {}
         for run in rec["runs"]:

@@ -171,3 +171,20 @@ def test_the_draft_reads_each_prompt_in_the_time_it_took(name, task):
     replayed = raw_s / r.static_seconds(n) / measured
     probe_rate = raw_s / r.static_seconds(n, at_probe_rate) / measured
     assert abs(replayed - 1) < 0.025 < abs(probe_rate - 1), (replayed, probe_rate)
+
+
+def test_a_windowed_run_is_replayed_with_the_policy_pricing_the_window():
+    """With --draft-window 256,256 the policy was told the draft reads 512 tokens of a long
+    prompt, and so explored long-explain-1 (1,774 tokens) at 64 tokens in the run. A replay
+    that priced the whole prompt ran it plain; it must explore it as the run did."""
+    rec = read_json(RESULTS / "adaptive_long_q8_0_k7_n64_w256.json")
+    r = Replay(rec, "long-explain")
+    assert [u for u, *_ in r.prompts] == [512] * 5
+    first = r.run(r.policy(), 64).ks[0]
+    live = next(run for run in rec["runs"]
+                if run["prompt_id"] == "long-explain-1" and run["mode"] == "adaptive")
+    assert any(first) and any(k for k, *_ in live["rounds"])
+    whole = read_json(RESULTS / "adaptive_long_q8_0_k7_n64_v6.json")
+    assert [u for u, *_ in Replay(whole, "long-explain").prompts] == \
+        [p["prompt_tokens"] for p in whole["runs"] if p["mode"] == "raw"
+         and p["task"] == "long-explain"]
