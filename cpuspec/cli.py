@@ -205,9 +205,7 @@ def _bench_point(base, where, fallback_threads: int, sink, csv_path) -> None:
     m = results["models"]
     draft_desc = ("prompt-lookup drafter" if cfg.drafter == "lookup" else
                   f"draft {m['draft']['file']} ({m['draft']['source']})"
-                  + (", hybrid with prompt lookup" if cfg.drafter == "hybrid" else "")
-                  + (" reading the first {} and last {} tokens of a longer prompt".format(
-                      *cfg.draft_window) if cfg.draft_window else ""))
+                  + (", hybrid with prompt lookup" if cfg.drafter == "hybrid" else ""))
     click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
                f"k = {cfg.k}, {cfg.threads} threads, {cfg.max_tokens} tokens/prompt")
     print_bench(results)

@@ -293,6 +293,10 @@ def print_bench(results: dict, fmt: str = "text") -> None:
         click.echo(f"Depth: {depth['requested_tokens']} tokens of context before each prompt "
                    f"({min(held)}-{max(held)} tokens with the chat template), held in both "
                    "KV caches, read once and not timed.")
+    window = results["settings"].get("draft_window")
+    if window:
+        click.echo(f"Draft window: the draft read the first {window[0]} and last {window[1]} "
+                   f"tokens of a prompt longer than {sum(window)}; the target read all of it.")
     click.echo(render_table(s, "github" if fmt == "markdown" else "simple"))
     click.echo("")
     click.echo(render_details(s, k))

@@ -127,7 +127,7 @@ def test_bench_with_a_window_audits_identical_and_prices_the_window(tiny_models,
     res = bench(tiny_models, tmp_path, "--prompts", str(prompts), "--draft-window", "4,8",
                 "--json", str(out))
     assert res.exit_code == 0, res.output
-    assert "reading the first 4 and last 8 tokens" in res.output
+    assert "Draft window: the draft read the first 4 and last 8 tokens" in res.output
     doc = json.loads(out.read_text())
     assert doc["settings"]["draft_window"] == [4, 8]
     assert doc["runs"][0]["prompt_tokens"] > 12
@@ -196,3 +196,13 @@ def test_sampling_and_the_hybrid_run_through_the_window(tiny_models, tmp_path):
         doc = json.loads(out.read_text())
         sd = [r for r in doc["runs"] if r["mode"] == "static"]
         assert sd and sd[0]["draft_prefill_s"] > 0 and 0 < len(sd[0]["tokens"]) <= 24
+
+
+def test_the_report_of_a_recorded_window_run_says_so():
+    from pathlib import Path
+    run = (Path(__file__).parent.parent / "bench" / "results" / "epyc-family25-model17"
+           / "adaptive_long_q8_0_k7_n64_w256.json")
+    res = CliRunner().invoke(main, ["report", str(run)])
+    assert res.exit_code == 0, res.output
+    assert "Draft window: the draft read the first 256 and last 256 tokens of a prompt " \
+        "longer than 512" in res.output
