@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tabulate import tabulate  # noqa: E402
 
 from cpuspec.engine import Model, Session  # noqa: E402
-from cpuspec.window import parse_window  # noqa: E402
+from cpuspec.window import parse_window, window_tokens  # noqa: E402
 
 
 def rounds_of(match: list[bool], k: int) -> int:
@@ -36,13 +36,6 @@ def rounds_of(match: list[bool], k: int) -> int:
             a += 1
         n, i = n + 1, i + a + 1
     return n
-
-
-def window_of(tokens: list[int], window: tuple[int, int] | None) -> list[int]:
-    if window is None or len(tokens) <= sum(window):
-        return tokens
-    head, tail = window
-    return tokens[:head] + tokens[len(tokens) - tail:]
 
 
 def main(argv=None) -> int:
@@ -76,7 +69,7 @@ def main(argv=None) -> int:
                     out = r["tokens"]
                     row = [r["prompt_id"], len(prompt)]
                     for w, tot in zip(windows, totals):
-                        ctx = window_of(prompt, w)
+                        ctx = window_tokens(prompt, *w) if w else prompt
                         s.truncate(0)
                         guesses = s.eval(ctx, 0, 1)
                         if len(out) > 1:

@@ -32,7 +32,7 @@ from .speculative import (Generation, generate_raw, generate_speculative,
 from .summary import summarize
 from .tasks import Prompt
 from .turns import FIRST_TURN_TOKENS, answer_first_turn, encode_prompts, prepare_followup
-from .window import WindowedDraft
+from .window import WindowedDraft, window_reads
 
 Log = Callable[[str], None]
 # Tokens of slack in the context beyond prompt + max_tokens + k (the verify batch overshoots).
@@ -209,7 +209,6 @@ class Generator:
         self.policies: dict[str, AdaptivePolicy] = {}
         self.traces: dict[str, list] = {}
         self.owner = None         # the draft's CoreOwner, for the parallel schedule
-        self.window = None        # the WindowedDraft, where the draft reads a window
         self.draft_async = None   # the draft session, called on the owner's thread
 
     def adaptive_policy(self, task: str, unread: int = 0, max_tokens: int = 0
@@ -255,8 +254,8 @@ class Generator:
         if mode == "static":
             return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify,
                                         reuse=reuse)
-        unread = self.window.reads(len(tokens), reuse) if self.window else len(tokens) - reuse
-        policy = self.adaptive_policy(task, unread, max_tokens)
+        policy = self.adaptive_policy(task, window_reads(cfg.draft_window, len(tokens), reuse),
+                                      max_tokens)
         start = len(policy.trace)
         g = generate_speculative(t, d, tokens, max_tokens, policy, verify=verify, reuse=reuse)
         self.traces[mode] = policy.trace[start:]  # this generation's decisions
@@ -347,16 +346,15 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             stack.callback(owner.close)
             draft_session, draft = draft, OwnedDecoder(draft, owner)
         # what the cost probe times: the hybrid's lookup costs ~nothing, and the window's
-        # prefill is priced per token read (Generator: WindowedDraft.reads)
+        # prefill is priced per token read (Generator: window.window_reads)
         draft_model = draft
-        window = WindowedDraft(draft, *cfg.draft_window) \
-            if cfg.draft_window and loaded.draft_m else None
-        draft = window or draft
+        if cfg.draft_window:
+            draft = WindowedDraft(draft, *cfg.draft_window)
         if cfg.drafter == "hybrid":
             draft = HybridDrafter(draft)
         census = thread_census()
         gen = Generator(cfg, target, draft, None)
-        gen.owner, gen.draft_async, gen.window = owner, draft_session, window
+        gen.owner, gen.draft_async = owner, draft_session
         # a depth's warm-up runs without it: it pages in weights, it does not need 4 k tokens
         warm = encoded[0] if not cfg.depth else \
             target_m.tokenize(target_m.format_chat(cfg.prompts[0].text))

@@ -28,7 +28,7 @@ from .policy import AdaptivePolicy
 from .records import CostProbe
 from .speculative import RoundStats
 from .stats import e2e_tok_s
-from .window import WindowedDraft
+from .window import window_reads
 
 MIN_TIMED = 5   # verifies of one batch size the loop must have made before its median is used
 
@@ -78,11 +78,11 @@ class Replay:
         # draft's prefill seconds) per prompt, in run order; with a draft window the draft
         # reads the window, and the policy was told so (bench's Generator)
         window = rec["settings"].get("draft_window")
-        reads = WindowedDraft(None, *window).reads if window else (lambda n: n)
-        self.prompts = [(reads(r["prompt_tokens"]), r["prefill_s"],
+        self.prompts = [(window_reads(window, r["prompt_tokens"]), r["prefill_s"],
                          acceptance_profile(static[r["prompt_id"]]["rounds"]),
                          static[r["prompt_id"]].get("draft_prefill_s")
-                         or reads(r["prompt_tokens"]) * self.probe.prefill_s_per_token())
+                         or window_reads(window, r["prompt_tokens"])
+                         * self.probe.prefill_s_per_token())
                         for r in raw]
         timed: dict[int, list[float]] = {}
         for run in rec["runs"]:

@@ -31,6 +31,23 @@ def parse_window(text: str) -> tuple[int, int] | None:
     return head, tail
 
 
+def window_reads(window: tuple[int, int] | None, prompt_tokens: int, reuse: int = 0) -> int:
+    """Tokens the draft's prefill reads of a prompt of this length whose first `reuse` tokens
+    it holds already, under `window` (None: the whole prompt); the price the adaptive policy
+    charges (bench's Generator, the replay)."""
+    if window and reuse == 0 and prompt_tokens > sum(window):
+        return sum(window)
+    return prompt_tokens - reuse
+
+
+def window_tokens(tokens: Sequence[int], head: int, tail: int) -> list[int]:
+    """What the draft reads of `tokens`: all of them, or the first head and last tail."""
+    tokens = list(tokens)
+    if len(tokens) <= head + tail:
+        return tokens
+    return tokens[:head] + tokens[len(tokens) - tail:]
+
+
 class WindowedDraft:
     """The draft model, reading only the first `head` and last `tail` tokens of a prompt
     longer than head + tail. `dropped` is the middle it skipped in the current sequence (0:
@@ -44,12 +61,7 @@ class WindowedDraft:
         self.skipped_tokens = 0
 
     def reads(self, prompt_tokens: int, reuse: int = 0) -> int:
-        """Tokens the draft's prefill reads of a prompt of this length whose first `reuse`
-        tokens it holds already (the price the adaptive policy charges)."""
-        unread = prompt_tokens - reuse
-        if reuse == 0 and prompt_tokens > self.head + self.tail:
-            return self.head + self.tail
-        return unread
+        return window_reads((self.head, self.tail), prompt_tokens, reuse)
 
     def _map(self, tokens: Sequence[int], pos: int, n_out: int) -> tuple[list[int], int]:
         tokens = list(tokens)
@@ -59,7 +71,7 @@ class WindowedDraft:
                                  f"last {self.tail} tokens are read")
             self.dropped = len(tokens) - self.head - self.tail
             self.skipped_tokens += self.dropped
-            return tokens[:self.head] + tokens[self.head + self.dropped:], 0
+            return window_tokens(tokens, self.head, self.tail), 0
         if pos == 0:
             self.dropped = 0
             return tokens, 0
