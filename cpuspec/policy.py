@@ -23,8 +23,9 @@ StaticPolicy drafts k every round. AdaptivePolicy picks k each round from the co
   unread prompt would cost the draft more than the predicted gain over the answer's tokens
   can save (a long input, a short answer), the generation runs plain and the draft never
   reads it; what the task learned is kept for the next prompt. Where the mean prices it out
-  but the optimistic bound pays it back, the prompt is tried (explored): otherwise a task
-  whose first inputs are long would never learn that SD pays on it.
+  but the optimistic bound pays it back with a margin (EXPLORE_MARGIN), the prompt is tried
+  (explored): otherwise a task whose first inputs are long would never learn that SD pays on
+  it.
 * Every decision is logged in `trace` (k, mean and optimistic predicted speedup, reason) for
   the results file.
 """
@@ -91,6 +92,17 @@ REENTRY_MEAN = 1.0
 # step, and a plain step right after an SD round moves V(1) alone, by this weight.
 V1_REFRESH_ROUNDS = 16
 V1_REFRESH_WEIGHT = 0.5
+# A long prompt whose prefill the mean prices out is explored (tried, to learn) only where the
+# optimistic bound's saving over the answer pays back this many times the draft's prefill:
+# the exploring generation spends its first ~8 rounds learning, so a saving that only just
+# covers the prefill (an answer barely past break-even) never comes back. Set on replays
+# (bench/replay_policy.py) of machine B's recorded runs: at 1.0 every 64-token long-explain
+# run with a 512-token draft window explored its first prompt at a cost of ~2-3 % of the task;
+# at 1.5 no 64-token long-input run explores (where static won there, it won by at most 2 %),
+# 128-token runs still do where static wins, and the lowest adaptive ÷ static where static
+# wins stayed at 0.98; at 2.0 long-doc at 128 tokens fell to 0.97× static. Checked afterwards
+# on prompts that played no part in setting it (bench/prompts_heldout_long2.jsonl).
+EXPLORE_MARGIN = 1.5
 # After a probe the draft has caught up already: switching on costs nothing more.
 PROBE_SWITCH_ON_SPEEDUP = 1.0
 # ... or when the mean predicts a loss at every k after this many (decayed) rounds of evidence:
@@ -217,9 +229,10 @@ class AdaptivePolicy:
         self.on, self.steps_off = False, 0
         self._reentry_cost_s, self._plain_off_s, self._loss_s = max(self._loss_s, 0.0), 0.0, 0.0
 
-    def prefill_outweighs_gain(self, speedup: float) -> bool:
-        """At a generation's start: the draft's prefill of the unread prompt costs more than a
-        decode `speedup` saves over the answer's max_tokens, (1 − 1/speedup)·max_tokens·V(1).
+    def prefill_outweighs_gain(self, speedup: float, margin: float = 1.0) -> bool:
+        """At a generation's start: `margin` times the draft's prefill of the unread prompt
+        costs more than a decode `speedup` saves over the answer's max_tokens,
+        (1 − 1/speedup)·max_tokens·V(1).
         A decode that saves nothing (speedup ≤ 1) never pays a prefill back. False where
         nothing is priced (no prompt, answer length or prefill cost given)."""
         if not self._budget or not self._unread or not self.prefill_s:
@@ -227,7 +240,7 @@ class AdaptivePolicy:
         if speedup <= 1.0:
             return True
         saved = (1.0 - 1.0 / speedup) * self._budget * self.verify_s[1]
-        return self._unread * self.prefill_s > saved
+        return margin * self._unread * self.prefill_s > saved
 
     def next_k(self) -> int:
         if self._plain_generation:
@@ -244,12 +257,13 @@ class AdaptivePolicy:
         explore = ""
         if starting and self.on and self.prefill_outweighs_gain(s_mean):
             # The mean prices the prefill out. If the optimistic bound (acceptance at its 1-sd
-            # bound, unverified batch sizes at theirs) pays it back, the prompt is tried: what
+            # bound, unverified batch sizes at theirs) pays it back EXPLORE_MARGIN times over,
+            # the prompt is tried: what
             # is learned serves the task's next prompts, and the evidence bounds the loss (a
             # losing task switches off within ~8 rounds, and its bound then prices the next
             # long input out). Otherwise the whole generation runs plain.
             s_explore = self.best(Z_ON, explore_costs=True)[1]
-            if self.prefill_outweighs_gain(s_explore):
+            if self.prefill_outweighs_gain(s_explore, EXPLORE_MARGIN):
                 self._plain_generation = True
                 self._plain_figures = [round(s_mean, 4), round(s_opt, 4)]
                 self.history.append(0)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from cpuspec import policy
 from cpuspec.replay import Replay, ReplayError, acceptance_profile, recorded_ratio
 from cpuspec.schema import read_json
 
@@ -173,10 +174,12 @@ def test_the_draft_reads_each_prompt_in_the_time_it_took(name, task):
     assert abs(replayed - 1) < 0.025 < abs(probe_rate - 1), (replayed, probe_rate)
 
 
-def test_a_windowed_run_is_replayed_with_the_policy_pricing_the_window():
+def test_a_windowed_run_is_replayed_with_the_policy_pricing_the_window(monkeypatch):
     """With --draft-window 256,256 the policy was told the draft reads 512 tokens of a long
     prompt, and so explored long-explain-1 (1,774 tokens) at 64 tokens in the run. A replay
-    that priced the whole prompt ran it plain; it must explore it as the run did."""
+    that priced the whole prompt ran it plain; it must explore it as the run did (the run's
+    policy had no exploration margin yet)."""
+    monkeypatch.setattr(policy, "EXPLORE_MARGIN", 1.0)
     rec = read_json(RESULTS / "adaptive_long_q8_0_k7_n64_w256.json")
     r = Replay(rec, "long-explain")
     assert [u for u, *_ in r.prompts] == [512] * 5
