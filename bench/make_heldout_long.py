@@ -10,11 +10,23 @@ never run on, for checking the adaptive policy on long inputs it was not tuned o
   /usr/share/common-licenses/Apache-2.0. Licence texts are distributed verbatim everywhere,
   this one with every Apache-licensed project.
 
+Set 2 (`--set 2`, bench/prompts_heldout_long2.jsonl; written on 2026-12-02 on machine C,
+before any run on it, after the policy's exploration margin was set on replays of set 1 and the
+long suites, so that neither the policy nor the draft window was ever chosen on it), with the
+task names edit-heldout2, explain-heldout2, doc-heldout2:
+
+* five more modules of the same standard library, of the same sizes (3.4-6.0 kB):
+  _aix_support.py, __future__.py, stat.py, _compression.py, getpass.py (PSF License Version 2);
+* the Mozilla Public License 2.0 in five parts (definitions; grants; responsibilities and
+  inability to comply; termination to miscellaneous; versions and the exhibits), as Debian ships
+  it in /usr/share/common-licenses/MPL-2.0, a licence text distributed verbatim with every
+  MPL-licensed project.
+
 Every source is pinned by sha256 and a different file is refused, so the generated file is the
 same on every machine; it is committed, so machines without these files run the same prompts.
 An existing output file is never overwritten.
 
-    python bench/make_heldout_long.py [OUT]
+    python bench/make_heldout_long.py [--set 1|2] [OUT]
 """
 import hashlib
 import json
@@ -25,22 +37,40 @@ from pathlib import Path
 from cpuspec.tasks import LONG_INSTRUCTIONS
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
-MODULES = {
-    "_sitebuiltins.py": "b9388bc1d6d12ed6be12da420ab1feca40f99c0e33ec315d92b1e01cb69b25bc",
-    "crypt.py": "208df2ff33c19056345dcf5474abef1a58da799e2f3bab09d1d28b77ad3c623d",
-    "imghdr.py": "cd784fa55c7e285970600018940bd82e99a82aad3f2d095c53d6612095c24133",
-    "chunk.py": "4817eb94eeb8835c3325433f68f17e0ebbf7c96065ecf6aba3af7852f9a5314b",
-    "linecache.py": "e814839fc75010db274ae034f45b0fff7e529ccb702319048545fef84c2045b7",
+# set: (modules and their sha256, the document, its sha256, its parts as 1-based inclusive line
+# ranges, task-name suffix, header, default output)
+SETS = {
+    "1": ({
+        "_sitebuiltins.py": "b9388bc1d6d12ed6be12da420ab1feca40f99c0e33ec315d92b1e01cb69b25bc",
+        "crypt.py": "208df2ff33c19056345dcf5474abef1a58da799e2f3bab09d1d28b77ad3c623d",
+        "imghdr.py": "cd784fa55c7e285970600018940bd82e99a82aad3f2d095c53d6612095c24133",
+        "chunk.py": "4817eb94eeb8835c3325433f68f17e0ebbf7c96065ecf6aba3af7852f9a5314b",
+        "linecache.py": "e814839fc75010db274ae034f45b0fff7e529ccb702319048545fef84c2045b7",
+    }, Path("/usr/share/common-licenses/Apache-2.0"),
+        "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30",
+        # title and 1 (definitions); 2-3 (the copyright and patent grants); 4
+        # (redistribution); 5-9; the appendix
+        [(1, 66), (67, 89), (90, 130), (131, 176), (177, 202)], "",
+        "# Held-out long inputs (bench/make_heldout_long.py wrote this file; see its docstring "
+        "for the sources and their licences): the long suites' instructions over text the "
+        "adaptive policy was never run on. Written on 2026-12-01 before any run on it; never "
+        "used to set a constant.", "prompts_heldout_long.jsonl"),
+    "2": ({
+        "_aix_support.py": "78790b6fd80cd62f8a6e49d79ec2b5921c6176d0dd41d1309c9cdbd0049c4071",
+        "__future__.py": "981d4c398849f9ebcab72300d9c1fe288fd6d7f28957b3b3fa3a493a5836d95c",
+        "stat.py": "052af0327eae6941b69b05c088b3e748f79995635f80ac4cc7125eb333eb4c77",
+        "_compression.py": "3ad5d60627477a60939ee44fc1bb3a05dbe8fb52f0f75039b8f5d8f1a278b981",
+        "getpass.py": "e74fd445337ff503223dd8aa4bdd7d04917067d00c796a10bedb7a1381a4960a",
+    }, Path("/usr/share/common-licenses/MPL-2.0"),
+        "fab3dd6bdab226f1c08630b1dd917e11fcb4ec5e1e020e2c16f83a0a13863e85",
+        # title and 1 (definitions); 2 (grants); 3-4; 5-9; 10 and the exhibits
+        [(1, 85), (86, 156), (157, 231), (232, 322), (323, 373)], "2",
+        "# Held-out long inputs, set 2 (bench/make_heldout_long.py --set 2 wrote this file; see "
+        "its docstring for the sources and their licences): the long suites' instructions over "
+        "text that neither the adaptive policy nor the draft window was ever run or chosen on. "
+        "Written on 2026-12-02 before any run on it; never used to set a constant.",
+        "prompts_heldout_long2.jsonl"),
 }
-APACHE = Path("/usr/share/common-licenses/Apache-2.0")
-APACHE_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
-# line ranges, 1-based and inclusive: title and 1 (definitions); 2-3 (the copyright and patent
-# grants); 4 (redistribution); 5-9; the appendix
-APACHE_PARTS = [(1, 66), (67, 89), (90, 130), (131, 176), (177, 202)]
-HEADER = ("# Held-out long inputs (bench/make_heldout_long.py wrote this file; see its docstring "
-          "for the sources and their licences): the long suites' instructions over text the "
-          "adaptive policy was never run on. Written on 2026-12-01 before any run on it; never "
-          "used to set a constant.")
 
 
 def pinned(path: Path, sha256: str) -> str:
@@ -54,19 +84,27 @@ def pinned(path: Path, sha256: str) -> str:
 
 
 def main() -> None:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else
-               Path(__file__).parent / "prompts_heldout_long.jsonl")
+    args = sys.argv[1:]
+    name = "1"
+    if args[:1] == ["--set"]:
+        if len(args) < 2 or args[1] not in SETS:
+            sys.exit(f"make_heldout_long.py: --set takes one of {', '.join(SETS)}")
+        name, args = args[1], args[2:]
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        sys.exit("usage: python bench/make_heldout_long.py [--set 1|2] [OUT]")
+    modules, doc, doc_sha256, parts, suffix, header, default = SETS[name]
+    out = Path(args[0] if args else Path(__file__).parent / default)
     if out.exists():
         sys.exit(f"make_heldout_long.py: {out} exists; not overwritten")
-    texts = {name: pinned(STDLIB / name, sha) for name, sha in MODULES.items()}
-    lines = pinned(APACHE, APACHE_SHA256).splitlines(keepends=True)
-    rows = [{"task": task, "prompt": LONG_INSTRUCTIONS[suite].format(text=text)}
+    texts = {mod: pinned(STDLIB / mod, sha) for mod, sha in modules.items()}
+    lines = pinned(doc, doc_sha256).splitlines(keepends=True)
+    rows = [{"task": task + suffix, "prompt": LONG_INSTRUCTIONS[suite].format(text=text)}
             for task, suite in (("edit-heldout", "long-edit"),
                                 ("explain-heldout", "long-explain"))
             for text in texts.values()]
-    rows += [{"task": "doc-heldout", "prompt": LONG_INSTRUCTIONS["long-doc"].format(
-        text="".join(lines[a - 1:b]).strip() + "\n")} for a, b in APACHE_PARTS]
-    out.write_text(HEADER + "\n" + "".join(json.dumps(r) + "\n" for r in rows),
+    rows += [{"task": "doc-heldout" + suffix, "prompt": LONG_INSTRUCTIONS["long-doc"].format(
+        text="".join(lines[a - 1:b]).strip() + "\n")} for a, b in parts]
+    out.write_text(header + "\n" + "".join(json.dumps(r) + "\n" for r in rows),
                    encoding="utf-8")
     print(f"wrote {out}: {len(rows)} prompts")
 
