@@ -71,7 +71,8 @@ def advise(results: dict) -> dict[str, dict]:
             sd = [r for r in results["runs"] if r["mode"] == "static"
                   and (task == OVERALL or r["task"] == task)]
             for name, par in (("serial", False), ("parallel", True)):
-                pred = predict_from_probe(probe, survival, k, sd, par)
+                pred = predict_from_probe(probe, survival, k, sd, par, None if par else
+                                          results["settings"].get("draft_window"))
                 out[task][f"predicted_e2e_{name}_at_k"] = pred[0] if pred else None
     return out
 

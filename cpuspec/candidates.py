@@ -40,9 +40,13 @@ class Candidate:
         return f"{self.target.spec.name} + {draft}"
 
     def bench_config(self, base: BenchConfig, **changes) -> BenchConfig:
+        """base for this candidate; a draft window only where a draft model reads the prompt
+        (lookup has nothing to window)."""
         return dataclasses.replace(base, target_path=self.target.path,
                                    draft_path=self.draft.path if self.draft else None,
-                                   drafter=self.drafter, **changes)
+                                   drafter=self.drafter,
+                                   draft_window=base.draft_window if self.draft else None,
+                                   **changes)
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ def predictions_with(probe: dict, results: dict, k_max: int) -> dict[str, list[d
     """predictions(), with the costs of `probe` and the acceptance of `results`' runs."""
     summ = summarize(results)
     fixed = results["settings"].get("drafter", "model") == "model"
+    window = results["settings"].get("draft_window")
     out = {}
     for task, s in summ.items():
         if task == OVERALL or "per_position_acceptance_pct" not in s:
@@ -123,8 +128,8 @@ def predictions_with(probe: dict, results: dict, k_max: int) -> dict[str, list[d
         sd = [r for r in results["runs"] if r["task"] == task and r["mode"] == "static"]
         rows = []
         for k in range(1, k_max + 1):
-            pred = predict_from_probe(probe, survival[:k], k, sd) if fixed else \
-                predict_from_rounds(probe, k, sd)
+            pred = predict_from_probe(probe, survival[:k], k, sd, window=window) if fixed \
+                else predict_from_rounds(probe, k, sd, window)
             if pred:
                 rows.append({"k": k, "predicted_speedup": pred[0]})
         out[task] = {"rows": rows, "raw_tok_s": s["raw_tok_s"],

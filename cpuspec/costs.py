@@ -180,14 +180,16 @@ def beyond_measured(survival: list[float], draft_s: float, verify_s: dict[int, f
 # --- an end-to-end prediction from the cost probe (measured apart from any generation) ---
 
 def predict_generation_s(probe: CostProbe | dict, survival: list[float], k: int, prompt_tokens: int,
-                         n_tokens: int) -> tuple[float, float]:
+                         n_tokens: int, draft_prompt_tokens: int | None = None
+                         ) -> tuple[float, float]:
     """Predicted seconds of one generation of n_tokens after a prompt of prompt_tokens, raw and
-    with SD at draft length k, from the probe's costs: prefills scaled per prompt token, then
+    with SD at draft length k, from the probe's costs: prefills scaled per prompt token (the
+    draft's per token it reads: draft_prompt_tokens under a draft window), then
     n_tokens − 1 decode steps (the first token comes from the prefill) at V(1) each for raw, or
     at (k·d + V(k + 1)) per round of E[tokens] for SD. Probes without prefill timings (results
     of schema 1) give the decode-only window."""
     p = CostProbe.of(probe)
-    target_prefill, draft_prefill = p.scaled_prefills(prompt_tokens)
+    target_prefill, draft_prefill = p.scaled_prefills(prompt_tokens, draft_prompt_tokens)
     steps = max(n_tokens - 1, 0)
     raw = target_prefill + steps * p.t
     rounds = steps / expected_tokens(survival, k)
@@ -222,14 +224,15 @@ def round_terms(probe: CostProbe | dict, rounds: list[tuple[int, int, int]], k: 
 
 def predict_rounds_generation_s(probe: CostProbe | dict, rounds: list[tuple[int, int, int]], k: int,
                                 prompt_tokens: int, n_tokens: int, model_share: float = 1.0,
-                                catchup_tokens_per_round: float = 0.0) -> tuple[float, float]:
+                                catchup_tokens_per_round: float = 0.0,
+                                draft_prompt_tokens: int | None = None) -> tuple[float, float]:
     """As predict_generation_s, for drafters whose drafts per round vary (prompt lookup, the
     hybrid): the recorded rounds replayed at k (round_terms), (1 + α + β)·T per round of a
     tokens."""
     p = CostProbe.of(probe)
     a, alpha, beta = round_terms(p, rounds, k, model_share, catchup_tokens_per_round)
     t = p.t
-    target_prefill, draft_prefill = p.scaled_prefills(prompt_tokens)
+    target_prefill, draft_prefill = p.scaled_prefills(prompt_tokens, draft_prompt_tokens)
     steps = max(n_tokens - 1, 0)
     raw = target_prefill + steps * t
     sd = target_prefill + draft_prefill + steps * t * (1.0 + alpha + beta) / a

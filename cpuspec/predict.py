@@ -3,27 +3,34 @@ survival per draft position (a model drafter, k drafts every round) or the recor
 replayed at k (lookup and the hybrid); each names what it uses (PREDICTED_FROM)."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from .costs import (KChoice, predict_generation_s, predict_parallel_generation_s,
                     predict_rounds_generation_s, round_terms)
 from .records import CostProbe, RecordError
 from .speculative import ROUND_FIELDS
+from .window import window_reads
 
 
 def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict],
-                       parallel: bool = False) -> tuple[float, str] | None:
+                       parallel: bool = False, window: Sequence[int] | None = None
+                       ) -> tuple[float, str] | None:
     """A prediction of the SD run's end-to-end speedup whose costs come from the cost probe
     (measured apart from every generation) and whose acceptance is this run's own (so it tests
     the cost model, not the acceptance: PREDICTED_FROM), applied to the prompts
-    and token counts the run had, for the serial or the parallel schedule. None when the probe
-    lacks a batch size."""
+    and token counts the run had, for the serial or the parallel schedule (which takes no
+    draft window). `window`: the run's draft window (settings.draft_window), whose tokens the
+    draft's prefill is priced on. None when the probe lacks a batch size."""
     costs = _costs(probe)
     if costs is None or k + 1 not in costs.verify_s:
         return None
-    predict = predict_parallel_generation_s if parallel else predict_generation_s
-    return _speedup_over_runs(probe, sd, lambda prompt_tokens, n_tokens: predict(
-        costs, survival, k, prompt_tokens, n_tokens))
+    if parallel:
+        return _speedup_over_runs(probe, sd, None, lambda prompt_tokens, _, n_tokens:
+                                  predict_parallel_generation_s(costs, survival, k,
+                                                                prompt_tokens, n_tokens))
+    return _speedup_over_runs(probe, sd, window, lambda prompt_tokens, draft_tokens, n_tokens:
+                              predict_generation_s(costs, survival, k, prompt_tokens, n_tokens,
+                                                   draft_tokens))
 
 
 def _costs(probe: dict) -> CostProbe | None:
@@ -41,14 +48,18 @@ PREDICTED_FROM = {
 }
 
 
-def _speedup_over_runs(probe: dict, sd: list[dict], predict: Callable[[int, int], tuple]
-                       ) -> tuple[float, str] | None:
+def _speedup_over_runs(probe: dict, sd: list[dict], draft_window: Sequence[int] | None,
+                       predict: Callable[[int, int, int], tuple]) -> tuple[float, str] | None:
     """Predicted raw ÷ SD seconds summed over the runs' prompts and token counts, and the
-    window the probe allows."""
+    window the probe allows. predict(target's prompt tokens, the draft's, answer tokens)."""
     raw_s = sd_s = 0.0
     for r in sd:
-        # a follow-up turn prefills only what its conversation's KV did not hold
-        t_raw, t_sd = predict(r["prompt_tokens"] - r.get("reused_prompt_tokens", 0),
+        # a follow-up turn prefills only what its conversation's KV did not hold; under a
+        # draft window the draft reads only the window of a long prompt
+        reuse = r.get("reused_prompt_tokens", 0)
+        t_raw, t_sd = predict(r["prompt_tokens"] - reuse,
+                              window_reads(draft_window and tuple(draft_window),
+                                           r["prompt_tokens"], reuse),
                               len(r["tokens"]))
         raw_s, sd_s = raw_s + t_raw, sd_s + t_sd
     window = "end-to-end" if "target_prefill_s" in probe else "decode-only"
@@ -70,17 +81,20 @@ def replay_inputs(sd: list[dict]) -> tuple[list[tuple[int, int, int]], float, fl
     return rounds, share, catchup
 
 
-def predict_from_rounds(probe: dict, k: int, sd: list[dict]) -> tuple[float, str] | None:
+def predict_from_rounds(probe: dict, k: int, sd: list[dict],
+                        window: Sequence[int] | None = None) -> tuple[float, str] | None:
     """The prediction for drafters with a varying number of drafts per round (lookup, hybrid):
-    the probe's costs applied to the recorded rounds replayed at k (costs.py)."""
+    the probe's costs applied to the recorded rounds replayed at k (costs.py); `window` as
+    for predict_from_probe (the hybrid's draft model can read one)."""
     rounds, share, catchup = replay_inputs(sd)
     costs = _costs(probe)
     if not rounds or costs is None or any(min(j, k) + 1 not in costs.verify_s
                                           for j, _, _ in rounds):
         return None
-    return _speedup_over_runs(probe, sd, lambda prompt_tokens, n_tokens:
+    return _speedup_over_runs(probe, sd, window, lambda prompt_tokens, draft_tokens, n_tokens:
                               predict_rounds_generation_s(costs, rounds, k, prompt_tokens,
-                                                          n_tokens, share, catchup))
+                                                          n_tokens, share, catchup,
+                                                          draft_tokens))
 
 
 def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int) -> tuple[int, list]:

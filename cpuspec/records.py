@@ -46,11 +46,16 @@ class CostProbe:
         """The draft's prefill time per prompt token (0 when the probe did not time it)."""
         return self.draft_prefill_s / self.prompt_tokens if self.prompt_tokens else 0.0
 
-    def scaled_prefills(self, prompt_tokens: int) -> tuple[float, float]:
-        """The target's and the draft's prefill scaled per token to a prompt of prompt_tokens
-        (0 for probes without prefill timings)."""
-        per = prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-        return self.target_prefill_s * per, self.draft_prefill_s * per
+    def scaled_prefills(self, prompt_tokens: int,
+                        draft_tokens: int | None = None) -> tuple[float, float]:
+        """The target's and the draft's prefill scaled per token to a prompt of prompt_tokens,
+        of which the draft reads draft_tokens (a draft window; None: all of them); 0 for probes
+        without prefill timings."""
+        if not self.prompt_tokens:
+            return 0.0, 0.0
+        draft_tokens = prompt_tokens if draft_tokens is None else draft_tokens
+        return (self.target_prefill_s * prompt_tokens / self.prompt_tokens,
+                self.draft_prefill_s * draft_tokens / self.prompt_tokens)
 
     @classmethod
     def of(cls, probe: "CostProbe | dict") -> "CostProbe":
