@@ -11,7 +11,7 @@ from . import native, paths as core
 from .bench import BenchConfig, environment, resolve_models
 from .cliutil import (check_limits, check_model_file, check_model_name, finite, guarded, log,
                       positive, prepare_outputs, registry, resolve_model, save_options, task_list,
-                      values)
+                      values, window_option)
 from .contention import ContentionConfig, render_contention, run_contention
 from .costs import render_cost_curve
 from .hardware import HardwareError, default_threads, detect_hardware, select_cpus
@@ -323,11 +323,16 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
 @click.option("--depths", callback=values(0), metavar="N,M,...",
               help="Also predict each SD answer at these context depths (e.g. 0,1024,4096), "
                    "from its cost curve measured at each: where SD stops paying.")
+@click.option("--draft-window", default="off", show_default=True, metavar="HEAD,TAIL",
+              callback=lambda c, p, v: window_option(v),
+              help="Every draft model (a model or hybrid:MODEL in --drafts) reads only the "
+                   "first HEAD and last TAIL tokens of a longer prompt, as `bench "
+                   "--draft-window`; lookup reads everything, as it costs nothing.")
 @click.option("--no-confirm", is_flag=True, help="Predict only; do not confirm by a run.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
 def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_tokens, threads,
-         budget, depths, no_confirm, json_path, save, force):
+         budget, depths, draft_window, no_confirm, json_path, save, force):
     """Find where SD pays: targets × drafters × k, predicted by the cost model, then confirmed.
 
     Each candidate's cost curve comes first (seconds): candidates whose curve cannot pay even
@@ -366,6 +371,9 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
                                      + ("qwen2.5-coder-1.5b-q4_0" if option == "--targets"
                                         else "qwen2.5-coder-0.5b-q4_0,lookup"),
                                      param_hint=f"'{option}'")
+    if draft_window and all(n == "lookup" for n in names["drafts"]):
+        raise click.UsageError("--draft-window needs a draft model in --drafts (a model or "
+                               "hybrid:MODEL); lookup reads the whole prompt at no cost")
     for n in names["drafts"]:
         if n.startswith("hybrid:") and not n.removeprefix("hybrid:").strip():
             raise click.BadParameter(f"{n!r} names no draft model; e.g. "
@@ -378,7 +386,7 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     sink = prepare_outputs([json_path], files + [prompts_file], force, save, "tune",
                             detect_hardware().cpu_model)
     cfg = BenchConfig(prompts=prompts, threads=threads, max_tokens=max_tokens,
-                      argv=["cpuspec", *sys.argv[1:]])
+                      draft_window=draft_window, argv=["cpuspec", *sys.argv[1:]])
     with guarded(sink):
         try:
             tgt = [resolve_model(reg, n) for n in names["targets"]]
@@ -388,6 +396,7 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
             cands = [Candidate(t, d, hybrid) for t in tgt for d, hybrid in drf]
             head = {"schema_version": SCHEMA_VERSION, "meta": environment(threads),
                     "settings": {"threads": threads, "max_tokens": max_tokens, "k_max": k_max,
+                                 "draft_window": list(draft_window) if draft_window else None,
                                  "argv": cfg.argv}}
             doc = run_tune(cfg, cands, log, k_max, not no_confirm,
                            lambda d: sink({**head, **d, "complete": False}),

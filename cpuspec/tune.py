@@ -108,6 +108,8 @@ def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
         args += ["--draft", str(cand.draft.path)] if cand.draft else []
         args += ["--drafter", cand.drafter] if cand.drafter != "model" else []
         args += ["-k", str(k)]
+        if cand.draft and cfg.draft_window:
+            args += ["--draft-window", ",".join(map(str, cfg.draft_window))]
     args += ["--threads", str(cfg.threads), "--max-tokens", str(cfg.max_tokens)]
     args += ["--tasks", task] if task in ALL_TASKS else ["--prompts", "YOUR_PROMPTS.jsonl"]
     return shlex.join(args)
@@ -165,7 +167,7 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
                  "skipped_for_budget": []}
     base = dataclasses.replace(cfg, policies=["static"], warmup=1)
     raw_base = dataclasses.replace(cfg, policies=[], warmup=1, drafter="lookup",
-                                   draft_path=None, k=1)
+                                   draft_path=None, draft_window=None, k=1)
 
     ranking = rank_candidates(cfg, candidates, k_max, log)
     doc["ranking"] = [_public(r) for r in ranking]

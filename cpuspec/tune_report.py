@@ -110,6 +110,11 @@ def render_tune(doc: dict) -> str:
                 lines.append(f"{task}: {what} confirmed on {conf['n_prompts']} prompts; its "
                              f"interval resolves differences of ±{st['resolves']:.2f}")
     out = []
+    window = (doc.get("settings") or {}).get("draft_window")
+    if window:
+        out += [f"Draft window: every draft model read the first {window[0]} and last "
+                f"{window[1]} tokens of a prompt longer than {sum(window)}; lookup and the "
+                "targets read all of it.", ""]
     if doc.get("ranking"):
         piloted = any("pilot_score" in r for r in doc["ranking"])
 

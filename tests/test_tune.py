@@ -152,6 +152,43 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     assert "-k 2" in best["command"] and "--tasks code" in best["command"]
 
 
+def test_a_draft_window_reaches_the_draft_models_and_their_commands(tiny_models, monkeypatch):
+    """--draft-window on tune: the model drafter's runs (choosing and confirming) read the
+    window and its bench command says so; lookup and raw decoding read everything."""
+    from cpuspec import tune
+    from cpuspec.bench import BenchConfig
+    from cpuspec.models import local_model
+    force_paying_at_k2(monkeypatch)
+    target, draft = local_model(tiny_models["target"]), local_model(tiny_models["draft"])
+    cands = [tune.Candidate(target, draft), tune.Candidate(target, None)]
+    cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16,
+                      draft_window=(4, 4))
+    doc = tune.run_tune(cfg, cands, k_max=3)
+    windows = {m["candidate"]: m["results"]["settings"]["draft_window"] for m in doc["measured"]}
+    assert windows == {"target + draft": [4, 4], "target + lookup": None}
+    model_sd = [r for m in doc["measured"] if m["candidate"] == "target + draft"
+                for r in m["results"]["runs"] if r["mode"] == "static"]
+    assert model_sd and all(r["prompt_tokens"] > 8 for r in model_sd)  # the window bites
+    assert doc["confirm_runs"] and all(
+        r["settings"]["draft_window"] == ([4, 4] if r["settings"]["drafter"] != "lookup"
+                                          else None) for r in doc["confirm_runs"])
+    assert "--draft-window 4,4" in tune.command_for(cfg, cands[0], 2, "code")
+    assert "--draft-window" not in tune.command_for(cfg, cands[1], 2, "code")
+    from cpuspec.tune_report import render_tune
+    assert "Draft window: every draft model read the first 4 and last 4 tokens" in \
+        render_tune({**doc, "settings": {"draft_window": [4, 4]}})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--drafts", "lookup", "--draft-window", "4,4"], "--draft-window needs a draft model"),
+    (["--draft-window", "4"], "is not HEAD,TAIL"),
+])
+def test_tune_refuses_a_window_it_cannot_use(args, message):
+    res = CliRunner().invoke(main, ["tune", "--tasks", "json", *args])
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert "Traceback" not in res.output
+
+
 def test_hybrid_without_a_model_is_refused():
     res = CliRunner().invoke(main, ["tune", "--drafts", "lookup,hybrid:", "--tasks", "json"])
     assert res.exit_code != 0 and "'hybrid:' names no draft model" in res.output
