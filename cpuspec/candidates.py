@@ -119,7 +119,7 @@ def predictions_with(probe: dict, results: dict, k_max: int) -> dict[str, list[d
     """predictions(), with the costs of `probe` and the acceptance of `results`' runs."""
     summ = summarize(results)
     fixed = results["settings"].get("drafter", "model") == "model"
-    window = results["settings"].get("draft_window")
+    draft_window = results["settings"].get("draft_window")
     out = {}
     for task, s in summ.items():
         if task == OVERALL or "per_position_acceptance_pct" not in s:
@@ -128,8 +128,8 @@ def predictions_with(probe: dict, results: dict, k_max: int) -> dict[str, list[d
         sd = [r for r in results["runs"] if r["task"] == task and r["mode"] == "static"]
         rows = []
         for k in range(1, k_max + 1):
-            pred = predict_from_probe(probe, survival[:k], k, sd, window=window) if fixed \
-                else predict_from_rounds(probe, k, sd, window)
+            pred = predict_from_probe(probe, survival[:k], k, sd, draft_window=draft_window) \
+                if fixed else predict_from_rounds(probe, k, sd, draft_window)
             if pred:
                 rows.append({"k": k, "predicted_speedup": pred[0]})
         out[task] = {"rows": rows, "raw_tok_s": s["raw_tok_s"],

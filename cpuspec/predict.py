@@ -13,14 +13,14 @@ from .window import window_reads
 
 
 def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict],
-                       parallel: bool = False, window: Sequence[int] | None = None
+                       parallel: bool = False, draft_window: Sequence[int] | None = None
                        ) -> tuple[float, str] | None:
     """A prediction of the SD run's end-to-end speedup whose costs come from the cost probe
     (measured apart from every generation) and whose acceptance is this run's own (so it tests
     the cost model, not the acceptance: PREDICTED_FROM), applied to the prompts
     and token counts the run had, for the serial or the parallel schedule (which takes no
-    draft window). `window`: the run's draft window (settings.draft_window), whose tokens the
-    draft's prefill is priced on. None when the probe lacks a batch size."""
+    draft window). `draft_window`: the run's (settings.draft_window), whose tokens the draft's
+    prefill is priced on. None when the probe lacks a batch size."""
     costs = _costs(probe)
     if costs is None or k + 1 not in costs.verify_s:
         return None
@@ -28,7 +28,8 @@ def predict_from_probe(probe: dict, survival: list[float], k: int, sd: list[dict
         return _speedup_over_runs(probe, sd, None, lambda prompt_tokens, _, n_tokens:
                                   predict_parallel_generation_s(costs, survival, k,
                                                                 prompt_tokens, n_tokens))
-    return _speedup_over_runs(probe, sd, window, lambda prompt_tokens, draft_tokens, n_tokens:
+    return _speedup_over_runs(probe, sd, draft_window,
+                              lambda prompt_tokens, draft_tokens, n_tokens:
                               predict_generation_s(costs, survival, k, prompt_tokens, n_tokens,
                                                    draft_tokens))
 
@@ -82,16 +83,17 @@ def replay_inputs(sd: list[dict]) -> tuple[list[tuple[int, int, int]], float, fl
 
 
 def predict_from_rounds(probe: dict, k: int, sd: list[dict],
-                        window: Sequence[int] | None = None) -> tuple[float, str] | None:
+                        draft_window: Sequence[int] | None = None) -> tuple[float, str] | None:
     """The prediction for drafters with a varying number of drafts per round (lookup, hybrid):
-    the probe's costs applied to the recorded rounds replayed at k (costs.py); `window` as
-    for predict_from_probe (the hybrid's draft model can read one)."""
+    the probe's costs applied to the recorded rounds replayed at k (costs.py); `draft_window`
+    as for predict_from_probe (the hybrid's draft model can read one)."""
     rounds, share, catchup = replay_inputs(sd)
     costs = _costs(probe)
     if not rounds or costs is None or any(min(j, k) + 1 not in costs.verify_s
                                           for j, _, _ in rounds):
         return None
-    return _speedup_over_runs(probe, sd, window, lambda prompt_tokens, draft_tokens, n_tokens:
+    return _speedup_over_runs(probe, sd, draft_window,
+                              lambda prompt_tokens, draft_tokens, n_tokens:
                               predict_rounds_generation_s(costs, rounds, k, prompt_tokens,
                                                           n_tokens, share, catchup,
                                                           draft_tokens))

@@ -95,9 +95,9 @@ def _draft_s_per_token(sd: list[dict], full: list[dict], k: int, parallel: bool)
 
 def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
                     parallel: bool = False, drafter: str = "model",
-                    window: list[int] | None = None) -> dict[str, Any]:
-    """Metrics of one task (or of all runs) from its raw and speculative runs; `window`: the
-    run's draft window (settings.draft_window), which the prediction prices."""
+                    draft_window: list[int] | None = None) -> dict[str, Any]:
+    """Metrics of one task (or of all runs) from its raw and speculative runs; draft_window:
+    the run's (settings.draft_window), which the prediction prices."""
     raw = [r for r in runs if r["mode"] == "raw"]
     sd = [r for r in runs if r["mode"] == "static"]
     ad = [r for r in runs if r["mode"] == "adaptive"]
@@ -156,8 +156,8 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
         if probe:
             survival = [p / 100.0 for p in out["per_position_acceptance_pct"]]
             # A model drafts k every round; lookup and the hybrid draft what they find.
-            pred = predict_from_probe(probe, survival, k, sd, parallel, window) \
-                if drafter == "model" else predict_from_rounds(probe, k, sd, window)
+            pred = predict_from_probe(probe, survival, k, sd, parallel, draft_window) \
+                if drafter == "model" else predict_from_rounds(probe, k, sd, draft_window)
             if pred:
                 out["predicted_speedup"], out["predicted_window"] = pred
                 out["predicted_from"] = PREDICTED_FROM["variable" if variable else "model"]
@@ -252,11 +252,11 @@ def summarize(results: dict) -> dict[str, Any]:
     probe = results.get("cost_probe")
     parallel = results["settings"].get("schedule") == "parallel"
     drafter = results["settings"].get("drafter", "model")
-    window = results["settings"].get("draft_window")
+    draft_window = results["settings"].get("draft_window")
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe, parallel,
-                                  drafter, window) for t in tasks}
-    summary[OVERALL] = summarize_group(runs, k, probe, parallel, drafter, window)
+                                  drafter, draft_window) for t in tasks}
+    summary[OVERALL] = summarize_group(runs, k, probe, parallel, drafter, draft_window)
     # The memory roofline beside tokens/s: a one-token decode reads every weight once.
     weight_bytes = (results.get("models", {}).get("target") or {}).get("weight_bytes")
     for t in tasks + [OVERALL]:
