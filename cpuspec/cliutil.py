@@ -21,7 +21,7 @@ from .store import OutputError, ResultsSink, check_outputs, new_run_path, resolv
 from .summary import noise_report, summarize
 from .sweep import SweepError, parse_values
 from .tasks import ALL_TASKS
-from .window import parse_window
+from .window import describe_window, parse_window
 
 
 def log(msg: str) -> None:
@@ -295,8 +295,7 @@ def print_bench(results: dict, fmt: str = "text") -> None:
                    "KV caches, read once and not timed.")
     window = results["settings"].get("draft_window")
     if window:
-        click.echo(f"Draft window: the draft read the first {window[0]} and last {window[1]} "
-                   f"tokens of a prompt longer than {sum(window)}; the target read all of it.")
+        click.echo(describe_window(window, "the draft", "the target"))
     click.echo(render_table(s, "github" if fmt == "markdown" else "simple"))
     click.echo("")
     click.echo(render_details(s, k))

@@ -59,8 +59,7 @@ def _speedup_over_runs(probe: dict, sd: list[dict], draft_window: Sequence[int] 
         # draft window the draft reads only the window of a long prompt
         reuse = r.get("reused_prompt_tokens", 0)
         t_raw, t_sd = predict(r["prompt_tokens"] - reuse,
-                              window_reads(draft_window and tuple(draft_window),
-                                           r["prompt_tokens"], reuse),
+                              window_reads(draft_window, r["prompt_tokens"], reuse),
                               len(r["tokens"]))
         raw_s, sd_s = raw_s + t_raw, sd_s + t_sd
     window = "end-to-end" if "target_prefill_s" in probe else "decode-only"

@@ -6,6 +6,7 @@ import shlex
 
 from .paths_report import how_to_run
 from .report import speedup_cell
+from .window import describe_window
 
 
 def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
@@ -112,9 +113,7 @@ def render_tune(doc: dict) -> str:
     out = []
     window = (doc.get("settings") or {}).get("draft_window")
     if window:
-        out += [f"Draft window: every draft model read the first {window[0]} and last "
-                f"{window[1]} tokens of a prompt longer than {sum(window)}; lookup and the "
-                "targets read all of it.", ""]
+        out += [describe_window(window, "every draft model", "lookup and the targets"), ""]
     if doc.get("ranking"):
         piloted = any("pilot_score" in r for r in doc["ranking"])
 

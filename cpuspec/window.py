@@ -31,7 +31,13 @@ def parse_window(text: str) -> tuple[int, int] | None:
     return head, tail
 
 
-def window_reads(window: tuple[int, int] | None, prompt_tokens: int, reuse: int = 0) -> int:
+def describe_window(window: Sequence[int], reader: str, others: str) -> str:
+    """The line every report prints of a run with a draft window (bench's and tune's)."""
+    return (f"Draft window: {reader} read the first {window[0]} and last {window[1]} tokens of "
+            f"a prompt longer than {sum(window)}; {others} read all of it.")
+
+
+def window_reads(window: Sequence[int] | None, prompt_tokens: int, reuse: int = 0) -> int:
     """Tokens the draft's prefill reads of a prompt of this length whose first `reuse` tokens
     it holds already, under `window` (None: the whole prompt); the price the adaptive policy
     charges (bench's Generator, the replay)."""
