@@ -15,8 +15,9 @@ StaticPolicy drafts k every round. AdaptivePolicy picks k each round from the co
   priced too dear gets tried once and priced by the loop.
 * While OFF the counts slowly forget, so the optimistic bound climbs back. Re-entry happens at
   the start of a prompt, where it costs only the draft's prompt prefill, once that bound says
-  SD may pay and either the mean says so too or the plain decoding since the switch-off pays
-  for the try (what the last stretch of speculation lost is at most REENTRY_BUDGET of it);
+  SD may pay and either the mean says so too (from enough rounds of evidence, not the prior's
+  pull as the counts forget) or the plain decoding since the switch-off pays for the try
+  (what the last stretch of speculation lost is at most REENTRY_BUDGET of it);
   mid-generation probes happen only where catching the draft up on the skipped tokens is
   cheap.
 * The draft's prompt prefill is priced before a generation speculates: where reading the
@@ -83,6 +84,13 @@ REENTRY_BUDGET = 0.03
 # json at 64 tokens: json-1 paid for 7 rounds, then kept no draft for 6, and the task ran plain
 # until json-11, 0.85x static k = 7).
 REENTRY_MEAN = 1.0
+# ... and only where that mean rests on evidence: this many (decayed) rounds that drafted. While
+# OFF the counts forget, which is meant to widen the bound, but it also lets the prior (0.8 per
+# position) pull the mean back up with no new round seen: machine C, held-out long set 2,
+# explain at 128 tokens (policy v7): switched off at a mean of 0.972, the mean rose to 1.0007
+# over two plain prompts while the evidence decayed from 11 to 5 rounds, and the task re-entered
+# to lose again (0.92x raw). The json case above re-enters with about 10 rounds behind it.
+REENTRY_MEAN_EVIDENCE = 8
 # V(1), plain decoding, is the yardstick every prediction is measured against, and only a
 # plain step times it. Plain steps while OFF rescale every cost (a change of machine speed),
 # so a slow spell while off leaves every cost high; when speculation resumes, its rounds time
@@ -286,7 +294,8 @@ class AdaptivePolicy:
             reason = "switched off: the mean of enough rounds predicts a loss at every k"
         elif not self.on and starting and s_opt > SWITCH_ON_SPEEDUP and \
                 not self.prefill_outweighs_gain(s_opt) and (
-                    (mean_pays := s_mean >= REENTRY_MEAN) or self.reentry_affordable()):
+                    (mean_pays := s_mean >= REENTRY_MEAN and
+                     self.drafted[0] >= REENTRY_MEAN_EVIDENCE) or self.reentry_affordable()):
             self.on, reason = True, "re-entry at a new prompt: " + (
                 "the mean pays" if mean_pays else
                 "the optimistic bound pays, and the plain decoding since pays for the try")

@@ -152,3 +152,25 @@ def recorded_ratio(rec: dict, task: str, mode: str, base: str) -> float | None:
     runs = {m: [r for r in rec["runs"] if r["task"] == task and r["mode"] == m
                 and r["repetition"] == 0] for m in (mode, base)}
     return e2e_tok_s(runs[mode]) / e2e_tok_s(runs[base]) if runs[mode] and runs[base] else None
+
+
+def refeed(rec: dict, task: str, pol: AdaptivePolicy) -> list[tuple[str, list[list]]]:
+    """The run's own adaptive rounds of `task`, fed back to `pol` with their recorded costs and
+    timings (not steady ones), prompt by prompt as the run started them: per prompt, its id and
+    the decisions `pol` logged before each recorded round. The run's own policy reproduces the
+    recorded trace; a changed one shows where it first departs from it (after that point the
+    recorded rounds are no longer what it would have seen)."""
+    window = rec["settings"].get("draft_window")
+    max_tokens = int(rec["settings"]["max_tokens"])
+    out = []
+    for r in rec["runs"]:
+        if r["task"] != task or r["mode"] != "adaptive" or r["repetition"]:
+            continue
+        pol.new_generation(window_reads(window, r["prompt_tokens"],
+                                        r.get("reused_prompt_tokens", 0)), max_tokens)
+        start = len(pol.trace)
+        for row in r["rounds"]:
+            pol.next_k()
+            pol.observe(RoundStats(*row))
+        out.append((r["prompt_id"], pol.trace[start:]))
+    return out

@@ -165,3 +165,30 @@ def test_a_task_switched_off_by_one_bad_stretch_comes_back(monkeypatch, reentry_
         assert first_back == 1 and out.static_s / out.adaptive_s >= 0.95
     else:   # the budget alone, on the net loss: back at json-7 (json-11 on the old account)
         assert 2 <= first_back <= 6 and out.static_s / out.adaptive_s < 0.95
+
+
+@pytest.mark.parametrize("evidence", [policy.REENTRY_MEAN_EVIDENCE, 0])
+def test_the_mean_that_forgetting_lifts_does_not_bring_a_losing_task_back(monkeypatch, evidence):
+    """Machine C, held-out long set 2, explain at 128 tokens (policy v7, window 256,256): the
+    task explored explain-heldout2-1, lost, and was switched off at a mean of 0.972x. With no
+    draft seen since, the forgetting of two plain prompts let the prior pull the mean to
+    1.0007x, and explain-heldout2-4 re-entered on "the mean pays" to lose again (0.92x raw).
+    The run's own rounds, fed back with their recorded timings, reproduce its decisions; the
+    mean now needs REENTRY_MEAN_EVIDENCE decayed rounds behind it (5.1 were left there)."""
+    monkeypatch.setattr(policy, "REENTRY_MEAN_EVIDENCE", evidence)
+    rec = read_json(RESULTS.parent / "epyc-family25-model1"
+                    / "adaptive_heldout_long2_q8_0_k7_n128_v7w256.json")
+    recorded = {r["prompt_id"]: r["policy_trace"] for r in rec["runs"]
+                if r["task"] == "explain-heldout2" and r["mode"] == "adaptive"}
+    fed = replay.refeed(rec, "explain-heldout2", replay.Replay(rec, "explain-heldout2").policy())
+    ids = [pid for pid, _ in fed]
+    assert ids == [f"explain-heldout2-{i}" for i in range(1, 6)]
+    for pid, trace in fed[:3]:      # up to the re-entry, the decisions are the run's own
+        assert trace == recorded[pid]
+    first = fed[3][1][0]
+    assert first[1] >= policy.REENTRY_MEAN      # the mean pays, as in the run
+    if evidence:
+        assert first[0] == 0 and first[3] == "off"
+    else:
+        assert first == recorded["explain-heldout2-4"][0]
+        assert first[3] == "re-entry at a new prompt: the mean pays"
