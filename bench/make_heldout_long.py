@@ -22,11 +22,21 @@ task names edit-heldout2, explain-heldout2, doc-heldout2:
   it in /usr/share/common-licenses/MPL-2.0, a licence text distributed verbatim with every
   MPL-licensed project.
 
+Set 3 (`--set 3`, bench/prompts_heldout_long3.jsonl; written on 2026-12-02 on machine C, after
+policy v8's re-entry rule was set on set 2's explain run and before any run on it), task names
+edit-heldout3, explain-heldout3, doc-heldout3:
+
+* the five remaining modules of the standard library of those sizes (3.1-6.0 kB) that no set
+  used: _weakrefset.py, codeop.py, fnmatch.py, io.py, xdrlib.py (PSF License Version 2);
+* the GNU General Public License version 2 in five parts (the preamble; terms 0-2; 3-6; 7-10;
+  no warranty and how to apply), as Debian ships it in /usr/share/common-licenses/GPL-2, a
+  licence text distributed verbatim with every GPL-2 program.
+
 Every source is pinned by sha256 and a different file is refused, so the generated file is the
 same on every machine; it is committed, so machines without these files run the same prompts.
 An existing output file is never overwritten.
 
-    python bench/make_heldout_long.py [--set 1|2] [OUT]
+    python bench/make_heldout_long.py [--set 1|2|3] [OUT]
 """
 import hashlib
 import json
@@ -70,6 +80,21 @@ SETS = {
         "text that neither the adaptive policy nor the draft window was ever run or chosen on. "
         "Written on 2026-12-02 before any run on it; never used to set a constant.",
         "prompts_heldout_long2.jsonl"),
+    "3": ({
+        "_weakrefset.py": "91895a451d06e9f521a1171b31b9b19bc9740f35af00d4fa106338ab7167c9ac",
+        "codeop.py": "353e35188867d3efb0d384ac4aacf36005037662632c2d4e0c5483f63f795eaa",
+        "fnmatch.py": "6683da36e47af523f3f41e18ad244d837783e19e98911cc0b7415dea81494ebc",
+        "io.py": "12636601d4f488b583cff41668c3a386c3b2d93499df09de0df9d9a2a4b95194",
+        "xdrlib.py": "b881d9c59e381f0f01f10e911c2f1b483b1abe466d9a985f9acdeac30b0c8d6f",
+    }, Path("/usr/share/common-licenses/GPL-2"),
+        "8177f97513213526df2cf6184d8ff986c675afb514d4e68a404010521b880643",
+        # title and the preamble; terms 0-2; 3-6; 7-10; no warranty (11-12) and how to apply
+        [(1, 59), (60, 133), (134, 196), (197, 257), (258, 339)], "3",
+        "# Held-out long inputs, set 3 (bench/make_heldout_long.py --set 3 wrote this file; see "
+        "its docstring for the sources and their licences): the long suites' instructions over "
+        "text that neither the adaptive policy nor the draft window was ever run or chosen on. "
+        "Written on 2026-12-02 after policy v8 and before any run on it; never used to set a "
+        "constant.", "prompts_heldout_long3.jsonl"),
 }
 
 
@@ -91,7 +116,7 @@ def main() -> None:
             sys.exit(f"make_heldout_long.py: --set takes one of {', '.join(SETS)}")
         name, args = args[1], args[2:]
     if len(args) > 1 or (args and args[0].startswith("-")):
-        sys.exit("usage: python bench/make_heldout_long.py [--set 1|2] [OUT]")
+        sys.exit("usage: python bench/make_heldout_long.py [--set 1|2|3] [OUT]")
     modules, doc, doc_sha256, parts, suffix, header, default = SETS[name]
     out = Path(args[0] if args else Path(__file__).parent / default)
     if out.exists():
