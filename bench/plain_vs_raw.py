@@ -1,0 +1,75 @@
+"""Adaptive generations that never drafted, against raw on the same prompt: the same
+computation (the target's prefill, then one-token decodes), so any difference between the two
+is noise or the cost of running raw decoding through the speculative loop and its policy.
+
+    python bench/plain_vs_raw.py RESULT.json [RESULT.json ...]
+
+Per file and over all of them: how many such generations, and the mean of adaptive ÷ raw
+seconds for the target's prefill and for the decode, with a 95 % interval (mean ± 1.96 standard
+errors over generations; each prompt is one unit). Only generations with as many tokens as raw's
+count (an answer that parts at a near-tie may end at another length)."""
+import argparse
+import math
+import statistics
+import sys
+
+from tabulate import tabulate
+
+from cpuspec.schema import ResultsError, read_json
+
+
+def ratios(rec: dict) -> list[tuple[float, float]]:
+    """(prefill, decode) of adaptive ÷ raw, per adaptive generation that never drafted."""
+    raw = {(r["prompt_id"], r.get("repetition", 0)): r for r in rec["runs"] if r["mode"] == "raw"}
+    out = []
+    for r in rec["runs"]:
+        base = raw.get((r["prompt_id"], r.get("repetition", 0)))
+        if r["mode"] != "adaptive" or base is None or any(row[0] for row in r["rounds"]):
+            continue
+        if len(r["token_latencies_s"]) != len(base["token_latencies_s"]) or \
+                not base["prefill_s"] or not base["decode_s"]:
+            continue
+        out.append((r["prefill_s"] / base["prefill_s"], r["decode_s"] / base["decode_s"]))
+    return out
+
+
+def interval(xs: list[float]) -> str:
+    m = statistics.fmean(xs)
+    if len(xs) < 5:   # fewer than 5 units: a range, not an interval
+        return f"{m:.3f} (range {min(xs):.3f}-{max(xs):.3f})"
+    h = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
+    return f"{m:.3f} [{m - h:.3f}, {m + h:.3f}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="+")
+    a = ap.parse_args()
+    table, pooled = [], []
+    for path in a.results:
+        try:
+            rec = read_json(path)
+        except (OSError, ResultsError) as exc:
+            print(f"plain_vs_raw.py: {exc}", file=sys.stderr)
+            return 1
+        if rec.get("kind") != "bench":
+            print(f"plain_vs_raw.py: {path}: not a bench results file", file=sys.stderr)
+            return 1
+        got = ratios(rec)
+        pooled += got
+        if got:
+            table.append([path.rsplit("/", 1)[-1], len(got), interval([p for p, _ in got]),
+                          interval([d for _, d in got])])
+    if not pooled:
+        print("plain_vs_raw.py: no adaptive generation that never drafted, with a raw one "
+              "beside it", file=sys.stderr)
+        return 1
+    table.append(["all", len(pooled), interval([p for p, _ in pooled]),
+                  interval([d for _, d in pooled])])
+    print(tabulate(table, headers=["run", "generations", "prefill adaptive ÷ raw",
+                                   "decode adaptive ÷ raw"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

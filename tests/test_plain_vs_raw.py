@@ -1,0 +1,34 @@
+"""bench/plain_vs_raw.py on machine C's runs on held-out long set 3 (policy v8, window 256,256)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+C = ROOT / "bench" / "results" / "epyc-family25-model1"
+N128 = C / "adaptive_heldout_long3_q8_0_k7_n128_v8w256.json"
+N64 = C / "adaptive_heldout_long3_q8_0_k7_n64_v8w256.json"
+
+
+def tool(*args):
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "plain_vs_raw.py"), *args],
+                          capture_output=True, text=True)
+
+
+def test_only_generations_that_never_drafted_count():
+    """At 128 tokens adaptive drafted on every edit prompt and on the first explain and doc
+    prompts (their explorations): 8 of its 15 generations never drafted. At 64 tokens it ran
+    all 15 plain."""
+    p = tool(str(N128), str(N64))
+    assert p.returncode == 0, p.stderr
+    counts = {ln.split()[0]: int(ln.split()[1]) for ln in p.stdout.splitlines()
+              if ln.startswith(("adaptive_", "all "))}
+    assert counts == {N128.name: 8, N64.name: 15, "all": 23}
+
+
+@pytest.mark.parametrize("name, message", [("missing.json", "cannot read results"),
+                                           ("tune_json_code.json", "not a bench results file")])
+def test_bad_input_is_refused(name, message):
+    p = tool(str(C / name))
+    assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr
