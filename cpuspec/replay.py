@@ -19,7 +19,11 @@ draft took to read it in the run (the probe's cost per token where a file has no
 
 What it leaves out: timing noise, and the rare prompt whose adaptive output differs from the
 static one (a near-tie decided differently). A replayed ratio is the policy's decisions at steady
-costs, not a prediction of the next run's wall time."""
+costs, not a prediction of the next run's wall time.
+
+`refeed` is the other check: it feeds a run's own adaptive rounds, with their recorded timings,
+back to a policy, which reproduces the run's decisions up to where a changed policy departs
+from them (a decision that moving costs drove, which the steady replay cannot show)."""
 from __future__ import annotations
 
 import statistics

@@ -6,7 +6,9 @@ own target prefills); time is compared with raw decoding at the same costs.
 These are the cases where the policy missed its goal in real runs (issue 20), one per change
 made for it: a long input whose draft prefill it priced with its prior and so never learned that
 SD paid, a losing task it re-entered on every prompt, a yardstick left stale by a slow spell,
-and a predicted loss taken as nothing to price."""
+and a predicted loss taken as nothing to price. One more, from machine C, is a re-entry
+that steady costs cannot show: the run's own rounds are fed back with their recorded timings
+(replay.refeed) instead."""
 import math
 from pathlib import Path
 
