@@ -10,16 +10,17 @@ import sys
 
 from tabulate import tabulate
 
-from cpuspec.schema import ResultsError, read_json
+from cpuspec.schema import ResultsError, read_bench
+from cpuspec.stats import raw_by_unit, raw_of
 
 
 def rows(rec: dict, tasks: list[str] | None) -> list[list]:
-    raw = {(r["prompt_id"], r.get("repetition", 0)): r for r in rec["runs"] if r["mode"] == "raw"}
+    raw = raw_by_unit(rec["runs"])
     out = []
     for r in rec["runs"]:
         if tasks and r["task"] not in tasks:
             continue
-        base = raw.get((r["prompt_id"], r.get("repetition", 0)))
+        base = raw_of(raw, r)
         out.append([r["prompt_id"], r.get("repetition", 0), r["mode"], r["prompt_tokens"],
                     f"{r['prefill_s']:.2f}", f"{r.get('draft_prefill_s') or 0.0:.2f}",
                     f"{r['decode_s']:.2f}", f"{r['e2e_s']:.2f}",
@@ -34,9 +35,7 @@ def main() -> int:
     ap.add_argument("--tasks", help="comma-separated tasks (default: all)")
     a = ap.parse_args()
     try:
-        rec = read_json(a.result)
-        if rec.get("kind") != "bench":
-            raise ResultsError(f"{a.result}: not a bench results file")
+        rec = read_bench(a.result)
         table = rows(rec, [t for t in a.tasks.split(",") if t] if a.tasks else None)
     except (ResultsError, KeyError, TypeError) as exc:
         print(f"per_prompt.py: {exc}", file=sys.stderr)

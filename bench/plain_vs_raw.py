@@ -6,8 +6,9 @@ is noise or the cost of running raw decoding through the speculative loop and it
 
 Per file and over all of them: how many such generations, and the mean of adaptive ÷ raw
 seconds for the target's prefill and for the decode, with a 95 % interval (mean ± 1.96 standard
-errors over generations; each prompt is one unit). Only generations with as many tokens as raw's
-count (an answer that parts at a near-tie may end at another length)."""
+errors over generations; each prompt is one unit), and the decode ratio's median and range (how
+much identical work varies between modes on this machine). Only generations with as many
+tokens as raw's count (an answer that parts at a near-tie may end at another length)."""
 import argparse
 import math
 import statistics
@@ -15,15 +16,16 @@ import sys
 
 from tabulate import tabulate
 
-from cpuspec.schema import ResultsError, read_json
+from cpuspec.schema import ResultsError, read_bench
+from cpuspec.stats import raw_by_unit, raw_of
 
 
 def ratios(rec: dict) -> list[tuple[float, float]]:
     """(prefill, decode) of adaptive ÷ raw, per adaptive generation that never drafted."""
-    raw = {(r["prompt_id"], r.get("repetition", 0)): r for r in rec["runs"] if r["mode"] == "raw"}
+    raw = raw_by_unit(rec["runs"])
     out = []
     for r in rec["runs"]:
-        base = raw.get((r["prompt_id"], r.get("repetition", 0)))
+        base = raw_of(raw, r)
         if r["mode"] != "adaptive" or base is None or any(row[0] for row in r["rounds"]):
             continue
         if len(r["token_latencies_s"]) != len(base["token_latencies_s"]) or \
@@ -41,6 +43,12 @@ def interval(xs: list[float]) -> str:
     return f"{m:.3f} [{m - h:.3f}, {m + h:.3f}]"
 
 
+def columns(got: list[tuple[float, float]]) -> list:
+    decode = [d for _, d in got]
+    return [len(got), interval([p for p, _ in got]), interval(decode),
+            f"{statistics.median(decode):.3f} ({min(decode):.3f}-{max(decode):.3f})"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", nargs="+")
@@ -48,26 +56,22 @@ def main() -> int:
     table, pooled = [], []
     for path in a.results:
         try:
-            rec = read_json(path)
-        except (OSError, ResultsError) as exc:
+            rec = read_bench(path)
+        except ResultsError as exc:
             print(f"plain_vs_raw.py: {exc}", file=sys.stderr)
-            return 1
-        if rec.get("kind") != "bench":
-            print(f"plain_vs_raw.py: {path}: not a bench results file", file=sys.stderr)
             return 1
         got = ratios(rec)
         pooled += got
         if got:
-            table.append([path.rsplit("/", 1)[-1], len(got), interval([p for p, _ in got]),
-                          interval([d for _, d in got])])
+            table.append([path.rsplit("/", 1)[-1], *columns(got)])
     if not pooled:
         print("plain_vs_raw.py: no adaptive generation that never drafted, with a raw one "
               "beside it", file=sys.stderr)
         return 1
-    table.append(["all", len(pooled), interval([p for p, _ in pooled]),
-                  interval([d for _, d in pooled])])
+    table.append(["all", *columns(pooled)])
     print(tabulate(table, headers=["run", "generations", "prefill adaptive ÷ raw",
-                                   "decode adaptive ÷ raw"]))
+                                   "decode adaptive ÷ raw", "decode median (range)"],
+                   disable_numparse=True))
     return 0
 
 

@@ -82,11 +82,13 @@ class Replay:
         # draft's prefill seconds) per prompt, in run order; with a draft window the draft
         # reads the window, and the policy was told so (bench's Generator)
         window = rec["settings"].get("draft_window")
-        self.prompts = [(window_reads(window, r["prompt_tokens"]), r["prefill_s"],
+
+        def reads(r: dict) -> int:   # a follow-up turn's draft holds the earlier turns
+            return window_reads(window, r["prompt_tokens"], r.get("reused_prompt_tokens", 0))
+        self.prompts = [(reads(r), r["prefill_s"],
                          acceptance_profile(static[r["prompt_id"]]["rounds"]),
                          static[r["prompt_id"]].get("draft_prefill_s")
-                         or window_reads(window, r["prompt_tokens"])
-                         * self.probe.prefill_s_per_token())
+                         or reads(r) * self.probe.prefill_s_per_token())
                         for r in raw]
         timed: dict[int, list[float]] = {}
         for run in rec["runs"]:

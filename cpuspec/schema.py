@@ -36,6 +36,13 @@ def read_json(path: Path) -> dict:
     return data
 
 
+def read_bench(path: Path) -> dict:
+    """A bench results file, read and checked (ResultsError names what is wrong)."""
+    data = read_json(path)
+    validate_bench(data, str(path))
+    return data
+
+
 def _check(ok: bool, path: str, field: str, what: str) -> None:
     if not ok:
         raise ResultsError(f"{path}: field {field} is missing or not {what}; the file is damaged "

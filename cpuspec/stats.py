@@ -52,6 +52,16 @@ def _unit(r: dict) -> tuple:
     return r["prompt_id"], r.get("repetition", 0)
 
 
+def raw_by_unit(runs: list[dict]) -> dict[tuple, dict]:
+    """The raw run of each (prompt_id, repetition): what every other mode's run is set beside."""
+    return {_unit(r): r for r in runs if r["mode"] == "raw"}
+
+
+def raw_of(by_unit: dict[tuple, dict], run: dict) -> dict | None:
+    """`run`'s raw run on the same prompt and repetition, from raw_by_unit, or None."""
+    return by_unit.get(_unit(run))
+
+
 def paired_units(raw: list[dict], sd: list[dict]) -> np.ndarray:
     """One row per prompt measured in both modes: raw tokens, raw seconds, SD tokens, SD
     seconds (end-to-end), summed over the repetitions of that prompt that ran in both modes.

@@ -28,7 +28,7 @@ def test_only_generations_that_never_drafted_count():
 
 
 @pytest.mark.parametrize("name, message", [("missing.json", "cannot read results"),
-                                           ("tune_json_code.json", "not a bench results file")])
+                                           ("tune_json_code.json", "not a bench one")])
 def test_bad_input_is_refused(name, message):
     p = tool(str(C / name))
     assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr
