@@ -16,7 +16,7 @@ from .cli_models import models
 from .cli_results import advise, compare, plot, report, runs
 from .cliutil import (check_bench_flags, check_model_file, check_size, cpu_list, finite, guarded,
                       log, policy_list, positive, prepare_outputs, print_bench, quant_list,
-                      save_options, task_list, values, window_option)
+                      save_options, task_names, values, window_option)
 from .hardware import HardwareError, default_threads, detect_hardware
 from .registry import ModelError
 from .report import render_csv
@@ -77,9 +77,10 @@ def main() -> None:
                    "held in both models' KV caches before each prompt, read once and not "
                    "timed, as a chat server holds a conversation (llama-bench's -d); a list "
                    "sweeps, e.g. 0,1024,4096.")
-@click.option("--tasks", callback=task_list,
+@click.option("--tasks", callback=task_names,
               help=f"Comma list of built-in tasks ({','.join(ALL_TASKS)}) [default: "
-                   f"{','.join(DEFAULT_TASKS)}, or none when --prompts is given].")
+                   f"{','.join(DEFAULT_TASKS)}, or none when --prompts is given]; with "
+                   "--prompts, other names pick that file's tasks (the rest of it is left out).")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
               help='JSONL file of {"task": ..., "prompt": ...} lines to bench as well.')
 @click.option("--prompts-per-task", type=int, callback=positive,

@@ -11,7 +11,7 @@ from . import native, paths as core
 from .bench import BenchConfig, environment, resolve_models
 from .cliutil import (check_limits, check_model_file, check_model_name, finite, guarded, log,
                       positive, prepare_outputs, registry, resolve_model, save_options, task_list,
-                      values, window_option)
+                      task_names, values, window_option)
 from .contention import ContentionConfig, render_contention, run_contention
 from .costs import render_cost_curve
 from .hardware import HardwareError, default_threads, detect_hardware, select_cpus
@@ -307,8 +307,9 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
                    "prompt-lookup drafter; 'hybrid:MODEL' for lookup backed by MODEL.")
 @click.option("--k-max", type=click.IntRange(1, 16), default=8, show_default=True,
               help="Measure once at this k; predict every k up to it.")
-@click.option("--tasks", callback=task_list,
-              help="Built-in tasks [default: json,code,story,grounded].")
+@click.option("--tasks", callback=task_names,
+              help="Built-in tasks [default: json,code,story,grounded]; with --prompts, other "
+                   "names pick that file's tasks.")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
               help="JSONL prompts file (as for bench).")
 @click.option("--prompts-per-task", type=click.IntRange(2, 64), default=8, show_default=True,

@@ -108,13 +108,23 @@ def policy_list(value):
 
 
 def task_list(ctx, param, value):
+    tasks = task_names(ctx, param, value)
+    unknown = [t for t in tasks or () if t not in ALL_TASKS]
+    if unknown:
+        raise click.BadParameter(f"unknown task {', '.join(unknown)}; "
+                                 f"built-in tasks: {', '.join(ALL_TASKS)}")
+    return tasks
+
+
+def task_names(ctx, param, value):
+    """--tasks of a command that also takes --prompts: names other than built-in tasks pick
+    tasks of the prompts file, which load_prompts checks once it has read the file."""
     if value is None:
         return None
     tasks = [t.strip() for t in value.split(",") if t.strip()]
-    unknown = [t for t in tasks if t not in ALL_TASKS]
-    if not tasks or unknown:
-        raise click.BadParameter(f"unknown task {', '.join(unknown) or repr(value)}; "
-                                 f"built-in tasks: {', '.join(ALL_TASKS)}")
+    if not tasks:
+        raise click.BadParameter(f"unknown task {value!r}; built-in tasks: "
+                                 f"{', '.join(ALL_TASKS)}")
     return tasks
 
 

@@ -250,13 +250,28 @@ def load_prompts(tasks: list[str] | None, prompts_file: Path | None,
                  per_task: int | None = None, default_tasks: list[str] | None = None
                  ) -> list[Prompt]:
     """The built-in suites asked for (the defaults when neither they nor a file are given) and
-    the prompts file's lines. Raw and SD runs are paired by prompt id, so two prompts with one
-    id (`--tasks json` and a file with "task": "json") are refused rather than mismatched."""
+    the prompts file's lines: all of them, or where `tasks` names tasks of the file, only
+    those (a name that is a built-in task picks the built-in suite). Raw and SD runs are paired
+    by prompt id, so two prompts with one id (`--tasks json` and a file with "task": "json")
+    are refused rather than mismatched."""
     prompts: list[Prompt] = []
-    if tasks or not prompts_file:
-        prompts += builtin_prompts(tasks or default_tasks or DEFAULT_TASKS, per_task)
+    builtin = [t for t in tasks or () if t in ALL_TASKS]
+    picked = [t for t in tasks or () if t not in ALL_TASKS]
+    if picked and not prompts_file:
+        raise PromptsFileError(f"unknown task {', '.join(picked)}; built-in tasks: "
+                               f"{', '.join(ALL_TASKS)} (or a task of a --prompts file)")
+    if builtin or not (tasks or prompts_file):
+        prompts += builtin_prompts(builtin or default_tasks or DEFAULT_TASKS, per_task)
     if prompts_file:
         from_file = read_prompts_file(prompts_file, per_task)
+        if picked:
+            in_file = list(dict.fromkeys(p.task for p in from_file))
+            missing = [t for t in picked if t not in in_file]
+            if missing:
+                raise PromptsFileError(
+                    f"unknown task {', '.join(missing)}: not a built-in task and not a task "
+                    f"of {prompts_file} (it has {', '.join(in_file)})")
+            from_file = [p for p in from_file if p.task in picked]
         clash = sorted({p.task for p in from_file} & {p.task for p in prompts})
         if clash:
             raise PromptsFileError(

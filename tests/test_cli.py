@@ -60,6 +60,37 @@ def test_bad_input_is_a_clear_error(args, message):
     assert "Traceback" not in res.output
 
 
+SET3 = os.path.join(os.path.dirname(__file__), "..", "bench", "prompts_heldout_long3.jsonl")
+
+
+def test_tasks_pick_tasks_of_a_prompts_file():
+    """--tasks with --prompts: a file's task name runs only that task's lines, under the ids
+    the whole file gives them (so runs of one task pair with runs of the whole file); a
+    built-in name still adds its built-in suite."""
+    from cpuspec.tasks import load_prompts
+    doc = load_prompts(["doc-heldout3"], SET3)
+    assert [p.prompt_id for p in doc] == [f"doc-heldout3-{i}" for i in range(1, 6)]
+    assert all(p.text.startswith("Copy") for p in doc)
+    mixed = load_prompts(["json", "edit-heldout3", "doc-heldout3"], SET3, per_task=2)
+    assert [p.prompt_id for p in mixed] == ["json-1", "json-2", "edit-heldout3-1",
+                                            "edit-heldout3-2", "doc-heldout3-1",
+                                            "doc-heldout3-2"]
+    assert {p.task for p in load_prompts(None, SET3)} == {"edit-heldout3", "explain-heldout3",
+                                                          "doc-heldout3"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tasks", "doc", "--prompts", SET3], "unknown task doc: not a built-in task and not a "
+     "task of"),
+    (["--tasks", "doc-heldout3"], "unknown task doc-heldout3; built-in tasks:"),
+])
+def test_a_task_in_neither_place_is_a_clear_error(args, message):
+    for cmd in ("bench", "tune"):
+        res = run(cmd, *args)
+        assert res.exit_code != 0 and message in res.output, (cmd, res.output)
+        assert "Traceback" not in res.output
+
+
 def test_malformed_prompts_file_names_the_line(tmp_path):
     f = tmp_path / "mine.jsonl"
     f.write_text('{"task": "sql", "prompt": "Write a query"}\n\n{"task": "sql", prompt}\n')
