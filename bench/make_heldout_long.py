@@ -32,11 +32,21 @@ edit-heldout3, explain-heldout3, doc-heldout3:
   no warranty and how to apply), as Debian ships it in /usr/share/common-licenses/GPL-2, a
   licence text distributed verbatim with every GPL-2 program.
 
+Set 4 (`--set 4`, bench/prompts_heldout_long4.jsonl; written on 2026-12-02 on machine C, after
+policy v9's position extension was set on replays of every recorded run, set 3 included, and
+before any run on it), task names edit-heldout4, explain-heldout4, doc-heldout4:
+
+* the five smallest modules of the standard library above 6.0 kB that no set used (6.2-6.5
+  kB): _py_abc.py, pty.py, cProfile.py, sched.py, abc.py (PSF License Version 2);
+* the GNU Lesser General Public License version 3 in five parts (the title and section 0;
+  1-2; 3; 4; 5-6), as Debian ships it in /usr/share/common-licenses/LGPL-3, a licence text
+  distributed verbatim with every LGPL-3 library.
+
 Every source is pinned by sha256 and a different file is refused, so the generated file is the
 same on every machine; it is committed, so machines without these files run the same prompts.
 An existing output file is never overwritten.
 
-    python bench/make_heldout_long.py [--set 1|2|3] [OUT]
+    python bench/make_heldout_long.py [--set 1|2|3|4] [OUT]
 """
 import hashlib
 import json
@@ -95,6 +105,21 @@ SETS = {
         "text that neither the adaptive policy nor the draft window was ever run or chosen on. "
         "Written on 2026-12-02 after policy v8 and before any run on it; never used to set a "
         "constant.", "prompts_heldout_long3.jsonl"),
+    "4": ({
+        "_py_abc.py": "f9c6fe3dd9b51bd7d93f867356e9d362600c924febfd903ee1c6e298860dca92",
+        "pty.py": "0b153a3908429ae92056178405f8d44ad204282cbc188ac7ab5ea4bf3c4f65e0",
+        "cProfile.py": "0a97cf92d0e3efd2e08c2f9b0f0fb8e52a2b26978550804d8e59435201f3fa84",
+        "sched.py": "edfb309483d7cb05e06ad86d1fdeb819629f71402dc6710a1bec36c7afcaac50",
+        "abc.py": "e558702a95cdce3febd289da021715d2b92bc43995b8a1bc58dfa1c3d8010287",
+    }, Path("/usr/share/common-licenses/LGPL-3"),
+        "e3a994d82e644b03a792a930f574002658412f62407f5fee083f2555c5f23118",
+        # title and 0 (additional definitions); 1-2; 3; 4 (combined works); 5-6
+        [(1, 41), (42, 62), (63, 78), (79, 127), (128, 165)], "4",
+        "# Held-out long inputs, set 4 (bench/make_heldout_long.py --set 4 wrote this file; see "
+        "its docstring for the sources and their licences): the long suites' instructions over "
+        "text that neither the adaptive policy nor the draft window was ever run or chosen on. "
+        "Written on 2026-12-02 after policy v9 and before any run on it; never used to set a "
+        "constant.", "prompts_heldout_long4.jsonl"),
 }
 
 
@@ -116,7 +141,7 @@ def main() -> None:
             sys.exit(f"make_heldout_long.py: --set takes one of {', '.join(SETS)}")
         name, args = args[1], args[2:]
     if len(args) > 1 or (args and args[0].startswith("-")):
-        sys.exit("usage: python bench/make_heldout_long.py [--set 1|2|3] [OUT]")
+        sys.exit("usage: python bench/make_heldout_long.py [--set 1|2|3|4] [OUT]")
     modules, doc, doc_sha256, parts, suffix, header, default = SETS[name]
     out = Path(args[0] if args else Path(__file__).parent / default)
     if out.exists():

@@ -55,17 +55,18 @@ if [ "$PART" = long ]; then
   # again, at the lengths given (LENGTHS="128 64" by default): where a ratio's noise (one
   # prompt's target prefill wandering between modes) hides whether the goal is met, a second
   # run of the same configuration pools with the first (bench/shared_prefill.py --pool).
-  # SETS picks among heldout_long3 (set 3, written after policy v8), heldout_long2 (set 2,
+  # SETS picks among heldout_long4 (set 4, written after policy v9), heldout_long3 (set 3,
+  # written after policy v8), heldout_long2 (set 2,
   # written after the exploration margin), heldout_long and long (the long suites); by default
   # heldout_long2, heldout_long and long
   for n in ${LENGTHS:-128 64}; do
     for set in ${SETS:-heldout_long2 heldout_long long}; do
       case $set in
-        heldout_long3|heldout_long2|heldout_long) adaptive adaptive_${set}_q8_0_k7_n$n \
+        heldout_long4|heldout_long3|heldout_long2|heldout_long) adaptive adaptive_${set}_q8_0_k7_n$n \
           --prompts bench/prompts_$set.jsonl --max-tokens $n ;;
         long) adaptive adaptive_long_q8_0_k7_n$n --tasks long-edit,long-explain,long-doc \
           --max-tokens $n ;;
-        *) echo "run_depth.sh: SETS takes heldout_long3, heldout_long2, heldout_long and long, not '$set'" >&2
+        *) echo "run_depth.sh: SETS takes heldout_long4, heldout_long3, heldout_long2, heldout_long and long, not '$set'" >&2
            exit 2 ;;
       esac
     done
