@@ -2,13 +2,15 @@
 computation (the target's prefill, then one-token decodes), so any difference between the two
 is noise or the cost of running raw decoding through the speculative loop and its policy.
 
-    python bench/plain_vs_raw.py RESULT.json [RESULT.json ...]
+    python bench/plain_vs_raw.py RESULT.json [RESULT.json ...] [--by-order]
 
 Per file and over all of them: how many such generations, and the mean of adaptive ÷ raw
 seconds for the target's prefill and for the decode, with a 95 % interval (mean ± 1.96 standard
 errors over generations; each prompt is one unit), and the decode ratio's median and range (how
 much identical work varies between modes on this machine). Only generations with as many
-tokens as raw's count (an answer that parts at a near-tie may end at another length)."""
+tokens as raw's count (an answer that parts at a near-tie may end at another length).
+--by-order pools them by the order bench ran the prompt's modes in (bench.mode_order), to see
+whether a mode pays for what ran just before it."""
 import argparse
 import math
 import statistics
@@ -16,13 +18,19 @@ import sys
 
 from tabulate import tabulate
 
+from cpuspec.bench import mode_order
 from cpuspec.schema import ResultsError, read_bench
 from cpuspec.stats import raw_by_unit, raw_of
 
 
-def ratios(rec: dict) -> list[tuple[float, float]]:
-    """(prefill, decode) of adaptive ÷ raw, per adaptive generation that never drafted."""
+def ratios(rec: dict, by_order: dict | None = None) -> list[tuple[float, float]]:
+    """(prefill, decode) of adaptive ÷ raw, per adaptive generation that never drafted; with
+    by_order, each is also added to by_order[the order the prompt's modes ran in]."""
     raw = raw_by_unit(rec["runs"])
+    modes = ["raw", *(rec["settings"].get("policies") or [])]
+    # bench measures prompts (and repetitions) in the order their runs are stored
+    index = {u: i for i, u in enumerate(dict.fromkeys(
+        (r["prompt_id"], r.get("repetition", 0)) for r in rec["runs"]), 1)}
     out = []
     for r in rec["runs"]:
         base = raw_of(raw, r)
@@ -32,6 +40,9 @@ def ratios(rec: dict) -> list[tuple[float, float]]:
                 not base["prefill_s"] or not base["decode_s"]:
             continue
         out.append((r["prefill_s"] / base["prefill_s"], r["decode_s"] / base["decode_s"]))
+        if by_order is not None:
+            order = ",".join(mode_order(modes, index[(r["prompt_id"], r.get("repetition", 0))]))
+            by_order.setdefault(order, []).append(out[-1])
     return out
 
 
@@ -52,22 +63,26 @@ def columns(got: list[tuple[float, float]]) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", nargs="+")
+    ap.add_argument("--by-order", action="store_true",
+                    help="pool by the order the prompt's modes ran in, not by file")
     a = ap.parse_args()
-    table, pooled = [], []
+    table, pooled, by_order = [], [], {}
     for path in a.results:
         try:
             rec = read_bench(path)
         except ResultsError as exc:
             print(f"plain_vs_raw.py: {exc}", file=sys.stderr)
             return 1
-        got = ratios(rec)
+        got = ratios(rec, by_order)
         pooled += got
-        if got:
+        if got and not a.by_order:
             table.append([path.rsplit("/", 1)[-1], *columns(got)])
     if not pooled:
         print("plain_vs_raw.py: no adaptive generation that never drafted, with a raw one "
               "beside it", file=sys.stderr)
         return 1
+    if a.by_order:
+        table = [[f"modes ran {order}", *columns(got)] for order, got in sorted(by_order.items())]
     table.append(["all", *columns(pooled)])
     print(tabulate(table, headers=["run", "generations", "prefill adaptive ÷ raw",
                                    "decode adaptive ÷ raw", "decode median (range)"],

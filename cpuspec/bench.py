@@ -262,16 +262,22 @@ class Generator:
         return g
 
 
+def mode_order(modes: list[str], index: int) -> list[str]:
+    """The order measure_prompt runs the modes in for the index-th prompt of a run (counted
+    from 1 over prompts and repetitions): rotated by index, so the mode that goes first changes
+    from prompt to prompt."""
+    i = index % len(modes)
+    return modes[i:] + modes[:i]
+
+
 def measure_prompt(gen: Generator, p: Prompt, tokens: list[int], rep: int, index: int,
                    seed_key: tuple, reuse: int = 0
                    ) -> tuple[dict[str, Generation], dict[str, NoiseSample]]:
     """Every mode once on one prompt, each inside a noise probe. The mode that goes first
     rotates with `index`, so a drifting machine biases none of them. reuse: the sessions hold
     tokens[:reuse] already (a follow-up turn; see prepare_followup)."""
-    modes = gen.modes
-    order = modes[index % len(modes):] + modes[:index % len(modes)]
     gens, noise = {}, {}
-    for mode in order:
+    for mode in mode_order(gen.modes, index):
         with NoiseProbe() as probe:
             gens[mode] = gen(mode, tokens, gen.cfg.max_tokens, seed_key, p.task, reuse)
         noise[mode] = probe.sample

@@ -32,3 +32,16 @@ def test_only_generations_that_never_drafted_count():
 def test_bad_input_is_refused(name, message):
     p = tool(str(C / name))
     assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_by_order_pools_by_the_order_bench_ran_the_modes_in():
+    """15 prompts, counted from 1: the 1st, 4th, ... ran static first, the 2nd, 5th, ...
+    adaptive first, the 3rd, 6th, ... raw first; at 64 tokens all 15 adaptive generations ran
+    plain, so 5 in each order."""
+    p = tool(str(N64), "--by-order")
+    assert p.returncode == 0, p.stderr
+    counts = {ln.split()[2]: int(ln.split()[3]) for ln in p.stdout.splitlines()
+              if ln.startswith("modes ran")}
+    assert counts == {"static,adaptive,raw": 5, "adaptive,raw,static": 5,
+                      "raw,static,adaptive": 5}
+    assert any(ln.startswith("all ") and ln.split()[1] == "15" for ln in p.stdout.splitlines())
