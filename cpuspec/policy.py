@@ -204,7 +204,9 @@ class AdaptivePolicy:
         return a / (self.drafted[i] + PRIOR_WEIGHT)
 
     def extends(self, k: int) -> bool:
-        """Draft one position past k, to learn it (EXTEND_EVIDENCE)."""
+        """Whether to draft one position past the mean's k to learn it: position k is proven
+        (EXTEND_PROOF rounds, mean ≥ EXTEND_SURVIVAL), position k + 1 is thinly known and no
+        worse than the prior (the comment above EXTEND_EVIDENCE)."""
         return k < self.k_max and self.drafted[k] < EXTEND_EVIDENCE and \
             self.drafted[k - 1] >= EXTEND_PROOF and \
             self.conditional(k - 1) >= EXTEND_SURVIVAL - 1e-9 and \
