@@ -23,7 +23,7 @@ from .report import render_csv
 from .store import write_atomic
 from .sweep import (GPU_SKIP_REASON, SweepError, add_point, headline, plan, point_config,
                     render_sweep, run_sweep, sweep_csv, sweep_document)
-from .tasks import ALL_TASKS, DEFAULT_TASKS, PromptsFileError, load_prompts
+from .tasks import ALL_TASKS, DEFAULT_TASKS, PromptsFileError, UnknownTaskError, load_prompts
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -156,6 +156,8 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                                "hybrid), the serial schedule and an SD policy")
     try:
         prompts = load_prompts(tasks, prompts_file, prompts_per_task)
+    except UnknownTaskError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--tasks'")
     except PromptsFileError as exc:
         raise click.ClickException(str(exc))
     if any(depth) and any(p.followup for p in prompts):

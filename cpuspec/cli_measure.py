@@ -20,7 +20,8 @@ from .probe import describe_costs, run_costs
 from .quality import render_quality, run_quality
 from .registry import ModelError
 from .schema import SCHEMA_VERSION
-from .tasks import DEFAULT_TASKS, PromptsFileError, builtin_prompts, load_prompts
+from .tasks import (DEFAULT_TASKS, PromptsFileError, UnknownTaskError, builtin_prompts,
+                    load_prompts)
 from .tune import Candidate, run_tune
 from .tune_report import render_tune
 
@@ -360,6 +361,8 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     try:
         prompts = load_prompts(tasks, prompts_file, prompts_per_task,
                                [*DEFAULT_TASKS, "grounded"])
+    except UnknownTaskError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--tasks'")
     except PromptsFileError as exc:
         raise click.ClickException(str(exc))
     reg = registry()

@@ -184,6 +184,10 @@ class PromptsFileError(ValueError):
     """A prompts file cannot be used; the message names the file and line."""
 
 
+class UnknownTaskError(PromptsFileError):
+    """--tasks names a task that is neither built in nor in the prompts file: a usage error."""
+
+
 class LongSourceError(PromptsFileError):
     """A shipped long-input text is missing or is not the pinned one."""
 
@@ -258,7 +262,7 @@ def load_prompts(tasks: list[str] | None, prompts_file: Path | None,
     builtin = [t for t in tasks or () if t in ALL_TASKS]
     picked = [t for t in tasks or () if t not in ALL_TASKS]
     if picked and not prompts_file:
-        raise PromptsFileError(f"unknown task {', '.join(picked)}; built-in tasks: "
+        raise UnknownTaskError(f"unknown task {', '.join(picked)}; built-in tasks: "
                                f"{', '.join(ALL_TASKS)} (or a task of a --prompts file)")
     if builtin or not (tasks or prompts_file):
         prompts += builtin_prompts(builtin or default_tasks or DEFAULT_TASKS, per_task)
@@ -268,7 +272,7 @@ def load_prompts(tasks: list[str] | None, prompts_file: Path | None,
             in_file = list(dict.fromkeys(p.task for p in from_file))
             missing = [t for t in picked if t not in in_file]
             if missing:
-                raise PromptsFileError(
+                raise UnknownTaskError(
                     f"unknown task {', '.join(missing)}: not a built-in task and not a task "
                     f"of {prompts_file} (it has {', '.join(in_file)})")
             from_file = [p for p in from_file if p.task in picked]

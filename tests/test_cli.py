@@ -87,7 +87,7 @@ def test_tasks_pick_tasks_of_a_prompts_file():
 def test_a_task_in_neither_place_is_a_clear_error(args, message):
     for cmd in ("bench", "tune"):
         res = run(cmd, *args)
-        assert res.exit_code != 0 and message in res.output, (cmd, res.output)
+        assert res.exit_code == 2 and message in res.output, (cmd, res.output)
         assert "Traceback" not in res.output
 
 
