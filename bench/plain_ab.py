@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from cpuspec.bench import environment  # noqa: E402
 from cpuspec.engine import Model, Session  # noqa: E402
 from cpuspec.schema import ResultsError, read_bench  # noqa: E402
 from cpuspec.speculative import RoundStats, generate_raw, generate_speculative  # noqa: E402
+from cpuspec.stats import mean_interval  # noqa: E402
 
 ARMS = ("raw", "plain", "static")
 
@@ -45,11 +44,7 @@ class Plain:
 
 
 def interval(xs: list[float]) -> str:
-    m = statistics.fmean(xs)
-    if len(xs) < 5:
-        return f"{m:.4f} (range {min(xs):.4f}-{max(xs):.4f}, {len(xs)})"
-    h = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
-    return f"{m:.4f} [{m - h:.4f}, {m + h:.4f}] ({len(xs)})"
+    return f"{mean_interval(xs, 4)} ({len(xs)})"
 
 
 def main(argv=None) -> int:

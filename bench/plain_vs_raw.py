@@ -12,7 +12,6 @@ tokens as raw's count (an answer that parts at a near-tie may end at another len
 --by-order pools them by the order bench ran the prompt's modes in (bench.mode_order), to see
 whether a mode pays for what ran just before it."""
 import argparse
-import math
 import statistics
 import sys
 
@@ -20,7 +19,7 @@ from tabulate import tabulate
 
 from cpuspec.bench import mode_order
 from cpuspec.schema import ResultsError, read_bench
-from cpuspec.stats import raw_by_unit, raw_of
+from cpuspec.stats import mean_interval as interval, raw_by_unit, raw_of
 
 
 def ratios(rec: dict, by_order: dict | None = None) -> list[tuple[float, float]]:
@@ -44,14 +43,6 @@ def ratios(rec: dict, by_order: dict | None = None) -> list[tuple[float, float]]
             order = ",".join(mode_order(modes, index[(r["prompt_id"], r.get("repetition", 0))]))
             by_order.setdefault(order, []).append(out[-1])
     return out
-
-
-def interval(xs: list[float]) -> str:
-    m = statistics.fmean(xs)
-    if len(xs) < 5:   # fewer than 5 units: a range, not an interval
-        return f"{m:.3f} (range {min(xs):.3f}-{max(xs):.3f})"
-    h = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
-    return f"{m:.3f} [{m - h:.3f}, {m + h:.3f}]"
 
 
 def columns(got: list[tuple[float, float]]) -> list:

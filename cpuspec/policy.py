@@ -190,18 +190,23 @@ class AdaptivePolicy:
         optimistic bound (mean + z sd). Conditional rates, because a rejection at position 1
         says nothing about position 2: a bad first draft must not condemn longer drafts."""
         out, prev = [], 1.0
-        for n, s in zip(self.drafted, self.survived):
-            a, b = s + PRIOR_WEIGHT * PRIOR_SURVIVAL, n - s + PRIOR_WEIGHT * (1 - PRIOR_SURVIVAL)
-            mean = a / (a + b)
-            sd = math.sqrt(mean * (1 - mean) / (a + b + 1))
+        for i in range(self.k_max):
+            mean, weight = self._posterior(i)
+            sd = math.sqrt(mean * (1 - mean) / (weight + 1))
             prev *= min(mean + z * sd, 1.0)
             out.append(prev)
         return out
 
+    def _posterior(self, i: int) -> tuple[float, float]:
+        """Position i + 1's conditional acceptance: its posterior mean and the weight (prior +
+        decayed rounds) behind it."""
+        n, s = self.drafted[i], self.survived[i]
+        a, b = s + PRIOR_WEIGHT * PRIOR_SURVIVAL, n - s + PRIOR_WEIGHT * (1 - PRIOR_SURVIVAL)
+        return a / (a + b), a + b
+
     def conditional(self, i: int) -> float:
         """The posterior mean of P(draft i + 1 accepted | the drafts before it accepted)."""
-        a = self.survived[i] + PRIOR_WEIGHT * PRIOR_SURVIVAL
-        return a / (self.drafted[i] + PRIOR_WEIGHT)
+        return self._posterior(i)[0]
 
     def extends(self, k: int) -> bool:
         """Whether to draft one position past the mean's k to learn it: position k is proven

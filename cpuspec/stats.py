@@ -6,6 +6,8 @@ runs a results file keeps, so an old file is summarised again by newer code.
 """
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Any
 
 import numpy as np
@@ -80,6 +82,16 @@ def paired_units(raw: list[dict], sd: list[dict]) -> np.ndarray:
 # An interval from fewer independent units is a range, and is printed as one: a percentile
 # bootstrap over 2 units returns their min and max, whatever the level it is labelled with.
 MIN_CI_UNITS = 5
+
+
+def mean_interval(xs: list[float], digits: int = 3) -> str:
+    """The mean of per-unit ratios with mean ± 1.96 standard errors, or, below MIN_CI_UNITS
+    units, with their range."""
+    m = statistics.fmean(xs)
+    if len(xs) < MIN_CI_UNITS:
+        return f"{m:.{digits}f} (range {min(xs):.{digits}f}-{max(xs):.{digits}f})"
+    h = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
+    return f"{m:.{digits}f} [{m - h:.{digits}f}, {m + h:.{digits}f}]"
 
 
 def unit_speedups(units: np.ndarray) -> np.ndarray:
