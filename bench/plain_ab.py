@@ -8,14 +8,13 @@ from what ran before (the modes' order).
         --rounds 12 --arms raw,plain [--json OUT.json]
 
 The target, the draft, k, the threads and --max-tokens are the results file's. Each round runs
-every arm once, in each of their orders in turn (each arm follows each other arm equally
-often); `static` runs the file's k. Prints, per arm, prefill and decode seconds against raw's in the
+every arm once, in the orders of a Williams design in turn (cpuspec.order.williams_orders: each arm
+runs in each place, and right after each other arm, equally often); `static` runs the file's k. Prints, per arm, prefill and decode seconds against raw's in the
 same round: the mean ratio with a 95 % interval over rounds (≥ 5 rounds; fewer is a range),
 and the same split by the arm that ran just before."""
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tabulate import tabulate  # noqa: E402
 
 from cpuspec.bench import environment  # noqa: E402
+from cpuspec.order import williams_orders  # noqa: E402
 from cpuspec.engine import Model, Session  # noqa: E402
 from cpuspec.schema import ResultsError, read_bench  # noqa: E402
 from cpuspec.speculative import RoundStats, generate_raw, generate_speculative  # noqa: E402
@@ -90,9 +90,9 @@ def main(argv=None) -> int:
                 return generate_speculative(t, d, prompt, n_out, Plain() if arm == "plain" else k)
             run("raw")   # warm-up, not recorded
             prev = "raw"
-            # every order of the arms in turn, so each arm follows each other arm equally often
-            # (a rotation would put one arm always after the same other)
-            orders = list(itertools.permutations(arms))
+            # the orders of a Williams design in turn, so each arm follows each other arm
+            # equally often (a rotation of three would put one arm always after the same other)
+            orders = [[arms[i] for i in row] for row in williams_orders(len(arms))]
             for i in range(a.rounds):
                 order = orders[i % len(orders)]
                 row = {}

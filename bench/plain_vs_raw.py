@@ -9,7 +9,7 @@ seconds for the target's prefill and for the decode, with a 95 % interval (mean 
 errors over generations; each prompt is one unit), and the decode ratio's median and range (how
 much identical work varies between modes on this machine). Only generations with as many
 tokens as raw's count (an answer that parts at a near-tie may end at another length).
---by-order pools them by the order bench ran the prompt's modes in (bench.mode_order), to see
+--by-order pools them by the order bench ran the prompt's modes in (cpuspec.order.mode_order), to see
 whether a mode pays for what ran just before it."""
 import argparse
 import statistics
@@ -17,7 +17,7 @@ import sys
 
 from tabulate import tabulate
 
-from cpuspec.bench import mode_order
+from cpuspec.order import mode_order
 from cpuspec.schema import ResultsError, read_bench
 from cpuspec.stats import mean_interval as interval, raw_by_unit, raw_of
 
@@ -40,7 +40,8 @@ def ratios(rec: dict, by_order: dict | None = None) -> list[tuple[float, float]]
             continue
         out.append((r["prefill_s"] / base["prefill_s"], r["decode_s"] / base["decode_s"]))
         if by_order is not None:
-            order = ",".join(mode_order(modes, index[(r["prompt_id"], r.get("repetition", 0))]))
+            order = ",".join(mode_order(modes, index[(r["prompt_id"], r.get("repetition", 0))],
+                                        rec["settings"].get("mode_order", "rotate")))
             by_order.setdefault(order, []).append(out[-1])
     return out
 

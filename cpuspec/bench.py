@@ -21,6 +21,7 @@ from .hardware import (CoreOwner, CorePinner, OwnedDecoder, census_delta, detect
 from .lookup import HYBRID_NGRAM, HybridDrafter, LookupDrafter, NGRAM_MAX, NGRAM_MIN
 from .measure import CATCHUP_PROBE_TOKENS, CURVE_N, NoiseProbe, NoiseSample, probe_costs
 from .models import FetchedModel, fetch_model, local_model
+from .order import MODE_ORDER, mode_order
 from .policy import AdaptivePolicy
 from .quality import target_perplexity
 from .records import CostProbe
@@ -181,6 +182,7 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
                             "max_noise": cfg.max_noise,
                             "adaptive_scope": cfg.adaptive_scope,
                             "schedule": cfg.schedule, "depth": cfg.depth,
+                            "mode_order": MODE_ORDER,
                             "draft_window": list(cfg.draft_window) if cfg.draft_window
                             else None,
                             "windows": {"e2e": "target prefill + draft prefill + every round",
@@ -262,19 +264,11 @@ class Generator:
         return g
 
 
-def mode_order(modes: list[str], index: int) -> list[str]:
-    """The order measure_prompt runs the modes in for the index-th prompt of a run (counted
-    from 1 over prompts and repetitions): rotated by index, so the mode that goes first changes
-    from prompt to prompt."""
-    i = index % len(modes)
-    return modes[i:] + modes[:i]
-
-
 def measure_prompt(gen: Generator, p: Prompt, tokens: list[int], rep: int, index: int,
                    seed_key: tuple, reuse: int = 0
                    ) -> tuple[dict[str, Generation], dict[str, NoiseSample]]:
-    """Every mode once on one prompt, each inside a noise probe. The mode that goes first
-    rotates with `index`, so a drifting machine biases none of them. reuse: the sessions hold
+    """Every mode once on one prompt, each inside a noise probe, in mode_order's order for
+    `index`, so neither a drifting machine nor what one mode leaves behind biases any of them. reuse: the sessions hold
     tokens[:reuse] already (a follow-up turn; see prepare_followup)."""
     gens, noise = {}, {}
     for mode in mode_order(gen.modes, index):
