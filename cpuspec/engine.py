@@ -226,8 +226,20 @@ class Session:
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
 
     def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
-        self.decode(tokens, pos, n_out)
-        return self.logits(n_out).argmax(axis=1).tolist()
+        """The greedy token after each of the last n_out tokens. More than n_batch of them
+        span several decodes, and llama.cpp keeps only the last one's logits: the tokens
+        before them go in one decode, then each n_batch piece is read before the next."""
+        if n_out <= self.n_batch:
+            self.decode(tokens, pos, n_out)
+            return self.logits(n_out).argmax(axis=1).tolist()
+        head, out = len(tokens) - n_out, []
+        if head:
+            self.decode(tokens[:head], pos, 0)
+        for start in range(head, len(tokens), self.n_batch):
+            piece = tokens[start:start + self.n_batch]
+            self.decode(piece, pos + start, len(piece))
+            out += self.logits(len(piece)).argmax(axis=1).tolist()
+        return out
 
     def truncate(self, pos: int) -> None:
         if not ll.llama_memory_seq_rm(self.mem, SEQ, pos, -1):

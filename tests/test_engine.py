@@ -101,6 +101,19 @@ def test_batched_and_one_token_logits_agree(models, sessions):
     assert np.abs(batched - np.array(rows)).max() < 1e-2
 
 
+def test_greedy_guesses_past_one_batch_are_all_read(models, sessions):
+    """eval of more output rows than a batch holds (bench/window_acceptance.py teacher-forces
+    a 768-token answer through a 512-token batch): every row, as one batch of them gives."""
+    m = models["target"]
+    tokens = m.tokenize(" ".join(TEXTS * 3))
+    s = sessions["target"]
+    s.clear()
+    whole = s.eval(tokens, 0, len(tokens) - 2)
+    with Session(m, 512, 2, n_batch=8) as small:
+        pieces = small.eval(tokens, 0, len(tokens) - 2)
+    assert len(tokens) - 2 > 2 * 8 and pieces == whole
+
+
 def test_top2_margin_replays_raw_decoding(models, sessions):
     s = sessions["target"]
     prompt = models["target"].tokenize(TEXTS[0])
