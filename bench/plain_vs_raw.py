@@ -9,8 +9,8 @@ seconds for the target's prefill and for the decode, with a 95 % interval (mean 
 errors over generations; each prompt is one unit), and the decode ratio's median and range (how
 much identical work varies between modes on this machine). Only generations with as many
 tokens as raw's count (an answer that parts at a near-tie may end at another length).
---by-order pools them by the order bench ran the prompt's modes in (cpuspec.order.mode_order), to see
-whether a mode pays for what ran just before it."""
+--by-order pools them by the order bench ran the prompt's modes in (cpuspec.order.mode_order),
+to see whether a mode pays for what ran just before it."""
 import argparse
 import statistics
 import sys

@@ -268,8 +268,8 @@ def measure_prompt(gen: Generator, p: Prompt, tokens: list[int], rep: int, index
                    seed_key: tuple, reuse: int = 0
                    ) -> tuple[dict[str, Generation], dict[str, NoiseSample]]:
     """Every mode once on one prompt, each inside a noise probe, in mode_order's order for
-    `index`, so neither a drifting machine nor what one mode leaves behind biases any of them. reuse: the sessions hold
-    tokens[:reuse] already (a follow-up turn; see prepare_followup)."""
+    `index`, so neither a drifting machine nor what one mode leaves behind biases any of them.
+    reuse: the sessions hold tokens[:reuse] already (a follow-up turn; see prepare_followup)."""
     gens, noise = {}, {}
     for mode in mode_order(gen.modes, index):
         with NoiseProbe() as probe:

@@ -1,6 +1,6 @@
-"""The order bench runs a prompt's modes in (cpuspec.order.mode_order): a Williams design, so that what
-one mode leaves behind lands on every other mode alike; results files written before it ran
-a rotation and say nothing, and bench/plain_vs_raw.py --by-order reads each as it ran."""
+"""The order bench runs a prompt's modes in (cpuspec.order.mode_order): a Williams design, so
+that what one mode leaves behind lands on every other mode alike; results files written before
+it ran a rotation and say nothing, and bench/plain_vs_raw.py --by-order reads each as it ran."""
 import collections
 import json
 import subprocess
