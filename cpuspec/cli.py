@@ -108,7 +108,9 @@ def main() -> None:
               help="The draft reads only the first HEAD and last TAIL tokens of a prompt "
                    "longer than HEAD + TAIL (e.g. 256,256): its prefill of a long input costs "
                    "a window, not the whole text. Lossless: the target still reads every "
-                   "token and decides every output token.")
+                   "token and decides every output token. For short answers to long inputs: "
+                   "a long answer that copies the input's middle loses acceptance (a "
+                   "768-token edit measured 0.79x raw with 256,256, 1.13x without).")
 @click.option("--schedule", type=click.Choice(["serial", "parallel"]), default="serial",
               show_default=True,
               help="parallel: the draft, on --draft-cores, drafts the next round while the "
