@@ -6,6 +6,7 @@ No printing: progress goes through the `log` callback (the CLI sends it to stder
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import os
 import platform
@@ -30,7 +31,6 @@ from .sampling import RejectionVerify, SamplingDecoder
 from .schema import SCHEMA_VERSION
 from .speculative import (Generation, generate_raw, generate_speculative,
                           generate_speculative_parallel, verify_greedy)
-from .summary import summarize
 from .tasks import Prompt
 from .turns import FIRST_TURN_TOKENS, answer_first_turn, encode_prompts, prepare_followup
 from .window import WindowedDraft, window_reads
@@ -229,6 +229,14 @@ class Generator:
         self.policies[task].new_generation(unread, max_tokens)
         return self.policies[task]
 
+    def snapshot(self) -> dict:
+        """What the adaptive controllers know now, for `restore`: a --max-noise rerun starts
+        from the state the discarded attempt started from, as raw and static do."""
+        return copy.deepcopy(self.policies)
+
+    def restore(self, state: dict) -> None:
+        self.policies = copy.deepcopy(state)
+
     def __call__(self, mode: str, tokens: list[int], max_tokens: int, seed_key=(0,),
                  task: str = "", reuse: int = 0) -> Generation:
         cfg = self.cfg
@@ -378,7 +386,10 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         for rep in range(cfg.repetitions):
             for p, tokens, kept in zip(cfg.prompts, encoded, reuse):
                 done += 1
+                before = gen.snapshot() if cfg.max_noise is not None else None
                 for attempt in range(MAX_NOISE_RERUNS + 1):
+                    if attempt:
+                        gen.restore(before)   # learn nothing from a discarded attempt
                     if kept and held != tokens[:kept]:   # a depth is read once for all
                         if cfg.depth:
                             log(f"reading the depth's {kept} tokens into the KV caches "
@@ -386,6 +397,9 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                         prepare_followup(target, draft, tokens, kept, bool(cfg.policies))
                         held = tokens[:kept]
                     gens, noise = measure_prompt(gen, p, tokens, rep, done, (rep, done), kept)
+                    # every generation truncated both caches to `kept`: with kept == 0 they
+                    # no longer hold any earlier conversation
+                    held = tokens[:kept] if kept else None
                     busiest = max(n.other_cpus for n in noise.values())
                     worst = max(noise.values(), key=lambda n: (len(n.reasons()),
                                                                n.other_cpus))
@@ -429,6 +443,5 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 "target_cpus": cfg.cpus or sorted(os.sched_getaffinity(0)),
                 "draft_cpus": cfg.draft_cpus, "draft_owner_thread": owner.native_id,
                 "cpu_s_by_affinity": census_delta(census, thread_census())}
-    results["summary"] = summarize(results)
-    results["complete"] = True
+    results["complete"] = True   # no summary is stored: every reader computes it (summary.py)
     return results

@@ -19,7 +19,8 @@ from .cliutil import (check_bench_flags, check_model_file, check_size, cpu_list,
                       save_options, task_names, values, window_option)
 from .hardware import HardwareError, default_threads, detect_hardware
 from .registry import ModelError
-from .report import render_csv
+from .report import render_csv, sweep_rows
+from .summary import summarize
 from .store import write_atomic
 from .sweep import (GPU_SKIP_REASON, SweepError, add_point, headline, plan, point_config,
                     render_sweep, run_sweep, sweep_csv, sweep_document)
@@ -80,7 +81,8 @@ def main() -> None:
 @click.option("--tasks", callback=task_names,
               help=f"Comma list of built-in tasks ({','.join(ALL_TASKS)}) [default: "
                    f"{','.join(DEFAULT_TASKS)}, or none when --prompts is given]; with "
-                   "--prompts, other names pick that file's tasks (the rest of it is left out).")
+                   "--prompts, names pick that file's tasks first (the rest of it is left out) and "
+                   "builtin:NAME a built-in suite.")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
               help='JSONL file of {"task": ..., "prompt": ...} lines to bench as well.')
 @click.option("--prompts-per-task", type=int, callback=positive,
@@ -216,7 +218,7 @@ def _bench_point(base, where, fallback_threads: int, sink, csv_path) -> None:
     print_bench(results)
     try:
         if csv_path:
-            write_atomic(csv_path, render_csv(results["summary"]))
+            write_atomic(csv_path, render_csv(summarize(results)))
             log(f"wrote {csv_path}")
     except OSError as exc:
         raise click.ClickException(f"cannot write {csv_path}: {exc}")
@@ -258,15 +260,16 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
     doc["complete"] = True
     sink(doc)
     click.echo("")
-    click.echo(render_sweep(doc["rows"], axes))
-    if any("skipped" in r for r in doc["rows"]):
+    rows = sweep_rows(doc)
+    click.echo(render_sweep(rows, axes))
+    if any("skipped" in r for r in rows):
         click.echo(f"\nGPU points {GPU_SKIP_REASON}. Install a GPU build of llama-cpp-python "
                    "(see the README: CUDA, Metal or Vulkan) to measure them.")
-    line = headline(doc["rows"])
+    line = headline(rows)
     if line:
         click.echo(line)
     if csv_path:
-        write_atomic(csv_path, sweep_csv(doc["rows"]))
+        write_atomic(csv_path, sweep_csv(rows))
     for p in sink.paths:
         log(f"wrote {p}")
 

@@ -309,8 +309,8 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
 @click.option("--k-max", type=click.IntRange(1, 16), default=8, show_default=True,
               help="Measure once at this k; predict every k up to it.")
 @click.option("--tasks", callback=task_names,
-              help="Built-in tasks [default: json,code,story,grounded]; with --prompts, other "
-                   "names pick that file's tasks.")
+              help="Built-in tasks [default: json,code,story,grounded]; with --prompts, names "
+                   "pick that file's tasks first, and builtin:NAME a built-in suite.")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
               help="JSONL prompts file (as for bench).")
 @click.option("--prompts-per-task", type=click.IntRange(2, 64), default=8, show_default=True,

@@ -12,8 +12,8 @@ from .cliutil import load_results, log, print_bench, run_names
 from .compare import mismatches, render_compare
 from .paths_report import how_to_run, render_paths
 from .plots import PLOT_HINT, PlotError, render
-from .report import render_csv, render_rows_json, render_trace
-from .schema import ResultsError
+from .report import render_csv, render_rows_json, render_trace, sweep_rows
+from .schema import ResultsError, read_bench
 from .store import OutputError, results_dir, run_listing, saved_runs
 from .summary import summarize
 from .sweep import headline, render_sweep
@@ -92,9 +92,10 @@ def report(run, fmt, trace):
     if results.get("kind") == "sweep":
         if not isinstance(results.get("rows"), list) or not isinstance(results.get("axes"), list):
             raise click.ClickException(f"{path}: a damaged sweep file (no rows or axes)")
-        click.echo(render_sweep(results["rows"], results["axes"],
+        rows = sweep_rows(results)
+        click.echo(render_sweep(rows, results["axes"],
                                 "github" if fmt == "markdown" else "simple"))
-        line = headline(results["rows"])
+        line = headline(rows)
         if line:
             click.echo(line)
         return
@@ -187,6 +188,21 @@ def plot(runs, out_dir, title):
         click.echo(str(f))
 
 
+def _with_speedups(row: dict) -> dict:
+    """A bench run's listing with its SD ×raw per task, computed from its runs as `report`
+    computes them; a file that does not validate is listed as damaged, with the reason."""
+    if row.get("kind") != "bench":
+        return row
+    try:
+        summary = summarize(read_bench(Path(row["path"])))
+    except ResultsError as exc:
+        return row | {"kind": "damaged", "problem": str(exc).split(": ", 1)[-1]}
+    row["speedups"] = " ".join(f"{t} {s['sd_speedup']:.2f}" for t, s in summary.items()
+                               if isinstance(s.get("sd_speedup"), float)
+                               and s["sd_speedup"] == s["sd_speedup"])
+    return row
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runs(as_json):
@@ -198,7 +214,7 @@ def runs(as_json):
       cpuspec report $(cpuspec runs --json | jq -r '.[-1].id')
     """
     try:
-        rows = [run_listing(p) for p in saved_runs()]
+        rows = [_with_speedups(run_listing(p)) for p in saved_runs()]
     except OutputError as exc:
         raise click.ClickException(str(exc))
     if as_json:
@@ -212,7 +228,7 @@ def runs(as_json):
     status = any(not r.get("complete", True) for r in rows)  # the column only when it says
     click.echo(tabulate([[r["id"], r.get("kind"), r.get("date", ""), r.get("machine", ""),
                           r.get("threads") or "", r.get("pair") or "", r.get("tasks", ""),
-                          r.get("speedups", "")]
+                          r.get("speedups") or r.get("problem", "")]
                          + (["" if r.get("complete", True) else "interrupted"] if status else [])
                          for r in rows],
                         headers=["id", "kind", "date", "machine", "threads", "pair", "tasks",

@@ -229,7 +229,10 @@ class Session:
         """The greedy token after each of the last n_out tokens. More than n_batch of them
         span several decodes, and llama.cpp keeps only the last one's logits: the tokens
         before them go in one decode, then each n_batch piece is read before the next."""
-        if n_out <= self.n_batch:
+        # decode() splits at multiples of n_batch: the rows fit one decode when the last
+        # n_out tokens all lie in its last piece
+        last_piece = (len(tokens) - 1) // self.n_batch * self.n_batch if tokens else 0
+        if len(tokens) - n_out >= last_piece:
             self.decode(tokens, pos, n_out)
             return self.logits(n_out).argmax(axis=1).tolist()
         head, out = len(tokens) - n_out, []

@@ -148,14 +148,26 @@ class HybridDrafter:
         out, self.stats = self.stats, self._zero()
         return out
 
+    def prefill(self, tokens: Sequence[int], pos: int) -> list[int]:
+        """The draft's read of a prompt at `pos` (0, or above a conversation the caches hold):
+        the model reads everything it lacks in one batch, as its prefill, so no prompt token
+        is left to a round's catch-up."""
+        if pos != len(self.index):
+            raise ValueError(f"hybrid drafter: prefill at {pos}, history has {len(self.index)}")
+        self.index.append(tokens)
+        out = self.model.eval(self.history[self.model_kv:], self.model_kv, 1)
+        self.model_kv = len(self.history)
+        return out
+
     def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
+        if pos == 0:  # a whole context from its start (DraftModel's first call): a prefill
+            if n_out != 1:
+                raise ValueError("hybrid drafter: a prefill gives one output")
+            self.truncate(0)
+            return self.prefill(tokens, 0)
         if pos != len(self.index):
             raise ValueError(f"hybrid drafter: eval at {pos}, history has {len(self.index)}")
         self.index.append(tokens)
-        if pos == 0:  # the prompt: the model's prefill
-            out = self.model.eval(tokens, 0, n_out)
-            self.model_kv = len(self.history)
-            return out
         guess = self.index.match()[0]
         if guess != NO_DRAFT:
             self.stats["lookup_drafts"] += 1

@@ -22,7 +22,7 @@ import numpy as np
 
 from .compare import mismatches
 from .records import CostProbe, Machine, RecordError
-from .report import table_rows
+from .report import sweep_rows, table_rows
 from .stats import percentile
 from .summary import OVERALL, policy_events, summarize
 
@@ -137,7 +137,7 @@ def depth_data(sweep: dict) -> dict[str, Any] | None:
         return None
     others = [a for a in axes if a != "depth"]
     lines: dict[str, dict] = {}
-    for r in sweep.get("rows", []):
+    for r in sweep_rows(sweep):
         if "skipped" in r:
             continue
         name = ", ".join(f"{a}={r[a]}" for a in others) or "SD"

@@ -181,6 +181,7 @@ class AdaptivePolicy:
         # ended in the last switch-off (0 where it paid), and the plain decoding since then.
         self._loss_s, self._reentry_cost_s, self._plain_off_s = 0.0, 0.0, 0.0
         self._sd_rounds = 0    # SD rounds since the last plain step
+        self._skip_draft_cost = False   # the next SD round follows a V(1) refresh step
 
     # --- acceptance ---------------------------------------------------------------------------
 
@@ -284,7 +285,17 @@ class AdaptivePolicy:
         saved = (1.0 - 1.0 / speedup) * self._budget * self.verify_s[1]
         return margin * self._unread * self.prefill_s > saved
 
-    def next_k(self) -> int:
+    def next_k(self, cap: int | None = None) -> int:
+        """The next round's k, at most `cap` (the loop's room before max_tokens); history
+        and trace record the k the loop will run."""
+        k = self._choose_k()
+        if cap is not None and k > cap:
+            k = max(cap, 0)
+            self.history[-1] = k
+            self.trace[-1][0] = k
+        return k
+
+    def _choose_k(self) -> int:
         if self._plain_generation:
             # Nothing is learned on plain steps and their costs rescale together, so the
             # figures of the decision hold for the whole generation: no recomputing per token.
@@ -367,16 +378,19 @@ class AdaptivePolicy:
         w = EWMA_WEIGHT
         if r.k == 0:
             self.steps_off += 1
-            self._steps_before = self.steps_off
-            self._after_off = True
             if not self.on:
                 self._decay(OFF_STEP_DECAY)
                 self._plain_off_s += r.verify_s
             if self._sd_rounds:
-                # right after SD rounds the other costs are fresh: only the yardstick moves
+                # right after SD rounds the other costs are fresh: only the yardstick moves.
+                # The next round's draft batch holds this step's token too: it times neither
+                # a draft step nor a catch-up, so it teaches no draft cost.
                 self._sd_rounds = 0
+                self._skip_draft_cost = True
                 self.verify_s[1] += V1_REFRESH_WEIGHT * (r.verify_s - self.verify_s[1])
                 return
+            self._steps_before = self.steps_off
+            self._after_off, self._skip_draft_cost = True, False
             # A plain step measures only V(1). A change in it while the other costs go unseen is
             # the whole machine speeding up or slowing down (other load, clocks), which scales
             # every phase alike: rescale them all, so c and β stay as last measured and a slow
@@ -399,13 +413,15 @@ class AdaptivePolicy:
         for i in range(1, min(r.k, r.n_accepted + 1) + 1):
             self.drafted[i - 1] += 1.0
             self.survived[i - 1] += float(r.n_accepted >= i)
-        if self._after_off:  # the draft caught up on the plain steps first: learn that cost
+        if self._skip_draft_cost:
+            pass
+        elif self._after_off:  # the draft caught up on the plain steps first: learn that cost
             caught_up = max(self._steps_before, 1)
             spent = max(r.draft_s - r.k * self.draft_s, 0.0) / caught_up
             self.catchup_s += w * (spent - self.catchup_s)
         else:
             self.draft_s += w * (r.draft_s / r.k - self.draft_s)
-        self._after_off = False
+        self._after_off = self._skip_draft_cost = False
         self.steps_off = 0
         # the probe's timing counts as one observation of this batch size, then a running mean
         n = r.k + 1

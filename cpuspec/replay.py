@@ -26,6 +26,7 @@ back to a policy, which reproduces the run's decisions up to where a changed pol
 from them (a decision that moving costs drove, which the steady replay cannot show)."""
 from __future__ import annotations
 
+import inspect
 import statistics
 from dataclasses import dataclass
 from .policy import AdaptivePolicy
@@ -106,21 +107,28 @@ class Replay:
         return cls(self.k_max, p.draft_s, p.verify_s, catchup_s=p.catchup_s,
                    prefill_s=p.prefill_s_per_token())
 
-    def _round(self, k: int, profile: list[int], t: int) -> tuple[int, float, float]:
-        """(accepted, draft seconds, verify seconds) of a round of k drafts after t tokens."""
+    def _round(self, k: int, profile: list[int], t: int, behind: int = 0
+               ) -> tuple[int, float, float]:
+        """(accepted, draft seconds, verify seconds) of a round of k drafts after t tokens,
+        the draft first catching up on `behind` tokens that plain steps gave while it was
+        idle (what the loop pays then: one batch, at the probe's catch-up cost per token)."""
         acc = min(k, profile[t])   # t < the answer's length = len(profile)
-        return acc, k * self.probe.draft_s, self.v[k + 1]
+        catchup = behind * self.probe.catchup_s if k else 0.0
+        return acc, k * self.probe.draft_s + catchup, self.v[k + 1]
 
     def _answer(self, profile: list[int], max_tokens: int, choose,
                 observe=None) -> tuple[list[int], float]:
-        """One answer's rounds, each of the k that choose() gives (capped so that the answer
-        ends at its recorded length, or max_tokens): the ks and the rounds' seconds. observe,
-        if given, is told each round (the policy learns from it)."""
+        """One answer's rounds, each of the k that choose(cap) gives (capped so that the
+        answer ends at its recorded length, or max_tokens): the ks and the rounds' seconds.
+        observe, if given, is told each round (the policy learns from it)."""
         ks, seconds, tokens = [], 0.0, 1
         n = min(max_tokens, len(profile))   # the answer's recorded length
+        behind = 0     # plain steps since the draft last ran (it reads their tokens first)
         while tokens < n:
-            k = min(choose(), n - tokens - 1)
-            acc, draft_s, verify_s = self._round(k, profile, tokens)
+            cap = n - tokens - 1
+            k = min(choose(cap), cap)
+            acc, draft_s, verify_s = self._round(k, profile, tokens, behind)
+            behind = 0 if k else behind + 1
             ks.append(k)
             seconds += draft_s + verify_s
             tokens += acc + 1
@@ -135,7 +143,7 @@ class Replay:
         prompts = self.prompts if prompts is None else prompts
         for unread, prefill, profile, draft_prefill in prompts:
             pol.new_generation(unread, max_tokens)
-            ks, seconds = self._answer(profile, max_tokens, pol.next_k, pol.observe)
+            ks, seconds = self._answer(profile, max_tokens, _chooser(pol), pol.observe)
             # the draft reads the prompt on its first draft, if the answer drafts at all
             t_ad += prefill + seconds + (draft_prefill if any(ks) else 0.0)
             t_raw += prefill + (min(max_tokens, len(profile)) - 1) * self.v[1]
@@ -147,9 +155,17 @@ class Replay:
                        ) -> float:
         """Static k = k_max on the same replay: every prompt's draft prefill and rounds."""
         return sum(prefill + draft_prefill
-                   + self._answer(profile, max_tokens, lambda: self.k_max)[1]
+                   + self._answer(profile, max_tokens, lambda cap: self.k_max)[1]
                    for _, prefill, profile, draft_prefill
                    in (self.prompts if prompts is None else prompts))
+
+
+def _chooser(pol):
+    """pol.next_k as choose(cap): policies before the cap (older versions replayed with
+    --against) take no argument, and the replay caps their k itself."""
+    if len(inspect.signature(pol.next_k).parameters):
+        return pol.next_k
+    return lambda cap: pol.next_k()
 
 
 def recorded_ratio(rec: dict, task: str, mode: str, base: str) -> float | None:

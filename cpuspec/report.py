@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from .costs import CostModel, verdict_line
 from .predict import PREDICTED_FROM
-from .summary import OVERALL, policy_events
+from .summary import OVERALL, policy_events, summarize
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,37 @@ _CI_OF = {"sd_speedup": "sd_speedup_ci", "adaptive_speedup": "adaptive_speedup_c
 def table_rows(summary: dict) -> list[dict]:
     """One row per task: every field's value, numbers unformatted (CSV and JSON use these)."""
     return [{f.name: f.get(dict(s, task=task)) for f in FIELDS} for task, s in summary.items()]
+
+
+# The metrics of a sweep row: names from FIELDS, so a sweep and a bench share one list of
+# fields (header, format) and one definition of each number.
+SWEEP_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "sd_speedup_ci_low",
+                 "sd_speedup_ci_high", "sd_speedup_range_low", "sd_speedup_range_high",
+                 "sd_speedup_units", "predicted_speedup", "a", "c", "alpha", "beta",
+                 "break_even_a", "adaptive_speedup")
+# Shown inside the speedup's cell rather than as columns of their own.
+IN_SPEEDUP_CELL = ("sd_speedup_ci", "sd_speedup_range", "sd_speedup_units")
+
+
+def sweep_figures(results: dict) -> dict:
+    """A sweep point's overall figures, from its raw runs (computed on read, as for a bench)."""
+    s = summarize(results)[OVERALL]
+    values = table_rows({OVERALL: s})[0]
+    cost = s.get("cost", {})
+    return {m: values[m] for m in SWEEP_METRICS} | {
+        "verdict": ("ON" if cost.get("pays") else "OFF") if cost else None}
+
+
+def sweep_rows(doc: dict) -> list[dict]:
+    """A sweep's rows with their figures computed from each point's raw runs now, not read from
+    what an older file stored beside its coordinates (one file, one answer)."""
+    out = []
+    for row, results in zip(doc.get("rows") or [], doc.get("points") or []):
+        if "skipped" in row or not isinstance(results, dict) or "runs" not in results:
+            out.append(row)
+        else:
+            out.append({**row, **sweep_figures(results)})
+    return out
 
 
 def _fields(summary: dict, text: bool) -> list[Field]:

@@ -117,6 +117,14 @@ def generate_raw(target: Decoder, prompt: Sequence[int], max_tokens: int,
 NO_DRAFT = -1
 
 
+def prefill_draft(draft: Decoder, tokens: Sequence[int], pos: int) -> list[int]:
+    """The draft's read of a prompt at `pos`: the drafter's own `prefill` where it has one
+    (the hybrid, whose rounds may leave the model behind, reads everything it lacks there),
+    else one eval."""
+    prefill = getattr(draft, "prefill", None)
+    return prefill(tokens, pos) if prefill else draft.eval(tokens, pos, 1)
+
+
 def draft_tokens(draft: Decoder, pending: Sequence[int], pos: int, k: int
                  ) -> tuple[list[int], int]:
     """Greedily draft up to k tokens; return them and the draft's KV length afterwards.
@@ -168,7 +176,8 @@ def count_accepted(drafts: Sequence[int], target_choice: Sequence[int]) -> int:
 class KPolicy(Protocol):
     """Chooses each round's draft length (0: a plain target step) and learns from the round."""
 
-    def next_k(self) -> int: ...
+    def next_k(self, cap: int | None = None) -> int:
+        """The next round's draft length, at most `cap` (what fits before max_tokens)."""
 
     def observe(self, r: RoundStats) -> None: ...
 
@@ -181,8 +190,8 @@ class StaticPolicy:
             raise ValueError("k must be ≥ 1")
         self.k = k
 
-    def next_k(self) -> int:
-        return self.k
+    def next_k(self, cap: int | None = None) -> int:
+        return self.k if cap is None else min(self.k, cap)
 
     def observe(self, r: RoundStats) -> None:
         pass
@@ -225,10 +234,11 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
     while (stop := _stop_reason(target, tokens, max_tokens)) is None:
         n = len(prompt) + len(tokens)
         # Never draft past max_tokens: k drafts + 1 bonus must fit in what remains.
-        k_round = min(policy.next_k(), max_tokens - len(tokens) - 1)
+        cap = max_tokens - len(tokens) - 1
+        k_round = min(policy.next_k(cap), cap)
         if k_round > 0 and n_draft_kv is None:  # the draft's prompt prefill, on first use
             t_draft_prefill = clock()
-            draft.eval(prompt[reuse:], reuse, 1)
+            prefill_draft(draft, prompt[reuse:], reuse)
             n_draft_kv = len(prompt)
             spent = clock() - t_draft_prefill
             draft_prefill_s += spent

@@ -1,5 +1,6 @@
-"""Statistics from raw samples: speeds over a window, and SD ×raw paired by prompt with a
-bootstrap interval (from MIN_CI_UNITS prompts) or a range (fewer).
+"""Statistics from raw samples: speeds over a window, and SD ×raw paired by prompt (the
+geometric mean of per-prompt speedups) with a t-interval on their logs (from MIN_CI_UNITS
+prompts) or a range (fewer).
 
 Pure: no I/O. Every printer (report, compare, tune, paths) computes its figures here, from the
 runs a results file keeps, so an old file is summarised again by newer code.
@@ -11,11 +12,6 @@ import statistics
 from typing import Any
 
 import numpy as np
-
-# Bootstrap resamples for the 95 % intervals (fixed seed: a report reads the same every time).
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
-
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -79,19 +75,50 @@ def paired_units(raw: list[dict], sd: list[dict]) -> np.ndarray:
     return np.array(list(per_prompt.values()), dtype=float).reshape(-1, 4)
 
 
-# An interval from fewer independent units is a range, and is printed as one: a percentile
-# bootstrap over 2 units returns their min and max, whatever the level it is labelled with.
+# An interval from fewer independent units is a range, and is printed as one: from 2-4 units a
+# standard error is too rough to call anything 95 %.
 MIN_CI_UNITS = 5
+
+# Student's t, two-sided 95 % (the 0.975 quantile), by degrees of freedom: the textbook table.
+# At n = 5 units (4 df) it is 2.776, where 1.96 would make the interval 29 % too narrow.
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
+         17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069,
+         24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042}
+Z_975 = 1.959964
+
+# What every printer's legend says the interval is.
+INTERVAL_LEGEND = ("95 % t-interval over prompts (geometric mean of per-prompt speedups; "
+                   f"a range below {MIN_CI_UNITS} prompts)")
+
+
+def t_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with df degrees of freedom: the table to 30, then
+    the Cornish-Fisher expansion in 1/df (within 1e-4 of the exact value there)."""
+    if df < 1:
+        raise ValueError("a t quantile needs at least 1 degree of freedom")
+    if df in T_975:
+        return T_975[df]
+    z = Z_975
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def t_interval(xs: list[float] | np.ndarray) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of xs and its 95 % t-interval (xs: ≥ 2 independent units)."""
+    xs = np.asarray(xs, dtype=float)
+    m = float(xs.mean())
+    h = t_975(len(xs) - 1) * float(xs.std(ddof=1)) / math.sqrt(len(xs))
+    return m, m - h, m + h
 
 
 def mean_interval(xs: list[float], digits: int = 3) -> str:
-    """The mean of per-unit ratios with mean ± 1.96 standard errors, or, below MIN_CI_UNITS
-    units, with their range."""
+    """The mean of per-unit ratios with its 95 % t-interval, or, below MIN_CI_UNITS units,
+    with their range."""
     m = statistics.fmean(xs)
     if len(xs) < MIN_CI_UNITS:
         return f"{m:.{digits}f} (range {min(xs):.{digits}f}-{max(xs):.{digits}f})"
-    h = 1.96 * statistics.stdev(xs) / math.sqrt(len(xs))
-    return f"{m:.{digits}f} [{m - h:.{digits}f}, {m + h:.{digits}f}]"
+    _, lo, hi = t_interval(xs)
+    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def unit_speedups(units: np.ndarray) -> np.ndarray:
@@ -99,19 +126,15 @@ def unit_speedups(units: np.ndarray) -> np.ndarray:
     return (units[:, 2] / units[:, 3]) / (units[:, 0] / units[:, 1])
 
 
-def bootstrap_speedup_ci(units: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
-                         seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
-    """95 % percentile-bootstrap interval of the speedup (SD t/s ÷ raw t/s over the resampled
-    prompts), resampling paired prompt units (paired_units) so raw and SD stay together. None
-    with fewer than MIN_CI_UNITS units: the caller prints their range instead."""
-    n = len(units)
-    if n < MIN_CI_UNITS:
+def speedup_ci(units: np.ndarray) -> tuple[float, float] | None:
+    """95 % interval of the speedup over paired prompt units (paired_units): a t-interval on
+    the units' log-speedups, taken back to a ratio, so it is the interval of the geometric
+    mean that speedup_stats reports and holds its coverage at 5 units. None with fewer than
+    MIN_CI_UNITS units: the caller prints their range instead."""
+    if len(units) < MIN_CI_UNITS:
         return None
-    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    s = units[idx].sum(axis=1)  # (resamples, 4)
-    ratios = (s[:, 2] / s[:, 3]) / (s[:, 0] / s[:, 1])
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
-    return float(lo), float(hi)
+    _, lo, hi = t_interval(np.log(unit_speedups(units)))
+    return math.exp(lo), math.exp(hi)
 
 
 def significance(ci: tuple[float, float] | None) -> str | None:
@@ -125,14 +148,14 @@ def significance(ci: tuple[float, float] | None) -> str | None:
 
 
 def speedup_stats(base: list[dict], other: list[dict]) -> dict[str, Any]:
-    """other ÷ base end to end, paired by prompt: the ratio, its 95 % interval (≥ MIN_CI_UNITS
-    prompts) or range (fewer), the number of prompt units and the verdict. `other` may be SD
-    runs or raw runs of another target."""
+    """other ÷ base end to end, paired by prompt: the geometric mean of the paired prompts'
+    own speedups, its 95 % interval (≥ MIN_CI_UNITS prompts) or range (fewer), both over the
+    same units, the number of units and the verdict. `other` may be SD runs or raw runs of
+    another target. A prompt measured in one mode only counts in neither figure."""
     units = paired_units(base, other)
-    ci = bootstrap_speedup_ci(units)
-    # fewer units than an interval needs: the range of the units' own speedups
     each = unit_speedups(units) if len(units) else np.array([])
-    return {"speedup": e2e_tok_s(other) / e2e_tok_s(base) if base and other else float("nan"),
+    ci = speedup_ci(units)
+    return {"speedup": float(np.exp(np.log(each).mean())) if len(each) else float("nan"),
             "ci": list(ci) if ci else None,
             "range": [float(each.min()), float(each.max())]
             if ci is None and len(units) >= 2 else None,

@@ -202,27 +202,32 @@ def resolve_run(ref: str) -> Path:
 
 
 def run_listing(path: Path) -> dict:
-    """One line of `cpuspec runs`: id, date, machine, pair, tasks, headline speedups."""
+    """One line of `cpuspec runs`: id, kind, date, machine, pair, tasks (the figures are
+    computed by the reader, from the runs). A file that cannot be read, or whose header is
+    damaged, is listed as such with the reason; it never stops the listing of the others."""
     row = {"id": path.stem, "path": str(path)}
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return row | {"kind": "unreadable"}
     if not isinstance(data, dict):
         return row | {"kind": "unreadable"}
-    meta = data.get("meta") or {}
-    hw = meta.get("hardware") or data.get("hardware") or {}
-    settings = data.get("settings") or {}
-    row |= {"kind": data.get("kind", "bench" if "runs" in data else "?"),
-            "date": meta.get("started_at", ""), "machine": hw.get("cpu_model", "?"),
-            "threads": settings.get("threads"), "pair": settings.get("pair"),
-            "tasks": ",".join(settings.get("tasks") or []),
-            "complete": data.get("complete", True)}
-    summary = data.get("summary") or {}
-    row["speedups"] = " ".join(f"{t} {s['sd_speedup']:.2f}" for t, s in summary.items()
-                               if isinstance(s, dict) and isinstance(s.get("sd_speedup"), float)
-                               and s["sd_speedup"] == s["sd_speedup"])
-    return row
+    meta, settings = data.get("meta", {}), data.get("settings", {})
+    hw = meta.get("hardware", {}) if isinstance(meta, dict) else None
+    kind = data.get("kind", "bench" if "runs" in data else "?")
+    tasks = settings.get("tasks") or [] if isinstance(settings, dict) else None
+    problem = ("meta is not an object" if not isinstance(meta, dict) else
+               "settings is not an object" if not isinstance(settings, dict) else
+               "meta.hardware is not an object" if not isinstance(hw, dict) else
+               "settings.tasks is not a list of names"
+               if not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)) else
+               "kind is not a name" if not isinstance(kind, str) else None)
+    if problem:
+        return row | {"kind": "damaged", "problem": problem}
+    return row | {"kind": kind, "date": str(meta.get("started_at", "")),
+                  "machine": str(hw.get("cpu_model", "?")), "threads": settings.get("threads"),
+                  "pair": settings.get("pair"), "tasks": ",".join(tasks),
+                  "complete": data.get("complete", True) is not False}
 
 
 class ResultsSink:

@@ -18,9 +18,9 @@ from typing import Callable
 from .bench import BenchConfig, load_pair, resolve_models, run_bench
 from .hardware import CorePinner, check_cpus, current_affinity, select_cpus, split_for_parallel
 from .models import derive_model
-from .report import FIELDS, csv_text, speedup_cell, table_rows
+from .report import (FIELDS, IN_SPEEDUP_CELL, SWEEP_METRICS, csv_text, speedup_cell,
+                     sweep_figures)
 from .schema import SCHEMA_VERSION
-from .summary import OVERALL
 
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
 GPU_SKIP_REASON = "skipped: this llama-cpp-python build has no GPU offload"
@@ -176,11 +176,13 @@ def sweep_document(points: list[Point], meta: dict, argv: list[str], gpu_ok: boo
 
 
 def add_point(doc: dict, point: Point, results: dict | None, skip: str | None) -> dict:
-    """Record one finished (or skipped) point in the sweep's document; returns its row."""
-    row = sweep_row(point, results, skip)
-    doc["rows"].append(row)
+    """Record one finished (or skipped) point in the sweep's document: its coordinates (and
+    why it was skipped) in "rows", its raw runs in "points"; returns its row with the figures,
+    computed as every reader computes them (sweep_rows)."""
+    doc["rows"].append(point.as_dict() | ({"skipped": skip} if skip else
+                                          {"threads": results["settings"]["threads"]}))
     doc["points"].append(results or {"point": point.as_dict(), "skipped": skip})
-    return row
+    return sweep_row(point, results, skip)
 
 
 def sweep_csv(rows: list[dict]) -> str:
@@ -231,27 +233,12 @@ def quantized(fetched: tuple, target_quant: str, draft_quant: str,
     return target, draft, pair
 
 
-# The metrics of a sweep row: names from report.FIELDS, so a sweep and a bench share one list
-# of fields (header, format) and one definition of each number.
-SWEEP_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "sd_speedup_ci_low",
-                 "sd_speedup_ci_high", "sd_speedup_range_low", "sd_speedup_range_high",
-                 "sd_speedup_units", "predicted_speedup", "a", "c", "alpha", "beta",
-                 "break_even_a", "adaptive_speedup")
-# Stored in each row, shown inside the speedup's cell rather than as columns of their own.
-_IN_SPEEDUP_CELL = ("sd_speedup_ci", "sd_speedup_range", "sd_speedup_units")
-
-
 def sweep_row(point: Point, results: dict | None, skip: str | None) -> dict:
     """One row per point: its coordinates and the overall figures (or why it was skipped)."""
     row = point.as_dict()
     if skip:
         return row | {"skipped": skip}
-    s = results["summary"][OVERALL]
-    values = table_rows({OVERALL: s})[0]
-    cost = s.get("cost", {})
-    return row | {"threads": results["settings"]["threads"]} \
-        | {m: values[m] for m in SWEEP_METRICS} \
-        | {"verdict": ("ON" if cost.get("pays") else "OFF") if cost else None}
+    return row | {"threads": results["settings"]["threads"]} | sweep_figures(results)
 
 
 def _upgrade_row(row: dict) -> dict:
@@ -267,7 +254,7 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") ->
     from tabulate import tabulate
     rows = [_upgrade_row(r) for r in rows]
     fields = {f.name: f for f in FIELDS}
-    shown = [m for m in SWEEP_METRICS if not m.startswith(_IN_SPEEDUP_CELL)]
+    shown = [m for m in SWEEP_METRICS if not m.startswith(IN_SPEEDUP_CELL)]
     gpu = any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows)
     cpu_raw = {(r["p_cores"], r["e_cores"], r["threads"], r["k"]): r.get("raw_tok_s")
                for r in rows if not r["n_gpu_layers"] and not r["draft_gpu_layers"]}

@@ -250,37 +250,46 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
     return prompts
 
 
+# `--tasks builtin:json` with a prompts file whose tasks include json: the built-in suite.
+BUILTIN_PREFIX = "builtin:"
+
+
 def load_prompts(tasks: list[str] | None, prompts_file: Path | None,
                  per_task: int | None = None, default_tasks: list[str] | None = None
                  ) -> list[Prompt]:
     """The built-in suites asked for (the defaults when neither they nor a file are given) and
     the prompts file's lines: all of them, or where `tasks` names tasks of the file, only
-    those (a name that is a built-in task picks the built-in suite). Raw and SD runs are paired
+    those (a name of the file's picks the file's task even where a built-in suite has that
+    name; `builtin:NAME` picks the suite). Raw and SD runs are paired
     by prompt id, so two prompts with one id (`--tasks json` and a file with "task": "json")
     are refused rather than mismatched."""
     prompts: list[Prompt] = []
-    builtin = [t for t in tasks or () if t in ALL_TASKS]
-    picked = [t for t in tasks or () if t not in ALL_TASKS]
-    if picked and not prompts_file:
-        raise UnknownTaskError(f"unknown task {', '.join(picked)}; built-in tasks: "
-                               f"{', '.join(ALL_TASKS)} (or a task of a --prompts file)")
+    from_file = read_prompts_file(prompts_file, per_task) if prompts_file else []
+    in_file = list(dict.fromkeys(p.task for p in from_file))
+    names = list(tasks or ())
+    # with a prompts file, a name picks the file's task first; BUILTIN_PREFIX + name spells
+    # the built-in suite of a name the file uses too
+    picked = [t for t in names if t in in_file]
+    builtin = [t.removeprefix(BUILTIN_PREFIX) for t in names if t not in picked
+               and (t in ALL_TASKS or t.startswith(BUILTIN_PREFIX))]
+    unknown = [t for t in names if t not in picked and t.removeprefix(BUILTIN_PREFIX)
+               not in ALL_TASKS]
+    if unknown:
+        raise UnknownTaskError(
+            f"unknown task {', '.join(unknown)}; built-in tasks: {', '.join(ALL_TASKS)}"
+            + (f"; tasks of {prompts_file}: {', '.join(in_file)}" if prompts_file else
+               " (or a task of a --prompts file)"))
     if builtin or not (tasks or prompts_file):
         prompts += builtin_prompts(builtin or default_tasks or DEFAULT_TASKS, per_task)
     if prompts_file:
-        from_file = read_prompts_file(prompts_file, per_task)
-        if picked:
-            in_file = list(dict.fromkeys(p.task for p in from_file))
-            missing = [t for t in picked if t not in in_file]
-            if missing:
-                raise UnknownTaskError(
-                    f"unknown task {', '.join(missing)}: not a built-in task and not a task "
-                    f"of {prompts_file} (it has {', '.join(in_file)})")
+        if tasks:
             from_file = [p for p in from_file if p.task in picked]
         clash = sorted({p.task for p in from_file} & {p.task for p in prompts})
         if clash:
             raise PromptsFileError(
-                f"{prompts_file}: task {clash[0]!r} is also a built-in suite of this run, so "
-                f"two prompts would be called {clash[0]}-1; rename the task in the file (e.g. "
-                f"\"{clash[0]}-mine\") or leave {clash[0]} out of --tasks")
+                f"{prompts_file}: task {clash[0]!r} is also the built-in suite "
+                f"{BUILTIN_PREFIX}{clash[0]} of this run, so two prompts would be called "
+                f"{clash[0]}-1; rename the task in the file (e.g. \"{clash[0]}-mine\") or "
+                f"leave {BUILTIN_PREFIX}{clash[0]} out of --tasks")
         prompts += from_file
     return prompts

@@ -317,7 +317,7 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
                 f"{len(prompts)} other prompts")
             res = run_bench(option.cand.bench_config(base, prompts=prompts, k=option.k), log)
             doc.setdefault("confirm_runs", []).append(res)
-            s = res["summary"][task]
+            s = summarize(res)[task]
             raw = [r for r in res["runs"] if r["mode"] == "raw"]
             sd = [r for r in res["runs"] if r["mode"] == "static"]
             own = _confirmed(raw, sd)

@@ -3,7 +3,7 @@ turn answered, not timed) or a depth of real context (`bench --depth`), read in 
 chat server holds them."""
 from __future__ import annotations
 
-from .speculative import common_prefix, generate_raw
+from .speculative import common_prefix, generate_raw, prefill_draft
 from .tasks import DEPTH_INTRO, DEPTH_REPLY, Prompt, depth_text
 
 
@@ -61,4 +61,4 @@ def prepare_followup(target, draft, tokens: list[int], reuse: int, with_draft: b
     target.eval(tokens[:reuse], 0, 1)
     if with_draft:
         draft.truncate(0)
-        draft.eval(tokens[:reuse], 0, 1)
+        prefill_draft(draft, tokens[:reuse], 0)

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from cpuspec import tasks
 from cpuspec.cli import main
 from cpuspec.plots import depth_lines
+from cpuspec.summary import summarize
 
 
 def bench_tiny(tiny_models, out, *args):
@@ -105,7 +106,7 @@ def test_a_depth_sweep_has_a_row_per_depth_and_a_figure(tiny_models, tmp_path):
     assert drawn == ["sweep", "d100", "k3"]
     assert lines["sweep"]["depth"] == [0, 100, 200] and lines["k3"]["depth"] == [100]
     assert lines["sweep"]["speedup"][1] == pytest.approx(
-        runs[1]["summary"]["overall"]["sd_speedup"])
+        summarize(runs[1])["overall"]["sd_speedup"])
 
 
 @pytest.mark.parametrize("args, message", [

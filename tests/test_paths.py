@@ -175,7 +175,7 @@ def test_advise_prints_how_to_run_the_advised_k_outside_cpuspec():
 def test_tune_report_prints_how_to_run_and_what_paths_measured(cpuspec_home):
     """Under each SD answer of a recorded tune: the llama.cpp lines; and once a `cpuspec paths`
     run of that configuration is saved here, what it measured (the figures its own report
-    printed)."""
+    prints)."""
     tune = RECORDED / "epyc-family25-model17" / "tune.json"
     out = CliRunner().invoke(main, ["report", str(tune)]).output
     assert "code: SD pays most: cpuspec bench" in out
@@ -186,7 +186,7 @@ def test_tune_report_prints_how_to_run_and_what_paths_measured(cpuspec_home):
     saved.mkdir(parents=True)
     (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(recorded.read_text())
     out = CliRunner().invoke(main, ["report", str(tune)]).output
-    printed = (RECORDED / "epyc-family25-model17" / "paths_q8_0_k7.txt").read_text()
+    printed = CliRunner().invoke(main, ["report", str(recorded)]).output   # paths' own report
     overall = printed.split("overall:")[1]
     row = {line.split()[0]: line.split() for line in overall.splitlines()[3:7] if line.strip()}
     line = next(x for x in out.splitlines() if "measured here" in x)

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import REAL_MODELS_HOME
+from cpuspec.summary import summarize
 
 pytestmark = pytest.mark.realmodel
 K = 4
@@ -36,7 +37,7 @@ def test_real_pair_is_verified(bench_json):
 
 def test_real_metrics_are_in_range(bench_json):
     data, stdout = bench_json
-    summary = data["summary"]
+    summary = summarize(data)
     assert set(data["settings"]["tasks"]) == {"json", "code", "story"}
     for task in ("json", "code", "story", "overall"):
         assert f"{task}: SD " in stdout
@@ -59,7 +60,7 @@ def test_real_metrics_are_in_range(bench_json):
 
 def test_real_run_has_windows_intervals_and_prediction(bench_json):
     data, stdout = bench_json
-    s = data["summary"]["overall"]
+    s = summarize(data)["overall"]
     # 3 prompts: fewer than an interval needs, so the range of their own speedups
     assert s["sd_speedup_ci"] is None and s["sd_speedup_units"] == 3
     lo, hi = s["sd_speedup_range"]

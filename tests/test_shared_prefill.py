@@ -110,13 +110,14 @@ def test_pooled_runs_lie_between_their_own_ratios():
 
 def test_digits_give_the_third_decimal_a_goal_needs():
     """Held-out set 5's translate at 64 tokens (policy v6): its report prints adaptive 0.97x
-    raw, and the goal is 0.97; the third decimal says it missed (0.966)."""
+    raw, and the goal is 0.97; the third decimal says it missed (0.967, the geometric mean of
+    its prompts' speedups; 0.966 as the pooled ratio the statistics used before)."""
     run = ROOT / "bench" / "results" / "epyc-family25-model17" / \
         "adaptive_heldout5_q8_0_k7_n64_v6.json"
     two, three = (cli(*d, str(run)).stdout for d in ([], ["--digits", "3"]))
     row = {n: next(ln for ln in out.splitlines() if " translate " in ln and "measured" in ln)
            for n, out in (("two", two), ("three", three))}
-    assert " 0.97 [0.90, 1.03] " in row["two"] and " 0.966 [0.90, 1.03] " in row["three"]
+    assert " 0.97 [0.89, 1.05] " in row["two"] and " 0.967 [0.89, 1.05] " in row["three"]
 
 
 @pytest.mark.parametrize("args", [["--digits", "0"], ["--digits", "x"], ["--pool"]])

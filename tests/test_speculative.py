@@ -70,7 +70,7 @@ def test_round_timings_to_the_digit():
 class NeverDraft:
     """A policy that never speculates (adaptive on a CPU where SD does not pay)."""
 
-    def next_k(self):
+    def next_k(self, cap=None):
         return 0
 
     def observe(self, r):
@@ -83,7 +83,7 @@ class DraftFromRound:
     def __init__(self, start):
         self.start, self.n = start, 0
 
-    def next_k(self):
+    def next_k(self, cap=None):
         self.n += 1
         return 2 if self.n > self.start else 0
 

@@ -71,10 +71,14 @@ def test_predictions_say_what_they_use():
 
 
 def test_prompt_ids_do_not_collide(tmp_path):
+    """With --prompts, `--tasks json` is the file's json; the built-in suite of the same name
+    is spelled builtin:json, and asking for both would give two prompts called json-1."""
     f = tmp_path / "p.jsonl"
     f.write_text('{"task": "json", "prompt": "Return {}"}\n')
-    res = CliRunner().invoke(main, ["bench", "--tasks", "json", "--prompts", str(f)])
-    assert res.exit_code != 0 and "task 'json' is also a built-in suite" in res.output
+    res = CliRunner().invoke(main, ["bench", "--tasks", "builtin:json,json", "--prompts",
+                                    str(f)])
+    assert res.exit_code != 0 and "task 'json' is also the built-in suite builtin:json" \
+        in res.output
     assert "Traceback" not in res.output
 
 

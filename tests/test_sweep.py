@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cpuspec.cli import main
+from cpuspec.report import sweep_rows
 from cpuspec.sweep import GPU_SKIP_REASON, Point, SweepError, expand, parse_values, varying
 
 
@@ -80,7 +81,7 @@ def test_gpu_points_are_skipped_without_offload(tiny_models, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["gpu_offload_supported"] is False
     assert [r.get("skipped") for r in doc["rows"]] == [None, GPU_SKIP_REASON]
-    assert doc["rows"][0]["raw_tok_s"] > 0
+    assert sweep_rows(doc)[0]["raw_tok_s"] > 0
 
 
 def test_killed_sweep_keeps_finished_points(tiny_models, tmp_path):
@@ -99,7 +100,7 @@ def test_killed_sweep_keeps_finished_points(tiny_models, tmp_path):
         proc.wait()
     doc = json.loads(out.read_text())  # valid JSON despite the kill
     assert 2 <= len(doc["rows"]) < 12
-    assert all(r["raw_tok_s"] > 0 for r in doc["rows"])
+    assert all(r["raw_tok_s"] > 0 for r in sweep_rows(doc))
 
 
 def test_unpinned_point_after_a_pinned_one_runs_where_the_sweep_started(monkeypatch):

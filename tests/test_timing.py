@@ -16,24 +16,24 @@ from cpuspec.report import render_noise
 from cpuspec.schema import read_json
 from cpuspec.summary import noise_report, summarize
 from cpuspec.speculative import generate_raw, generate_speculative
-from cpuspec.stats import bootstrap_speedup_ci, significance
+from cpuspec.stats import significance, speedup_ci
 from fakes import FakeClock, FakeDecoder, target_rule
 
 V1_RESULTS = Path(__file__).parent.parent / "bench" / "results" / "avx2-build" / \
     "bench_2threads.json"
 
 
-def test_bootstrap_interval_brackets_the_prompts_and_collapses_without_spread():
+def test_interval_brackets_the_prompts_and_collapses_without_spread():
     # (raw tokens, raw s, SD tokens, SD s) per prompt: speedups 2.0, 0.5, 2.0, 0.5, 1.0.
     units = np.array([[10, 1.0, 10, 0.5], [10, 1.0, 10, 2.0]] * 2 + [[10, 1.0, 10, 1.0]])
-    lo, hi = bootstrap_speedup_ci(units)
-    assert 0.5 <= lo < 1.0 < hi <= 2.0
+    lo, hi = speedup_ci(units)
+    assert lo < 1.0 < hi
     assert significance((lo, hi)) == "not significant"
     same = np.array([[10, 1.0, 10, 0.8]] * 5)   # every prompt 1.25×: no spread at all
-    assert bootstrap_speedup_ci(same) == pytest.approx((1.25, 1.25))
+    assert speedup_ci(same) == pytest.approx((1.25, 1.25))
     assert significance((1.1, 1.3)) == "faster" and significance((0.7, 0.9)) == "slower"
-    # Below 5 units there is no interval (a bootstrap over 2 units is their min and max).
-    assert bootstrap_speedup_ci(units[:4]) is None and significance(None) is None
+    # Below 5 units there is no interval, only a range.
+    assert speedup_ci(units[:4]) is None and significance(None) is None
 
 
 def _gen(prompt_id, rep, mode, tokens, seconds):
@@ -44,7 +44,7 @@ def _gen(prompt_id, rep, mode, tokens, seconds):
 def test_repetitions_of_one_prompt_are_one_unit():
     """Five prompts repeated ten times, each repetition identical: the repetitions carry no
     independent information, so the interval must be the one of the five prompts run once.
-    An unclustered bootstrap (50 units) gives an interval about √10 times narrower."""
+    Treating the 50 generations as units would give an interval about √10 times narrower."""
     from cpuspec.stats import paired_units
     speed = [1.3, 0.9, 1.2, 1.0, 1.1]
     def runs(reps):
@@ -55,25 +55,25 @@ def test_repetitions_of_one_prompt_are_one_unit():
         return out
     def ci(reps):
         rs = runs(reps)
-        return bootstrap_speedup_ci(paired_units([r for r in rs if r["mode"] == "raw"],
+        return speedup_ci(paired_units([r for r in rs if r["mode"] == "raw"],
                                                  [r for r in rs if r["mode"] == "static"]))
     once, tenfold = ci(1), ci(10)
     assert tenfold == pytest.approx(once, rel=1e-9)
     assert once[1] - once[0] > 0.15            # five prompts this far apart: a wide interval
     # Four prompts repeated: still no interval, however many repetitions.
     rs = [r for r in runs(10) if r["prompt_id"] != "t-4"]
-    assert bootstrap_speedup_ci(paired_units([r for r in rs if r["mode"] == "raw"],
+    assert speedup_ci(paired_units([r for r in rs if r["mode"] == "raw"],
                                              [r for r in rs if r["mode"] == "static"])) is None
 
 
 def test_raw_and_sd_stay_paired():
-    """Prompts of very different lengths, SD exactly 1.25× on each: a paired bootstrap says
-    1.25 with no spread; resampling raw and SD apart would mix long and short prompts."""
+    """Prompts of very different lengths, SD exactly 1.25× on each: paired by prompt, 1.25 with
+    no spread; taking raw and SD apart would mix long and short prompts."""
     from cpuspec.stats import paired_units
     raw = [_gen(f"t-{i}", 0, "raw", 10 * (i + 1) ** 2, 0.1 * (i + 1) ** 2) for i in range(6)]
     sd = [_gen(f"t-{i}", 0, "static", 10 * (i + 1) ** 2, 0.08 * (i + 1) ** 2)
           for i in reversed(range(6))]          # another order: pairing is by prompt id
-    assert bootstrap_speedup_ci(paired_units(raw, sd)) == pytest.approx((1.25, 1.25))
+    assert speedup_ci(paired_units(raw, sd)) == pytest.approx((1.25, 1.25))
 
 
 def test_prediction_from_the_probe_matches_a_scripted_generation():
