@@ -17,8 +17,20 @@ import json
 import sys
 
 from cpuspec.engine import Model
-from cpuspec.lookup import lookup_match, lookup_next
+from cpuspec.lookup import NgramIndex
 from cpuspec.speculative import NO_DRAFT
+
+def lookup_match(history, ngram_max, ngram_min):
+    """(the token after the latest earlier occurrence of history's last n tokens, n), the
+    longest n matching; (NO_DRAFT, 0) when none does: cpuspec's NgramIndex over history."""
+    index = NgramIndex(ngram_max, ngram_min)
+    index.append(history)
+    return index.match()
+
+
+def lookup_next(history, ngram_max, ngram_min):
+    return lookup_match(history, ngram_max, ngram_min)[0]
+
 
 RANGES = [(3, 1), (3, 2), (4, 2), (6, 2), (8, 2), (8, 3)]
 CHOOSE_ON = {f"grounded-{i}" for i in (1, 2, 3, 4)}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .bench import BenchConfig, run_bench
+from .costs import ceiling_speedup
 from .predict import predict_from_probe, predict_from_rounds
 from .probe import run_costs
 from .records import CostProbe
@@ -74,7 +75,7 @@ class Option:
 def ceiling(probe: CostProbe | dict, k_max: int, draft_s: float) -> tuple[float, int]:
     """The best speedup a cost curve allows with every draft accepted, and its k."""
     verify = CostProbe.of(probe).verify_s
-    return max(((k + 1) * verify[1] / (k * draft_s + verify[k + 1]), k)
+    return max((ceiling_speedup(verify, draft_s, k), k)
                for k in range(1, k_max + 1) if k + 1 in verify)
 
 

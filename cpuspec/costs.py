@@ -34,16 +34,11 @@ class CostModel:
 
 def cost_model(k: int, a: float, target_decode_s: float, draft_per_token_s: float,
                verify_s: float) -> CostModel:
-    """The break-even check from measured times (seconds; medians recommended)."""
-    if k < 1 or target_decode_s <= 0:
-        raise ValueError("need k ≥ 1 and a positive target decode time")
-    c = draft_per_token_s / target_decode_s
-    alpha = k * c
-    beta = verify_s / target_decode_s - 1.0
-    break_even = 1.0 + alpha + beta
-    return CostModel(k=k, a=a, c=c, alpha=alpha, beta=beta, break_even_a=break_even,
-                     margin=a - break_even, predicted_speedup=a / break_even,
-                     pays=a > break_even)
+    """The break-even check from measured times (seconds; medians recommended): every round
+    drafts k tokens."""
+    if k < 1:
+        raise ValueError("need k ≥ 1")
+    return cost_model_per_round(k, a, target_decode_s, k * draft_per_token_s, verify_s, k)
 
 
 def cost_model_per_round(k: int, a: float, target_decode_s: float, drafting_s: float,
@@ -239,6 +234,14 @@ def predict_rounds_generation_s(probe: CostProbe | dict, rounds: list[tuple[int,
     return raw, sd
 
 
+def ceiling_speedup(verify_s: dict[int, float], draft_s: float, k: int) -> float:
+    """SD ×raw at draft length k with every draft accepted: k + 1 tokens per draft-and-verify
+    round against k + 1 plain decodes. An upper bound; 1.0 at k = 0."""
+    if k == 0:
+        return 1.0
+    return (k + 1) * verify_s[1] / (k * draft_s + verify_s[k + 1])
+
+
 def cost_curve(probe: CostProbe | dict) -> list[dict]:
     """Per batch size n of a probe: V(n), V(n)/V(1), β at k = n − 1, the time per token, and
     the speedup SD would reach at k = n − 1 if every draft were accepted (an upper bound)."""
@@ -249,7 +252,7 @@ def cost_curve(probe: CostProbe | dict) -> list[dict]:
         k = n - 1
         rows.append({"n": n, "verify_ms": 1e3 * verify[n], "v_over_v1": verify[n] / t,
                      "beta": verify[n] / t - 1, "ms_per_token": 1e3 * verify[n] / n,
-                     "ceiling_speedup": n * t / (k * d + verify[n]) if k else 1.0})
+                     "ceiling_speedup": ceiling_speedup(verify, d, k)})
     return rows
 
 

@@ -116,10 +116,6 @@ class Model:
     def is_eog(self, token: int) -> bool:
         return bool(ll.llama_vocab_is_eog(self.vocab, token))
 
-    def chat_template(self) -> str | None:
-        tmpl = ll.llama_model_chat_template(self.ptr, None)
-        return tmpl.decode(errors="replace") if tmpl else None
-
     def format_chat(self, user_text: str, history: Sequence[tuple[str, str]] = ()) -> str:
         """The user message in the model's chat template, ready for the assistant's reply,
         after the earlier (user, assistant) turns of `history`; the plain texts one after the

@@ -30,10 +30,6 @@ def check() -> None:
         raise KeyboardInterrupt
 
 
-def requested() -> bool:
-    return _requested.is_set()
-
-
 def wait_child(proc, poll_s: float = 0.1) -> int:
     """Wait for a child process while honouring a stop request: the child is killed (and
     reaped) and KeyboardInterrupt raised."""

@@ -28,32 +28,13 @@ NGRAM_MIN = 2
 HYBRID_NGRAM = 8
 
 
-def lookup_match(history: Sequence[int], ngram_max: int = NGRAM_MAX,
-                 ngram_min: int = NGRAM_MIN) -> tuple[int, int]:
-    """(the token that followed the latest earlier occurrence of history's last n tokens, n),
-    for the longest n that matches; (NO_DRAFT, 0) when none does."""
-    n_hist = len(history)
-    for n in range(min(ngram_max, n_hist - 1), ngram_min - 1, -1):
-        tail = list(history[n_hist - n:])
-        # Scan backwards from the latest possible start; the match must end before the tail.
-        for start in range(n_hist - n - 1, -1, -1):
-            if history[start] == tail[0] and list(history[start:start + n]) == tail:
-                return history[start + n], n
-    return NO_DRAFT, 0
-
-
-def lookup_next(history: Sequence[int], ngram_max: int = NGRAM_MAX,
-                ngram_min: int = NGRAM_MIN) -> int:
-    """The token that followed the latest earlier occurrence of history's last n tokens."""
-    return lookup_match(history, ngram_max, ngram_min)[0]
-
-
 class NgramIndex:
-    """lookup_match over a growing and shrinking token list, without rescanning it: for each n,
+    """The latest earlier occurrence of the history's last n tokens (n from ngram_max down to
+    ngram_min), over a growing and shrinking token list, without rescanning it: for each n,
     every n-gram that has a next token maps to its start positions (ascending). Appending a
     token registers the n-grams it completes the continuation of; truncating unregisters
     them. A query is one dict lookup per n, so a draft costs the same after 4 k tokens of
-    prompt as after 40 (the scan in lookup_match grows with the history)."""
+    prompt as after 40 (a scan would grow with the history)."""
 
     def __init__(self, ngram_max: int = NGRAM_MAX, ngram_min: int = NGRAM_MIN):
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
@@ -83,7 +64,8 @@ class NgramIndex:
         del h[pos:]
 
     def match(self) -> tuple[int, int]:
-        """lookup_match(self.history, ngram_max, ngram_min), from the index."""
+        """(the token that followed the latest earlier occurrence of the history's last n
+        tokens, n) for the longest n that matches; (NO_DRAFT, 0) when none does."""
         h = self.history
         for n in range(min(self.ngram_max, len(h) - 1), self.ngram_min - 1, -1):
             found = self.starts[n].get(tuple(h[len(h) - n:]))

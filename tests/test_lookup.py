@@ -1,9 +1,28 @@
 """The prompt-lookup drafter on crafted texts, and in the loop."""
 import pytest
 
-from cpuspec.lookup import LookupDrafter, lookup_next
+from cpuspec.lookup import LookupDrafter, NgramIndex
 from cpuspec.speculative import NO_DRAFT, generate_raw, generate_speculative
 from fakes import FakeClock, FakeDecoder
+
+
+def lookup_match(history, ngram_max=6, ngram_min=2):
+    """A reference the index is checked against: scan backwards for the latest earlier
+    occurrence of history's last n tokens, the longest n first."""
+    n_hist = len(history)
+    for n in range(min(ngram_max, n_hist - 1), ngram_min - 1, -1):
+        tail = list(history[n_hist - n:])
+        for start in range(n_hist - n - 1, -1, -1):
+            if list(history[start:start + n]) == tail:
+                return history[start + n], n
+    return NO_DRAFT, 0
+
+
+def lookup_next(history, ngram_max=6, ngram_min=2):
+    """What the drafter's index answers for history (the crafted cases below)."""
+    index = NgramIndex(ngram_max, ngram_min)
+    index.append(history)
+    return index.match()[0]
 
 
 def test_lookup_prefers_the_longest_latest_match():
@@ -169,7 +188,6 @@ def test_the_ngram_index_answers_as_the_scan_does_through_appends_and_truncates(
     alphabet, where matches of every length occur."""
     import random
 
-    from cpuspec.lookup import NgramIndex, lookup_match
     rng = random.Random(7)
     for ngram_max, ngram_min in [(6, 2), (8, 8), (3, 1)]:
         index = NgramIndex(ngram_max, ngram_min)

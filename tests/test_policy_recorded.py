@@ -8,7 +8,11 @@ made for it: a long input whose draft prefill it priced with its prior and so ne
 SD paid, a losing task it re-entered on every prompt, a yardstick left stale by a slow spell,
 and a predicted loss taken as nothing to price. One more, from machine C, is a re-entry
 that steady costs cannot show: the run's own rounds are fed back with their recorded timings
-(replay.refeed) instead."""
+(replay.refeed) instead.
+
+They are regression pins, not evidence: the policy's constants were set on these very cases,
+so passing them shows only that a later change has not undone what was set. The evidence for a
+policy change is pooled runs on prompts it was not set on (docs/adaptive-policy.md)."""
 import math
 from pathlib import Path
 

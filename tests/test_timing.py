@@ -174,19 +174,19 @@ def test_schema_1_results_still_read():
     assert rows[0]["task"] == "json" and rows[0]["sd_speedup_ci_low"] < rows[0]["sd_speedup"]
 
 
-def test_parallel_prediction_by_hand():
+def test_parallel_prediction_at_its_limits():
+    """Not the formula again: where the answer is plain without it. Every draft kept and a
+    draft that costs nothing: each round gives k + 1 tokens for one verify, and the draft's
+    work hides entirely. A slower draft, or a lower acceptance, never predicts faster."""
     from cpuspec.costs import predict_parallel_generation_s
-    probe = {"verify_s": {"1": 0.01, "3": 0.014}, "draft_s": 0.004,
+    probe = {"verify_s": {"1": 0.01, "2": 0.012, "3": 0.014}, "draft_s": 1e-9,
              "target_prefill_s": 0.1, "draft_prefill_s": 0.04, "prompt_tokens": 10}
-    # k = 2, survival [0.9, 0.8]: all kept 0.8, the guess matches 0.8 / 0.9 of the time:
-    # hit = 0.8 × 0.8/0.9 = 0.7111. Every round waits for the draft-ahead beside the verify:
-    # max(3 × 4 ms, 14 ms) = 14 ms; a miss then drafts serially, 2 × 4 = 8 ms more. (The old
-    # model priced a miss as 8 + 14 ms without the wait, and so did every miss.)
-    raw, sd = predict_parallel_generation_s(probe, [0.9, 0.8], 2, 10, 11)
-    hit = 0.8 * 0.8 / 0.9
-    assert raw == pytest.approx(0.1 + 10 * 0.01)
-    assert sd == pytest.approx(0.1 + 10 / 2.7 * (hit * 0.014 + (1 - hit) * 0.022))
-    # A draft slower than the verify: the wait shows in misses too (3 × 6 = 18 ms > 14 ms).
-    slow = dict(probe, draft_s=0.006)
-    _, sd = predict_parallel_generation_s(slow, [0.9, 0.8], 2, 10, 11)
-    assert sd == pytest.approx(0.1 + 10 / 2.7 * (hit * 0.018 + (1 - hit) * (0.018 + 0.012)))
+    raw, sd = predict_parallel_generation_s(probe, [1.0, 1.0], 2, 10, 31)
+    assert raw == pytest.approx(0.1 + 30 * 0.01)
+    assert sd == pytest.approx(0.1 + 30 / 3 * 0.014)
+    times = [predict_parallel_generation_s(dict(probe, draft_s=d), s, 2, 10, 31)[1]
+             for d in (0.001, 0.004, 0.008) for s in ([0.95, 0.9], [0.8, 0.6], [0.5, 0.2])]
+    for d in range(3):      # along acceptance, at each draft cost
+        assert times[3 * d] < times[3 * d + 1] < times[3 * d + 2]
+    for s in range(3):      # along draft cost, at each acceptance
+        assert times[s] < times[3 + s] < times[6 + s]
