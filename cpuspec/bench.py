@@ -32,7 +32,8 @@ from .schema import SCHEMA_VERSION
 from .speculative import (Generation, generate_raw, generate_speculative,
                           generate_speculative_parallel, verify_greedy)
 from .tasks import Prompt
-from .turns import FIRST_TURN_TOKENS, answer_first_turn, encode_prompts, prepare_followup
+from .turns import (FIRST_TURN_TOKENS, answer_first_turn, check_trained_context, encode_prompts,
+                    prepare_followup)
 from .window import WindowedDraft, window_reads
 
 Log = Callable[[str], None]
@@ -293,23 +294,6 @@ def context_size(prompt_lengths: list[int], cfg: BenchConfig) -> int:
                                       CURVE_N) + CTX_SLACK_TOKENS)
 
 
-def check_trained_context(cfg: BenchConfig, prompt_lengths: list[int],
-                          loaded: LoadedPair) -> None:
-    """Refuse a generation longer than a model was trained for: past it, output degrades
-    silently (and the KV cache grows to gigabytes)."""
-    from .engine import EngineError
-    need = max(prompt_lengths) + cfg.max_tokens + cfg.k
-    for role, m in (("target", loaded.target_m), ("draft", loaded.draft_m)):
-        trained = getattr(m, "n_ctx_train", 0) if m else 0
-        if trained and need > trained:
-            longest = max(range(len(prompt_lengths)), key=prompt_lengths.__getitem__)
-            raise EngineError(
-                f"prompt {cfg.prompts[longest].prompt_id} ({max(prompt_lengths)} tokens) + "
-                f"--max-tokens {cfg.max_tokens} + k {cfg.k} = {need} tokens, more than the "
-                f"{role} was trained for ({trained}); use a shorter prompt or --max-tokens "
-                f"{max(trained - max(prompt_lengths) - cfg.k, 1)}")
-
-
 def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
               loaded: LoadedPair | None = None,
               on_update: Callable[[dict], None] | None = None) -> dict:
@@ -340,7 +324,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         lengths = [len(e) + (FIRST_TURN_TOKENS + len(target_m.tokenize(p.followup)) + 32
                              if p.followup else 0) for p, e in zip(cfg.prompts, encoded)]
         n_ctx = context_size(lengths, cfg)
-        check_trained_context(cfg, lengths, loaded)
+        check_trained_context(cfg, lengths, loaded, reuse if cfg.depth else None)
         if on_update:
             on_update(results)
         target_session = stack.enter_context(Session(target_m, n_ctx, cfg.threads))

@@ -14,7 +14,8 @@ from .bench import BenchConfig, environment, run_bench
 from .cli_measure import contention, costs, hw, paths, quality, tune
 from .cli_models import models
 from .cli_results import advise, compare, plot, report, runs
-from .cliutil import (check_bench_flags, check_model_file, check_size, cpu_list, finite, guarded,
+from .cliutil import (check_bench_flags, check_depths, check_model_file, check_size, cpu_list, finish_outputs,
+                      finite, guarded,
                       log, policy_list, positive, prepare_outputs, print_bench, quant_list,
                       save_options, task_names, values, window_option)
 from .hardware import HardwareError, default_threads, detect_hardware
@@ -164,6 +165,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
         raise click.BadParameter(str(exc), param_hint="'--tasks'")
     except PromptsFileError as exc:
         raise click.ClickException(str(exc))
+    check_depths(depth, "--depth")
     if any(depth) and any(p.followup for p in prompts):
         raise click.UsageError("--depth and follow-up turns do not combine: a follow-up "
                                "prompt brings its own conversation")
@@ -222,8 +224,7 @@ def _bench_point(base, where, fallback_threads: int, sink, csv_path) -> None:
             log(f"wrote {csv_path}")
     except OSError as exc:
         raise click.ClickException(f"cannot write {csv_path}: {exc}")
-    for p in sink.paths:
-        log(f"wrote {p}")
+    finish_outputs(sink)
 
 
 def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
@@ -270,8 +271,7 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
         click.echo(line)
     if csv_path:
         write_atomic(csv_path, sweep_csv(rows))
-    for p in sink.paths:
-        log(f"wrote {p}")
+    finish_outputs(sink)
 
 for _command in (hw, contention, costs, paths, quality, tune, models, advise, report, compare,
                  plot, runs):

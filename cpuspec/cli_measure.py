@@ -9,7 +9,8 @@ import click
 
 from . import native, paths as core
 from .bench import BenchConfig, environment, resolve_models
-from .cliutil import (check_limits, check_model_file, check_model_name, finite, guarded, log,
+from .cliutil import (check_depths, check_limits, check_model_file, check_model_name, finish_outputs, finite,
+                      guarded, log,
                       positive, prepare_outputs, registry, resolve_model, save_options, task_list,
                       task_names, values, window_option)
 from .contention import ContentionConfig, render_contention, run_contention
@@ -110,8 +111,7 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
         res["meta"] = {"hardware": hw.to_dict(), "threads": threads}
         sink(res)
     click.echo(render_contention(res))
-    for p in sink.paths:
-        log(f"wrote {p}")
+    finish_outputs(sink)
 
 
 @click.command()
@@ -145,6 +145,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     from .engine import EngineError
     threads = threads or default_threads()
     check_limits([1], 2, [threads], None)
+    check_depths([depth], "--depth")
     for p in (target_path, draft_path):
         check_model_file(p)
     hw = detect_hardware()
@@ -162,8 +163,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     click.echo(describe_costs(res))
     click.echo(render_cost_curve(res["cost_probe"]))
     click.echo(f"\nllama.cpp: {res['meta']['llama_system_info']}")
-    for p in sink.paths:
-        log(f"wrote {p}")
+    finish_outputs(sink)
 
 
 @click.command()
@@ -205,7 +205,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
       cpuspec paths --paths cpuspec,cpuspec+redecode,llama.cpp --build-native
     """
     from .engine import EngineError
-    chosen = [p.strip() for p in path_list.split(",") if p.strip()]
+    chosen = list(dict.fromkeys(p.strip() for p in path_list.split(",") if p.strip()))
     bad = [p for p in chosen if p not in core.ALL_PATHS]
     if not chosen or bad:
         raise click.BadParameter(f"unknown path {', '.join(bad) or repr(path_list)}; choose "
@@ -213,6 +213,18 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
     if core.REDECODE in chosen and drafter != "model":
         raise click.BadParameter(f"{core.REDECODE} imitates llama.cpp's draft model: it needs "
                                  "--drafter model", param_hint="'--paths'")
+    if core.REDECODE in chosen and core.CPUSPEC not in chosen:
+        raise click.BadParameter(f"{core.REDECODE} is timed against cpuspec's raw decoding: "
+                                 f"add {core.CPUSPEC} to the list", param_hint="'--paths'")
+    if drafter == "lookup" and draft:
+        raise click.BadParameter("--drafter lookup drafts from the context and loads no draft "
+                                 "model; drop --draft", param_hint="'--draft'")
+    native_flags = [f for f, on in (("--llama-bin", llama_bin is not None),
+                                    ("--build-native", build_native),
+                                    ("--native-rounds", native_rounds)) if on]
+    if native_flags and core.LLAMA_CPP not in chosen:
+        raise click.UsageError(f"{', '.join(native_flags)} apply to the {core.LLAMA_CPP} path; "
+                               f"add {core.LLAMA_CPP} to --paths")
     threads = threads or default_threads()
     check_limits([k], max_tokens, [threads], None)
     reg = registry()
@@ -227,6 +239,10 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
         except native.NativeError as exc:
             raise click.ClickException(str(exc))
         if bin_dir is None:
+            if chosen == [core.LLAMA_CPP]:
+                raise click.ClickException(
+                    "nothing to measure: llama.cpp's llama-speculative-simple and "
+                    "llama-completion were not found (give --llama-bin DIR, or --build-native)")
             log("llama.cpp: no llama-speculative-simple and llama-completion found (give "
                  "--llama-bin DIR, or --build-native); measuring without the llama.cpp path")
             chosen.remove(core.LLAMA_CPP)
@@ -245,8 +261,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
             raise click.ClickException(str(exc))
         sink({"schema_version": SCHEMA_VERSION, **doc})
     click.echo(render_paths(doc))
-    for p in sink.paths:
-        log(f"wrote {p}")
+    finish_outputs(sink)
 
 
 @click.command()
@@ -293,8 +308,7 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
                **res}
         sink(res)
     click.echo(render_quality(res))
-    for p in sink.paths:
-        log(f"wrote {p}")
+    finish_outputs(sink)
 
 
 @click.command()
@@ -357,7 +371,8 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     """
     from .engine import EngineError
     threads = threads or default_threads()
-    check_limits([k_max], max_tokens + 1, [threads], None)
+    check_limits([k_max], max_tokens, [threads], None, "--k-max", k_may_equal=True)
+    check_depths(depths, "--depths")
     try:
         prompts = load_prompts(tasks, prompts_file, prompts_per_task,
                                [*DEFAULT_TASKS, "grounded"])
@@ -410,5 +425,4 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
         doc = {**head, **doc}
         sink(doc)
     click.echo(render_tune(doc))
-    for p in sink.paths:
-        log(f"wrote {p}")
+    finish_outputs(sink)

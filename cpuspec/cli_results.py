@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from .advice import advise as advise_results, render_advice
-from .cliutil import load_results, log, print_bench, run_names
+from .cliutil import load_results, log, print_bench, reads_results, run_names
 from .compare import mismatches, render_compare
 from .paths_report import how_to_run, render_paths
 from .plots import PLOT_HINT, PlotError, render
@@ -23,6 +23,7 @@ from .tune_report import render_tune
 @click.command()
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@reads_results
 def advise(run, as_json):
     """Per task: turn SD on (with the best k) or off (with the acceptance it would need).
 
@@ -68,6 +69,7 @@ def advise(run, as_json):
               default="text", show_default=True)
 @click.option("--trace", is_flag=True,
               help="Also print, per adaptive generation, where the policy changed its mind.")
+@reads_results
 def report(run, fmt, trace):
     """Print the summary of a results file or saved run (`cpuspec runs` lists them).
 
@@ -81,7 +83,10 @@ def report(run, fmt, trace):
         kept = (f"{len(results.get('rows') or [])} sweep points" if results.get("kind") ==
                 "sweep" else f"{len(results.get('runs') or [])} generations of "
                 f"{len(results.get('prompts') or [])} prompts × modes")
-        note = f"(incomplete run: it was interrupted; {kept} kept)"
+        ended = results.get("ended")
+        how = (ended if isinstance(ended, str) and ended.startswith("failed") else
+               "it was interrupted")
+        note = f"(incomplete run: {how}; {kept} kept)"
         # on stderr for csv and json, whose stdout a program reads; above the table otherwise
         click.echo(note, err=fmt in ("csv", "json"))
     if results.get("kind") == "tune":
@@ -124,6 +129,7 @@ def report(run, fmt, trace):
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
               default="text", show_default=True)
 @click.option("--force", is_flag=True, help="Compare runs whose workload differs.")
+@reads_results
 def compare(runs, fmt, force):
     """Bench runs side by side, from any machines: files or saved-run ids.
 
@@ -158,6 +164,7 @@ def compare(runs, fmt, force):
               help="Folder for the PNG and SVG files (created if missing).")
 @click.option("--title", help="A first caption line for every figure, e.g. the machine in "
                               "words ('2-core AMD EPYC (Zen 4) VM').")
+@reads_results
 def plot(runs, out_dir, title):
     """Figures for bench, costs and sweep runs (files or saved-run ids): PNG and SVG.
 
@@ -229,7 +236,7 @@ def runs(as_json):
     click.echo(tabulate([[r["id"], r.get("kind"), r.get("date", ""), r.get("machine", ""),
                           r.get("threads") or "", r.get("pair") or "", r.get("tasks", ""),
                           r.get("speedups") or r.get("problem", "")]
-                         + (["" if r.get("complete", True) else "interrupted"] if status else [])
+                         + ([r.get("status", "")] if status else [])
                          for r in rows],
                         headers=["id", "kind", "date", "machine", "threads", "pair", "tasks",
                                  "SD ×raw e2e"] + (["status"] if status else [])))

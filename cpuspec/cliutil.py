@@ -3,6 +3,7 @@ files (checked before any work, written through a sink, kept on Ctrl-C), the ben
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -12,15 +13,15 @@ import click
 
 from . import interrupt
 from .advice import advise, render_advice
-from .hardware import parse_cpu_list
+from .hardware import MAX_THREADS_PER_CPU, parse_cpu_list
 from .models import fetch_model, local_model
 from .registry import DERIVABLE_QUANTS, ModelError, load_registry
 from .report import render_audit, render_details, render_noise, render_table
-from .schema import ResultsError, read_json, validate_bench
+from .schema import ResultsError, read_json, validate, validate_bench
 from .store import OutputError, ResultsSink, check_outputs, new_run_path, resolve_run
 from .summary import noise_report, summarize
 from .sweep import SweepError, parse_values
-from .tasks import ALL_TASKS
+from .tasks import ALL_TASKS, depth_bound
 from .window import describe_window, parse_window
 
 
@@ -81,6 +82,17 @@ def values(minimum):
     return parse
 
 
+def check_depths(depths, option: str) -> None:
+    """A depth that cpuspec's depth text cannot fill, refused before any model loads."""
+    bound = depth_bound()
+    for d in depths or []:
+        if d > bound:
+            raise click.BadParameter(
+                f"{d} is more than the tokens of real text cpuspec ships to fill a depth "
+                f"(under {bound} with any tokenizer; about a quarter of that with Qwen's)",
+                param_hint=f"'{option}'")
+
+
 POLICIES = ("static", "adaptive", "off")
 
 
@@ -133,9 +145,6 @@ def task_names(ctx, param, value):
 MAX_K = 32
 
 
-# More threads than this many per logical CPU only oversubscribes (OpenMP threads spin: 10-20×
-# slower) and can stall the whole machine.
-MAX_THREADS_PER_CPU = 4
 
 
 # A sweep bigger than this runs for hours; ask for --yes.
@@ -206,15 +215,18 @@ def check_size(n_prompts: int, repetitions: int, n_points: int, yes: bool) -> No
             "whole bench. Narrow the lists, or pass --yes to run it anyway")
 
 
-def check_limits(ks, max_tokens, threads, draft_threads) -> None:
-    """Refuse values that would run for hours or stall the machine, naming the limit and why."""
+def check_limits(ks, max_tokens, threads, draft_threads, k_option: str = "--draft-len",
+                 k_may_equal: bool = False) -> None:
+    """Refuse values that would run for hours or stall the machine, naming the limit and why
+    (k_option: the option that gave ks; k_may_equal: k up to max_tokens, as tune allows)."""
     for k in ks:
         if k > MAX_K:
             raise click.BadParameter(f"{k} is more than {MAX_K}: no machine gains from so "
-                                     "long a draft", param_hint="'--draft-len'")
-        if k >= max_tokens:
-            raise click.BadParameter(f"{k} must be below --max-tokens ({max_tokens}): a round "
-                                     "emits up to k + 1 tokens", param_hint="'--draft-len'")
+                                     "long a draft", param_hint=f"'{k_option}'")
+        if k > max_tokens or (k == max_tokens and not k_may_equal):
+            raise click.BadParameter(
+                f"{k} must be {'at most' if k_may_equal else 'below'} --max-tokens "
+                f"({max_tokens}): a round emits up to k + 1 tokens", param_hint=f"'{k_option}'")
     limit = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
     for t in list(threads or []) + ([draft_threads] if draft_threads else []):
         if t > limit:
@@ -266,27 +278,45 @@ def prepare_outputs(outputs: list[Path | None], inputs: list[Path | None], force
     if saved:
         log(f"saving this run as {saved[0]} (--no-save to skip)")
     json_outputs = [p for p in outputs[:1] if p is not None]
-    return ResultsSink(saved + json_outputs, reserved=saved)
+    return ResultsSink(saved + json_outputs, reserved=saved, log=log)
 
 
 @contextlib.contextmanager
 def guarded(sink=None):
     """Ctrl-C and SIGTERM end the command within a decode (see interrupt.py) with what it
-    finished: the last results written by the sink stay (marked "complete": false), the
-    message says where, and the exit code is 130. However the command ends, a saved run that
-    never got any results is removed rather than left empty."""
+    finished: the last results written by the sink stay (marked "complete": false, "ended":
+    "interrupted"), the message says where, and the exit code is 130. A command that fails
+    on an error keeps its results the same way, marked "ended": "failed: …". However the
+    command ends, a saved run that never got any results is removed rather than left
+    empty."""
     try:
         with interrupt.handled():
             yield
     except KeyboardInterrupt:
         if sink is not None:
+            sink.mark_ended("interrupted")
             sink.discard_unwritten()
         click.echo(f"interrupted: {sink.kept() if sink is not None else 'nothing was saved'}",
                    err=True)
         sys.exit(130)
+    except click.ClickException as exc:
+        if sink is not None:
+            sink.mark_ended(f"failed: {exc.format_message().splitlines()[0][:300]}")
+        raise
     finally:
         if sink is not None:
             sink.discard_unwritten()
+
+
+def finish_outputs(sink) -> None:
+    """Name the files written; if one could not be (a full disk), say what it holds and
+    exit 1, after the summary was printed from what is in memory."""
+    for p in sink.paths:
+        if p not in sink.failed:
+            log(f"wrote {p}")
+    problem = sink.failures()
+    if problem:
+        raise click.ClickException(problem)
 
 
 def print_bench(results: dict, fmt: str = "text") -> None:
@@ -340,6 +370,24 @@ def registry():
         raise click.ClickException(str(exc))
 
 
+def reads_results(command):
+    """For a command that prints results files (report, advise, compare, plot): the files
+    are validated field by field (schema.validate), and a damage that validation does not
+    name (a printer meeting a value of the wrong shape) still ends in a one-line message
+    naming the file, never a traceback."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (KeyError, TypeError, IndexError, AttributeError, RecursionError,
+                ZeroDivisionError, ValueError) as exc:
+            given = kwargs.get("run") or ", ".join(kwargs.get("runs") or ())
+            raise click.ClickException(
+                f"{given}: a damaged results file that cpuspec cannot print "
+                f"({type(exc).__name__}: {str(exc)[:200]})") from None
+    return wrapper
+
+
 def run_names(paths: list[Path]) -> list[str]:
     """Short names for runs: file stems, with the folder where two stems are the same."""
     stems = [p.stem for p in paths]
@@ -351,8 +399,10 @@ def load_results(ref: str, bench_only: bool = True) -> tuple[dict, Path]:
     try:
         path = resolve_run(ref)
         results = read_json(path)
-        if bench_only or results.get("kind") == "bench":
+        if bench_only:
             validate_bench(results, str(path))
+        else:
+            validate(results, str(path))
     except (OutputError, ResultsError) as exc:
         raise click.ClickException(str(exc))
     return results, path

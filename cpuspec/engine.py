@@ -147,13 +147,14 @@ def check_same_tokenizer(target: Model, draft: Model) -> None:
     """Speculative decoding compares token ids, so both models must mean the same by each id."""
     if abs(target.n_vocab - draft.n_vocab) > VOCAB_MAX_SIZE_DIFFERENCE:
         raise EngineError(f"the draft's vocabulary ({draft.n_vocab} tokens) differs from the "
-                          f"target's ({target.n_vocab}): pick a draft from the same family")
+                          f"target's ({target.n_vocab}): draft and target must share a tokenizer "
+                          "(pick a draft from the same family)")
     for tok in range(min(target.n_vocab, draft.n_vocab)):
         if target.token_text(tok) != draft.token_text(tok):
             raise EngineError(
                 f"the draft's tokenizer differs from the target's: token {tok} is "
                 f"{draft.token_text(tok)!r} in the draft, {target.token_text(tok)!r} in the "
-                "target; pick a draft from the same family")
+                "target: draft and target must share a tokenizer")
 
 
 class Session:
@@ -197,8 +198,14 @@ class Session:
     def decode(self, tokens: Sequence[int], pos: int, n_out: int) -> None:
         """Decode tokens at positions pos.. with logits for the last n_out of them."""
         n = len(tokens)
+        if not self.ctx:
+            raise EngineError("this llama.cpp context is closed")
         if pos + n > self.n_ctx:
             raise EngineError(f"context full: {pos + n} tokens > n_ctx {self.n_ctx}")
+        if n and not (0 <= min(tokens) and max(tokens) < self.n_vocab):
+            bad = next(t for t in tokens if not 0 <= t < self.n_vocab)
+            raise EngineError(f"token id {bad} is outside {self.model.path.name}'s vocabulary "
+                              f"of {self.n_vocab}: draft and target must share a tokenizer")
         for start in range(0, n, self.n_batch):  # long prompts go in n_batch-sized pieces
             chunk = tokens[start:start + self.n_batch]
             b = self.batch
@@ -216,6 +223,8 @@ class Session:
     def logits(self, n_out: int) -> np.ndarray:
         """The last decode's last n_out logit rows, as an (n_out, n_vocab) view (no copy). Rows of
         outputs are contiguous in llama.cpp's buffer, in batch order."""
+        if not self.ctx:
+            raise EngineError("this llama.cpp context is closed")
         ptr = ll.llama_get_logits_ith(self.ctx, -n_out)
         if not ptr:
             raise EngineError("llama.cpp returned no logits")
@@ -302,25 +311,17 @@ def quantize_in_child(src: Path, dst: Path, quant: str, pure: bool = True) -> No
     """quantize_gguf in a child process: llama_model_quantize runs for minutes inside one C
     call, where no signal handler of this process can run, so Ctrl-C or SIGTERM stops the
     child instead (and the child dies with this process: PR_SET_PDEATHSIG)."""
-    import signal
     import subprocess
     import sys
-
-    def die_with_parent():  # Linux only; elsewhere the child finishes on its own
-        try:
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
 
     code = ("import sys; from pathlib import Path; from cpuspec.engine import quantize_gguf, "
             "EngineError\ntry: quantize_gguf(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3],"
             " sys.argv[4] == '1')\nexcept EngineError as e: sys.exit(str(e))")
     import tempfile
     with tempfile.TemporaryFile("w+") as errors:
-        proc = subprocess.Popen([sys.executable, "-c", code, str(src), str(dst), quant,
-                                 "1" if pure else "0"], stdout=subprocess.DEVNULL,
-                                stderr=errors, text=True, preexec_fn=die_with_parent,
-                                start_new_session=True)  # the terminal's Ctrl-C: ours only
+        proc = interrupt.start_child([sys.executable, "-c", code, str(src), str(dst), quant,
+                                      "1" if pure else "0"], stdout=subprocess.DEVNULL,
+                                     stderr=errors, text=True)
         interrupt.wait_child(proc)
         errors.seek(0)
         err = errors.read()

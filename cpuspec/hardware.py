@@ -220,6 +220,11 @@ def physical_cores(cpus: list[int], root: Path = ROOT) -> int:
     return sum(1 for c in cores if set(c.cpus) & set(cpus)) or len(cpus)
 
 
+# More threads than this many per logical CPU only oversubscribes (OpenMP threads spin: 10-20×
+# slower) and can stall the whole machine.
+MAX_THREADS_PER_CPU = 4
+
+
 def default_threads() -> int:
     """llama.cpp decodes fastest with one thread per physical core it may run on."""
     return max(1, physical_cores(current_affinity()))

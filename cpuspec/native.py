@@ -16,11 +16,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .interrupt import wait_child
+from .interrupt import ChildTimeout, start_child, wait_child
 from .lookup import HYBRID_NGRAM, NGRAM_MIN
 from .registry import cpuspec_home
 
@@ -82,16 +83,16 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     if not src.is_dir():
         log(f"native: pip download llama-cpp-python=={version} (sdist)")
         _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                      ":all:", "-q", "-d", str(root), f"llama-cpp-python=={version}"])
+              ":all:", "-q", "-d", str(root), f"llama-cpp-python=={version}"], None)
         with tarfile.open(next(root.glob(f"llama_cpp_python-{version}.tar.gz"))) as tar:
             tar.extractall(root, filter="data")
     log("native: cmake configure and build (CPU backend; once, ~15 min on 2 cores)")
     _run(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(root / "build"),
                   "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
                   "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=ON",
-                  "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON"])
+                  "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON"], None)
     _run(["cmake", "--build", str(root / "build"), "--config", "Release", "-j",
-                  str(os.cpu_count() or 2), "--target", *targets])
+                  str(os.cpu_count() or 2), "--target", *targets], None)
     return bin_dir
 
 
@@ -194,6 +195,7 @@ class NativeRun:
     prompt_eval_ms: float | None = None    # the target's batches: the prompt, and for SD
     prompt_eval_tokens: int | None = None  # every verify batch
     sampling_ms: float | None = None
+    total_ms: float | None = None          # llama_perf's wall clock since the program's reset
     draft_gen_ms: float | None = None      # SD: time inside the drafter's draft() calls
     draft_calls: int | None = None         # SD: rounds that asked the drafter
     acc_rate_pos: list[float] = field(default_factory=list)  # SD: accepted share by position
@@ -202,6 +204,10 @@ class NativeRun:
     def e2e_s(self) -> float:
         return self.prefill_s + self.decode_s
 
+
+# How both programs are timed (recorded in a paths file's settings; files without it were
+# timed with raw = llama_perf's timers without warm-up, SD = its wall clock after warm-up)
+WINDOW = "wall clock after llama.cpp's warm-up, both programs"
 
 _LINE = r"{}\s+(\d+) tokens in\s+([\d.]+) seconds"
 
@@ -226,6 +232,9 @@ def run_speculative(bin_dir: Path, target: str, draft: str | None, prompt: str, 
     accepted = re.search(r"n_accept\s*=\s*(\d+)", err)
     if not (enc and dec and drafted and accepted):
         raise NativeError(f"{SPECULATIVE} printed no timing:\n{err[-2000:]}")
+    if int(dec.group(1)) <= 0 or float(enc.group(2)) + float(dec.group(2)) <= 0:
+        raise NativeError(f"{SPECULATIVE} generated nothing ({dec.group(1)} tokens in "
+                          f"{dec.group(2)} s); its log ends:\n{err[-2000:]}")
     rounds = [(int(a), int(d)) for a, d in
               re.findall(r"accepted (\d+)/(\d+) draft tokens", err)]
     run = NativeRun(int(dec.group(1)), float(enc.group(2)), float(dec.group(2)),
@@ -237,22 +246,26 @@ def run_speculative(bin_dir: Path, target: str, draft: str | None, prompt: str, 
 
 def run_completion(bin_dir: Path, target: str, prompt: str, n: int, threads: int,
                    n_ctx: int) -> NativeRun:
-    """llama-completion, greedy, no conversation mode: the target alone on one prompt. Its
-    llama_perf lines give the prompt's prefill and the decodes."""
+    """llama-completion, greedy, no conversation mode: the target alone on one prompt.
+    Timed as llama-speculative-simple is: both programs warm their target up first (llama.cpp's
+    default), and both windows are wall clock from before the prompt's prefill to the last
+    token. Here that is llama_perf's "total time" (the program resets it just before it
+    tokenizes the prompt); its "prompt eval time" splits the prefill off."""
     argv = [str(bin_dir / COMPLETION), "-m", str(target), "-p", prompt, "-n", str(n),
             "--temp", "0", "--top-k", "1", "--seed", "1", "-t", str(threads), "-tb",
-            str(threads), "-c", str(n_ctx), "-no-cnv", "--no-display-prompt", "-sp",
-            "--no-warmup"]
-    out, err = _run_logged(argv, "prompt eval time")
+            str(threads), "-c", str(n_ctx), "-no-cnv", "--no-display-prompt", "-sp"]
+    out, err = _run_logged(argv, "total time")
     run = NativeRun(0, 0.0, 0.0, out)
     _perf(err, run)
-    if run.prompt_eval_ms is None or run.target_eval_ms is None:
+    if run.prompt_eval_ms is None or run.target_eval_runs is None or run.total_ms is None:
         raise NativeError(f"{COMPLETION} printed no timing:\n{err[-2000:]}")
-    # the first token comes from the prompt's prefill, each later one from a decode; the
-    # window cpuspec's raw decoding has: prefill, decodes and choosing each token
+    if run.target_eval_runs + run.prompt_eval_tokens <= 0 or run.total_ms <= 0:
+        raise NativeError(f"{COMPLETION} generated nothing (0 tokens in {run.total_ms:g} ms); "
+                          f"its log ends:\n{err[-2000:]}")
+    # the first token comes from the prompt's prefill, each later one from a decode
     run.tokens = run.target_eval_runs + 1
     run.prefill_s = run.prompt_eval_ms / 1e3
-    run.decode_s = (run.target_eval_ms + (run.sampling_ms or 0.0)) / 1e3
+    run.decode_s = max(run.total_ms - run.prompt_eval_ms, 0.0) / 1e3
     return run
 
 
@@ -293,6 +306,9 @@ def _perf(err: str, run: NativeRun) -> None:
     pos = re.search(r"#acc rate/pos = \(([\d., ]*)\)", err)
     if pos:
         run.acc_rate_pos = [float(x) for x in pos.group(1).split(",") if x.strip()]
+    total = re.search(r"\btotal time =\s+([\d.]+) ms", err)
+    if total:
+        run.total_ms = float(total.group(1))
     sm = re.search(r"sampling time =\s+([\d.]+) ms", err)
     if sm:
         run.sampling_ms = float(sm.group(1))
@@ -317,18 +333,47 @@ def _run_logged(argv: list[str], marker: str) -> tuple[str, str]:
     return out, err
 
 
-def _run(argv: list[str]) -> tuple[str, str]:
-    """Run a program to the end (Ctrl-C kills it), its output through files: a verbose
-    llama.cpp fills a pipe and would wait for us forever."""
-    import tempfile
+# A call to one of llama.cpp's programs that runs longer than this is stopped (a load, a
+# prompt and at most 1,024 tokens take a minute or two here); $CPUSPEC_NATIVE_TIMEOUT_S
+# changes it. Builds have no limit.
+TIMEOUT_ENV = "CPUSPEC_NATIVE_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 900.0
+
+
+def call_timeout_s() -> float:
+    raw = os.environ.get(TIMEOUT_ENV)
+    try:
+        value = float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise NativeError(f"${TIMEOUT_ENV} must be a number of seconds, not {raw!r}") from None
+    if not value > 0:
+        raise NativeError(f"${TIMEOUT_ENV} must be above 0, not {raw!r}")
+    return value
+
+
+def _run(argv: list[str], timeout_s: float | None = -1.0) -> tuple[str, str]:
+    """Run a program to the end in a process group of its own (Ctrl-C, SIGTERM, an error or
+    the time limit kill the group), its output through files: a verbose llama.cpp fills a
+    pipe and would wait for us forever. timeout_s -1: the call limit; None: no limit."""
+    limit = call_timeout_s() if timeout_s == -1.0 else timeout_s
+    name = Path(argv[0]).name
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out_f, \
             tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err_f:
-        rc = wait_child(subprocess.Popen(argv, stdout=out_f, stderr=err_f, text=True))
+        try:
+            proc = start_child(argv, stdout=out_f, stderr=err_f, text=True)
+        except OSError as exc:
+            raise NativeError(f"{argv[0]} cannot be run ({exc.strerror or exc}); is it a "
+                              f"built llama.cpp program, executable by you?") from None
+        try:
+            rc = wait_child(proc, timeout_s=limit)
+        except ChildTimeout:
+            raise NativeError(f"{name} ran longer than {limit:g} s and was stopped (set "
+                              f"${TIMEOUT_ENV} for a longer limit)") from None
         out_f.seek(0)
         err_f.seek(0)
         out, err = out_f.read(), err_f.read()
     if rc != 0:
-        raise NativeError(f"{Path(argv[0]).name} exited {rc}:\n{err[-2000:]}")
+        raise NativeError(f"{name} exited {rc}:\n{err[-2000:]}")
     return out, err
 
 

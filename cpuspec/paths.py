@@ -80,7 +80,8 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
                         "k": cfg.k, "drafter": cfg.drafter, "max_tokens": cfg.max_tokens,
                         "threads": cfg.threads, "paths": list(cfg.paths),
                         "prompts": [p.prompt_id for p in cfg.prompts],
-                        "llama_bin": str(cfg.bin_dir) if cfg.bin_dir else None},
+                        "llama_bin": str(cfg.bin_dir) if cfg.bin_dir else None,
+                        "native_window": native.WINDOW if LLAMA_CPP in cfg.paths else None},
            "windows": "end to end: the prompt's prefill (the draft's too) and every token",
            "runs": []}
     with Model(cfg.target) as target_m:
@@ -191,6 +192,7 @@ def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftMo
                                           n_ctx)
                 return _record(p, LLAMA_CPP, mode, r.tokens, r.e2e_s, r.text,
                                prefill_s=r.prefill_s, sampling_ms=r.sampling_ms,
+                               total_ms=r.total_ms, target_eval_ms=r.target_eval_ms,
                                prompt_eval_ms=r.prompt_eval_ms,
                                prompt_eval_tokens=r.prompt_eval_tokens)
             r = native.run_speculative(cfg.bin_dir, str(cfg.target),

@@ -132,6 +132,11 @@ def round_budget(doc: dict) -> dict[str, dict]:
     return out
 
 
+def _ms(value: float | None) -> str:
+    """A round budget's share in ms; a difference of noisy totals below zero reads ≈0."""
+    return "≈0" if value is not None and value < 0 else fmt_value(value, ".1f")
+
+
 def render_paths(doc: dict) -> str:
     from tabulate import tabulate
 
@@ -159,11 +164,11 @@ def render_paths(doc: dict) -> str:
     if budget:
         lines += ["", "Where an SD round's time goes (ms per round, every SD generation):",
                   tabulate([[p, b["rounds"], fmt_value(b["tokens_per_round"], ".2f"),
-                             fmt_value(b["draft_ms"], ".1f"), fmt_value(b["verify_ms"], ".1f"),
+                             _ms(b["draft_ms"]), _ms(b["verify_ms"]),
                              "in verify" if b.get("redecode_in_verify") else
-                             fmt_value(b.get("redecode_ms"), ".1f"),
-                             fmt_value(b["sampling_ms"], ".1f"), fmt_value(b["other_ms"], ".1f"),
-                             fmt_value(b["round_ms"], ".1f"), b["first_round_none"] or "-"]
+                             _ms(b.get("redecode_ms")),
+                             _ms(b["sampling_ms"]), _ms(b["other_ms"]),
+                             _ms(b["round_ms"]), b["first_round_none"] or "-"]
                             for p, b in budget.items()],
                            headers=["path", "rounds", "tokens/round", "draft", "verify",
                                     "draft re-decode", "sampling", "other", "round",
@@ -172,6 +177,10 @@ def render_paths(doc: dict) -> str:
                   "llama.cpp's verify is its target's batch time less the prompt's prefill; "
                   "llama.cpp times a decode up to the next synchronize, so it holds the "
                   "draft's re-decode of the batch too."]
+        if any(v is not None and v < 0 for b in budget.values() for v in b.values()
+               if isinstance(v, float)):
+            lines.append("≈0: a difference of two measured totals that came out below zero, "
+                         "i.e. smaller than their noise")
     phases = [x for r in doc["runs"] if r["path"] == LLAMA_CPP for x in
               r.get("round_phases_ms") or []]
     if phases:
@@ -190,8 +199,16 @@ def render_paths(doc: dict) -> str:
                       f"(+{1e3 * (sd_s - raw_s):.0f} ms: it then computes logits for every "
                       "prompt row, logits_all)"]
     lines += ["", "paths: " + "; ".join(f"{p}: {PATH_NOTES[p]}" for p in s["paths"])]
+    if LLAMA_CPP in s["paths"]:
+        lines.append(f"llama.cpp's raw and SD: {s['native_window']}" if s.get("native_window")
+                     else "llama.cpp's raw and SD were timed in different windows in this "
+                     "recording (raw: llama_perf's timers, no warm-up; SD: wall clock after "
+                     "warm-up); re-run `cpuspec paths` for a comparable llama.cpp SD ×raw")
     if not doc.get("complete", True):
-        lines.append("INTERRUPTED: the prompts that finished are shown")
+        ended = doc.get("ended")
+        lines.append(f"FAILED ({ended.removeprefix('failed: ')}): the prompts that finished "
+                     "are shown" if isinstance(ended, str) and ended.startswith("failed") else
+                     "INTERRUPTED: the prompts that finished are shown")
     info = doc.get("meta", {}).get("llama_system_info")
     if info:
         lines.append(f"llama.cpp: {info}")

@@ -224,50 +224,95 @@ def run_listing(path: Path) -> dict:
                "kind is not a name" if not isinstance(kind, str) else None)
     if problem:
         return row | {"kind": "damaged", "problem": problem}
+    complete = data.get("complete", True) is not False
+    ended = data.get("ended")
     return row | {"kind": kind, "date": str(meta.get("started_at", "")),
                   "machine": str(hw.get("cpu_model", "?")), "threads": settings.get("threads"),
                   "pair": settings.get("pair"), "tasks": ",".join(tasks),
-                  "complete": data.get("complete", True) is not False}
+                  "complete": complete,
+                  "status": "" if complete else "failed" if isinstance(ended, str)
+                  and ended.startswith("failed") else "interrupted"}
 
 
 class ResultsSink:
     """Every JSON destination of one run (the saved run, --json): rewritten atomically after
     each finished prompt or point, so an interrupted run keeps what it measured."""
 
-    def __init__(self, paths: list[Path], reserved: list[Path] = ()):
+    def __init__(self, paths: list[Path], reserved: list[Path] = (), log=None):
         self.paths = [Path(p) for p in paths]
         # files created empty to claim a name (the saved run): removed if nothing is written
         self.reserved = [Path(p) for p in reserved]
-        self.last: dict | None = None   # what was written last
+        self.last: dict | None = None   # what was measured last (in memory, written or not)
+        self.written: dict[Path, dict] = {}   # per file, what it holds now
+        self.failed: dict[Path, str] = {}     # per file, why the last write failed
+        self.log = log
 
     def discard_unwritten(self) -> None:
-        """Remove the reserved files of a run that ended before writing anything (a bad
-        model name, an interrupt during loading): no empty results file is left behind."""
-        if self.last is not None:
-            return
+        """Remove the reserved files that never got any results (a bad model name, an
+        interrupt during loading, a full disk): no empty results file is left behind."""
         for p in self.reserved:
+            if p in self.written:
+                continue
             try:
                 if p.stat().st_size == 0:
                     p.unlink()
             except OSError:
                 pass
-        self.paths = [p for p in self.paths if p not in self.reserved]
+        self.paths = [p for p in self.paths if p not in self.reserved or p in self.written]
 
     def __call__(self, results: dict) -> None:
-        for p in self.paths:
-            write_json(results, p)
+        """Write every destination. A write that fails (a full disk, a folder gone) does not
+        stop the run: the results stay in memory, the file keeps what it last held, and
+        finish() says so at the end."""
         self.last = results
+        for p in self.paths:
+            try:
+                write_json(results, p)
+            except OSError as exc:
+                if p not in self.failed and self.log is not None:
+                    self.log(f"cannot write {p} ({exc.strerror or exc}); measuring goes on, "
+                             "the results are kept in memory")
+                self.failed[p] = exc.strerror or str(exc)
+            else:
+                self.written[p] = results
+                self.failed.pop(p, None)
+
+    def mark_ended(self, how: str) -> None:
+        """Rewrite the last results with how the run ended early ("interrupted", "failed:
+        …"), so that `cpuspec runs` can tell them apart; nothing if nothing was written."""
+        if self.last is not None and self.written:
+            self({**self.last, "complete": False, "ended": how})
+
+    def failures(self, printed: bool = True) -> str | None:
+        """What could not be written, and what each such file holds: None when all went.
+        printed: the command printed its summary of everything measured."""
+        if not self.failed:
+            return None
+        parts = []
+        for p, why in self.failed.items():
+            held = self.written.get(p)
+            parts.append(f"cannot write {p} ({why}); it holds "
+                         + (_count(held) + " from an earlier write" if held is not None else
+                            "nothing"))
+        if not printed:
+            return "; ".join(parts)
+        return ("; ".join(parts) + ". What was printed above is from everything measured ("
+                + (_count(self.last) if self.last is not None else "nothing") + "); free "
+                "some space and run again to save it")
 
     def kept(self) -> str:
         """What an interrupted run leaves, in words."""
-        doc = self.last
-        if doc is None or not self.paths:
-            return "nothing was saved"
-        for key, what in (("runs", "generations"), ("rows", "sweep points"),
-                          ("measured", "tune candidates")):
-            if key in doc:
-                count = f"{len(doc[key])} {what}"
-                break
-        else:
-            count = "the results so far"
-        return f"{count} kept in {', '.join(map(str, self.paths))} (\"complete\": false)"
+        good = [p for p in self.paths if p in self.written and p not in self.failed]
+        if not good:
+            return "nothing was saved" + (f" ({self.failures(False)})" if self.failed else "")
+        return (f"{_count(self.written[good[0]])} kept in {', '.join(map(str, good))} "
+                f"(\"complete\": false)")
+
+
+def _count(doc: dict) -> str:
+    """How much a results document holds, in words."""
+    for key, what in (("runs", "generations"), ("rows", "sweep points"),
+                      ("measured", "tune candidates")):
+        if isinstance(doc.get(key), list):
+            return f"{len(doc[key])} {what}"
+    return "the results so far"

@@ -150,6 +150,12 @@ def depth_text() -> str:
                    for name in LONG_SOURCES)
 
 
+def depth_bound() -> int:
+    """An upper bound on the tokens depth_text() holds (a token is at least one character):
+    a depth above it cannot be filled, whatever the tokenizer; checked before models load."""
+    return len(depth_text())
+
+
 def long_text(name: str) -> str:
     import hashlib
     path = LONG_DIR / name
@@ -213,7 +219,9 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
     try:
         if path.is_dir():
             raise PromptsFileError(f"prompts file {path} is a folder")
-        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a BOM is fine
+        # JSON Lines are split on "\n" only: a JSON string may hold U+2028, U+0085 or a form
+        # feed raw (json.dumps(ensure_ascii=False) writes them so), which splitlines() splits
+        lines = path.read_text(encoding="utf-8-sig").split("\n")  # a BOM is fine
     except UnicodeDecodeError as exc:
         raise PromptsFileError(f"cannot read prompts file {path}: not UTF-8 text (byte "
                                f"{exc.start})") from None
@@ -240,6 +248,8 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
             raise PromptsFileError(f"{path}:{lineno}: \"followup\" must be a string")
         if not isinstance(task, str) or not task.strip():
             raise PromptsFileError(f"{path}:{lineno}: \"task\" must be a non-empty string")
+        for name, value in (("task", task), ("prompt", text), ("followup", followup)):
+            _check_encodable(value, f"{path}:{lineno}: \"{name}\"")
         counts[task] = counts.get(task, 0) + 1
         if per_task and counts[task] > per_task:
             continue
@@ -248,6 +258,17 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
     if not prompts:
         raise PromptsFileError(f"{path}: no prompts in file")
     return prompts
+
+
+def _check_encodable(text: str, where: str) -> None:
+    """A lone surrogate (a \\ud800 escape without its pair) is valid JSON but no text: the
+    tokenizer cannot encode it. Said here, with the line, before any model loads."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PromptsFileError(f"{where} holds a lone surrogate ({text[exc.start]!r} at "
+                               f"character {exc.start}), which is not text: write the pair or "
+                               "the character itself") from None
 
 
 # `--tasks builtin:json` with a prompts file whose tasks include json: the built-in suite.

@@ -62,3 +62,26 @@ def prepare_followup(target, draft, tokens: list[int], reuse: int, with_draft: b
     if with_draft:
         draft.truncate(0)
         prefill_draft(draft, tokens[:reuse], 0)
+
+
+def check_trained_context(cfg, prompt_lengths: list[int],
+                          loaded, depth_tokens: list[int] | None = None) -> None:
+    """Refuse a generation longer than a model was trained for: past it, output degrades
+    silently (and the KV cache grows to gigabytes). depth_tokens: per prompt, how many of its
+    tokens are --depth context (the message names them)."""
+    need = max(prompt_lengths) + cfg.max_tokens + cfg.k
+    for role, m in (("target", loaded.target_m), ("draft", loaded.draft_m)):
+        trained = getattr(m, "n_ctx_train", 0) if m else 0
+        if not (trained and need > trained):
+            continue
+        longest = max(range(len(prompt_lengths)), key=prompt_lengths.__getitem__)
+        held = depth_tokens[longest] if depth_tokens else 0
+        room = trained - prompt_lengths[longest] - cfg.k
+        fixes = ([f"a smaller --depth (it adds {held} tokens)"] if held else []) + \
+            ["a shorter prompt"] + ([f"--max-tokens {room}"] if room >= 2 else [])
+        raise ValueError(
+            f"prompt {cfg.prompts[longest].prompt_id} ({prompt_lengths[longest]} tokens"
+            + (f", {held} of them --depth context" if held else "") + f") + --max-tokens "
+            f"{cfg.max_tokens} + k {cfg.k} = {need} tokens, more than the {role} was trained "
+            f"for ({trained}); use " + ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1
+                                                                else "") + fixes[-1])
