@@ -24,8 +24,8 @@ cpuspec quality qwen2.5-coder-1.5b-q4km qwen2.5-coder-1.5b-q4_0 qwen2.5-coder-1.
 cpuspec tune --threads 2 --budget 20 --json $R/tune.json > $R/tune.txt
 cpuspec compare $R/avx2-build/bench_2threads.json $R/bench_2threads.json --format markdown > $R/compare_machines.md
 cpuspec plot $R/avx2-build/bench_2threads.json $R/bench_2threads.json $R/bench_q4_0_k3.json $R/costs_q4km.json $R/costs_q4_0.json --out bench/figures > /dev/null
-python bench/native_peer.py --threads 2 > $R/native_peer.txt
-python bench/native_peer.py --threads 2 --pair qwen2.5-coder-1.5b-q4_0 --k 3 --out $R/native_peer_q4_0_k3.json --profile /tmp/profile_q4_0.txt > $R/native_peer_q4_0_k3.txt
+python bench/research/native_peer.py --threads 2 > $R/native_peer.txt
+python bench/research/native_peer.py --threads 2 --pair qwen2.5-coder-1.5b-q4_0 --k 3 --out $R/native_peer_q4_0_k3.json --profile /tmp/profile_q4_0.txt > $R/native_peer_q4_0_k3.txt
 # Own cores, serial vs parallel schedule (target on CPU 0, draft on CPU 1), and raw on both.
 P="--pair qwen2.5-coder-1.5b-q4_0 -k 3 --tasks json,code --prompts-per-task 4 --max-tokens 64"
 cpuspec bench $P --p-cores 1 --draft-cores 1 --draft-threads 1 --policy static --json $R/split_serial.json > $R/split_serial.txt

@@ -54,7 +54,7 @@ adaptive() {
 if [ "$PART" = long ]; then
   # again, at the lengths given (LENGTHS="128 64" by default): where a ratio's noise (one
   # prompt's target prefill wandering between modes) hides whether the goal is met, a second
-  # run of the same configuration pools with the first (bench/shared_prefill.py --pool).
+  # run of the same configuration pools with the first (bench/research/shared_prefill.py --pool).
   # SETS picks among heldout_long4 (set 4, written after policy v9), heldout_long3 (set 3,
   # written after policy v8), heldout_long2 (set 2,
   # written after the exploration margin), heldout_long and long (the long suites); by default

@@ -19,7 +19,7 @@ for d in model lookup hybrid; do
   cpuspec bench --target "$T8" --draft "$D4" --drafter $d -k 7 --threads 2 --tasks grounded --policy static --json $R/grounded_q8_0_k7_$d.json > $R/grounded_q8_0_k7_$d.txt
 done
 # How accurate a lookup guess is, by the length of its match (the hybrid's HYBRID_NGRAM):
-python bench/lookup_ngram.py --by-length $R/bench_q4_0_k3.json $R/grounded_q8_0_k7_model.json > $R/lookup_by_length.txt 2>/dev/null
+python bench/research/lookup_ngram.py --by-length $R/bench_q4_0_k3.json $R/grounded_q8_0_k7_model.json > $R/lookup_by_length.txt 2>/dev/null
 # The hybrid on the full json and code suites, beside bench_q8_0_k7 (model drafter):
 cpuspec bench --target "$T8" --draft "$D4" --drafter hybrid -k 7 --threads 2 --tasks json,code --json $R/hybrid_q8_0_k7.json > $R/hybrid_q8_0_k7.txt
 # Own cores: target on CPU 0, draft on CPU 1, serial vs parallel schedule, and raw on both CPUs.
@@ -33,4 +33,4 @@ DK=$(cpuspec models path qwen2.5-coder-0.5b-q4km)
 for d in model hybrid; do
   cpuspec bench --target "$T8" --draft "$DK" --drafter $d -k 7 --threads 2 --tasks grounded --policy static --json $R/grounded_q8_0_q4kmdraft_k7_$d.json > $R/grounded_q8_0_q4kmdraft_k7_$d.txt
 done
-python bench/native_peer.py --threads 2 --pair qwen2.5-coder-1.5b-q8_0 --k 7 --out $R/native_peer_q8_0_k7.json --profile /tmp/profile_q8.txt > $R/native_peer_q8_0_k7.txt
+python bench/research/native_peer.py --threads 2 --pair qwen2.5-coder-1.5b-q8_0 --k 7 --out $R/native_peer_q8_0_k7.json --profile /tmp/profile_q8.txt > $R/native_peer_q8_0_k7.txt

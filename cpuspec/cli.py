@@ -14,15 +14,18 @@ from .bench import BenchConfig, environment, run_bench
 from .cli_measure import contention, costs, hw, paths, quality, tune
 from .cli_models import models
 from .cli_results import advise, compare, plot, report, runs
-from .cliutil import (check_bench_flags, check_depths, check_model_file, check_size, cpu_list, finish_outputs,
+from .cli_help import SectionedCommand
+from .cliutil import (check_bench_flags, check_depths, check_model_file,
+                      configure_log, check_size, cpu_list, finish_outputs,
                       finite, guarded,
                       log, policy_list, positive, prepare_outputs, print_bench, quant_list,
                       save_options, task_names, values, window_option)
+from .drafters import NAMES as DRAFTER_NAMES
 from .hardware import HardwareError, default_threads, detect_hardware
 from .registry import ModelError
 from .report import render_csv, sweep_rows
 from .summary import summarize
-from .store import write_atomic
+from .store import results_dir, write_atomic
 from .sweep import (GPU_SKIP_REASON, SweepError, add_point, headline, plan, point_config,
                     render_sweep, run_sweep, sweep_csv, sweep_document)
 from .tasks import ALL_TASKS, DEFAULT_TASKS, PromptsFileError, UnknownTaskError, load_prompts
@@ -30,7 +33,9 @@ from .tasks import ALL_TASKS, DEFAULT_TASKS, PromptsFileError, UnknownTaskError,
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cpuspec")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="One line per prompt on stderr instead of "
+              "a progress bar (the bar shows only on a terminal).")
+def main(verbose) -> None:
     """Does speculative decoding pay off on this CPU? Measure it.
 
     \b
@@ -39,9 +44,23 @@ def main() -> None:
       cpuspec bench --tasks json,code --draft-len 2 --json out.json
       cpuspec models list
     """
+    configure_log(verbose)
 
 
-@main.command()
+BENCH_SECTIONS = {
+    "Models": ["pair", "target_path", "draft_path", "target_quant", "draft_quant", "drafter"],
+    "What to measure": ["tasks", "prompts_file", "prompts_per_task", "max_tokens", "k",
+                        "policies", "depth", "draft_window", "repetitions", "warmup",
+                        "temperature", "seed"],
+    "Cores and devices (comma lists and ranges sweep)": [
+        "threads", "p_cores", "e_cores", "smt", "draft_threads", "draft_cores", "schedule",
+        "n_gpu_layers", "draft_gpu_layers"],
+    "Adaptive policy and noise": ["adaptive_scope", "max_noise"],
+    "Output": ["details", "json_path", "csv_path", "save", "force", "yes"],
+}
+
+
+@main.command(cls=SectionedCommand, sections=BENCH_SECTIONS)
 @click.option("--pair", help="Model pair from models.toml (see `cpuspec models list`).")
 @click.option("--target", "target_path", type=click.Path(path_type=Path),
               help="Use this local GGUF as the target instead of the pair's.")
@@ -92,6 +111,9 @@ def main() -> None:
               callback=positive, help="Times each prompt is run (raw and SD each).")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
               help="Uncounted warm-up generations before measuring.")
+@click.option("--details", is_flag=True, help="Print everything measured (the wide table, "
+              "acceptance by position, histograms, the audit, adaptive decisions) instead of "
+              "the one-screen verdict; `cpuspec report RUN --details` prints it later.")
 @click.option("--policy", "policies", default="static,adaptive", show_default=True,
               callback=lambda c, p, v: policy_list(v),
               help="SD policies run beside raw decoding: static (k every round), adaptive "
@@ -101,7 +123,7 @@ def main() -> None:
               help="0: greedy. > 0: sample, and verify with the speculative-sampling rule "
                    "(lossless in distribution; the token-for-token audit is skipped).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling.")
-@click.option("--drafter", type=click.Choice(["model", "lookup", "hybrid"]), default="model",
+@click.option("--drafter", type=click.Choice(DRAFTER_NAMES), default="model",
               show_default=True,
               help="Draft with the pair's draft model; by prompt lookup (n-gram match "
                    "against the prompt and output so far; no draft model, c ≈ 0); or hybrid: "
@@ -137,7 +159,7 @@ def main() -> None:
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, target_quant, draft_quant, smt, draft_threads, draft_cores, k,
           max_tokens, depth, tasks, prompts_file,
-          prompts_per_task, repetitions, warmup, policies, temperature, seed, drafter,
+          prompts_per_task, repetitions, warmup, details, policies, temperature, seed, drafter,
           draft_window, schedule, adaptive_scope, max_noise, json_path, csv_path, save, force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
@@ -194,11 +216,13 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        draft_threads=draft_threads, temperature=temperature, seed=seed,
                        max_noise=max_noise, adaptive_scope=adaptive_scope, schedule=schedule,
                        draft_window=draft_window, argv=["cpuspec", *sys.argv[1:]])
-    run = _sweep if where.is_sweep else _bench_point
-    run(base, where, default_threads(), sink, csv_path)
+    if where.is_sweep:
+        _sweep(base, where, default_threads(), sink, csv_path)
+    else:
+        _bench_point(base, where, default_threads(), sink, csv_path, details)
 
 
-def _bench_point(base, where, fallback_threads: int, sink, csv_path) -> None:
+def _bench_point(base, where, fallback_threads: int, sink, csv_path, details=False) -> None:
     """One bench point: run it, print the report, write the CSV."""
     from .engine import EngineError
     cfg = point_config(base, where.points[0], where, fallback_threads, log)
@@ -211,13 +235,17 @@ def _bench_point(base, where, fallback_threads: int, sink, csv_path) -> None:
         except (ModelError, EngineError, ValueError) as exc:
             raise click.ClickException(str(exc))
         sink(results)
-    m = results["models"]
-    draft_desc = ("prompt-lookup drafter" if cfg.drafter == "lookup" else
-                  f"draft {m['draft']['file']} ({m['draft']['source']})"
-                  + (", hybrid with prompt lookup" if cfg.drafter == "hybrid" else ""))
-    click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
-               f"k = {cfg.k}, {cfg.threads} threads, {cfg.max_tokens} tokens/prompt")
-    print_bench(results)
+    if details:
+        m = results["models"]
+        draft_desc = ("prompt-lookup drafter" if cfg.drafter == "lookup" else
+                      f"draft {m['draft']['file']} ({m['draft']['source']})"
+                      + (", hybrid with prompt lookup" if cfg.drafter == "hybrid" else ""))
+        click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
+                   f"k = {cfg.k}, {cfg.threads} threads, {cfg.max_tokens} tokens/prompt")
+    written = [p for p in sink.paths if p not in sink.failed]
+    source = (written[0].stem if written and written[0].parent == results_dir() else
+              str(written[0]) if written else None)
+    print_bench(results, details=details, source=source)
     try:
         if csv_path:
             write_atomic(csv_path, render_csv(summarize(results)))

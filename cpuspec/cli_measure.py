@@ -15,6 +15,7 @@ from .cliutil import (check_depths, check_limits, check_model_file, check_model_
                       task_names, values, window_option)
 from .contention import ContentionConfig, render_contention, run_contention
 from .costs import render_cost_curve
+from .drafters import NAMES as DRAFTER_NAMES
 from .hardware import HardwareError, default_threads, detect_hardware, select_cpus
 from .paths_report import render_paths
 from .probe import describe_costs, run_costs
@@ -172,7 +173,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
 @click.option("--draft", help="Draft: a registered name or a GGUF file [default: the pair's].")
 @click.option("-k", "--draft-len", "k", type=click.IntRange(1, 32), default=4, show_default=True,
               help="Draft tokens per round (llama.cpp's --spec-draft-n-max).")
-@click.option("--drafter", type=click.Choice(["model", "hybrid", "lookup"]), default="model",
+@click.option("--drafter", type=click.Choice(DRAFTER_NAMES), default="model",
               show_default=True, help="As for `cpuspec bench`.")
 @click.option("--tasks", callback=task_list, default="json,code", show_default=True,
               help="Comma list of built-in tasks.")

@@ -12,7 +12,8 @@ from .cliutil import load_results, log, print_bench, reads_results, run_names
 from .compare import mismatches, render_compare
 from .paths_report import how_to_run, render_paths
 from .plots import PLOT_HINT, PlotError, render
-from .report import render_csv, render_rows_json, render_trace, sweep_rows
+from .report import (PER_PROMPT_HEADERS, per_prompt_rows, render_csv, render_rows_json, render_trace,
+                     sweep_rows)
 from .schema import ResultsError, read_bench
 from .store import OutputError, results_dir, run_listing, saved_runs
 from .summary import summarize
@@ -67,10 +68,15 @@ def advise(run, as_json):
 @click.argument("run")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
               default="text", show_default=True)
+@click.option("--details", is_flag=True, help="A bench file: everything measured, not only the "
+              "one-screen verdict.")
+@click.option("--per-prompt", is_flag=True, help="A bench file: one line per generation (its "
+              "prefills, decode, rounds and speed against raw on the same prompt).")
+@click.option("--tasks", "task_filter", help="With --per-prompt: only these tasks (comma list).")
 @click.option("--trace", is_flag=True,
               help="Also print, per adaptive generation, where the policy changed its mind.")
 @reads_results
-def report(run, fmt, trace):
+def report(run, fmt, details, per_prompt, task_filter, trace):
     """Print the summary of a results file or saved run (`cpuspec runs` lists them).
 
     \b
@@ -112,13 +118,22 @@ def report(run, fmt, trace):
     if results.get("kind") != "bench":
         raise click.ClickException(f"{path}: a {results.get('kind')} results file; report "
                                    "prints bench, sweep, tune and paths files")
+    if per_prompt:
+        tasks = [t for t in (task_filter or "").split(",") if t] or None
+        rows = per_prompt_rows(results, tasks)
+        if not rows:
+            raise click.ClickException(f"{path}: no generations of {task_filter}")
+        from tabulate import tabulate
+        click.echo(tabulate(rows, headers=PER_PROMPT_HEADERS, disable_numparse=True,
+                            tablefmt="github" if fmt == "markdown" else "simple"))
+        return
     s = summarize(results)
     if fmt == "json":
         click.echo(render_rows_json(s))
     elif fmt == "csv":
         click.echo(render_csv(s), nl=False)
     else:
-        print_bench(results, fmt)
+        print_bench(results, fmt, details or trace, run)
         if trace:
             click.echo("\nAdaptive decisions per generation:")
             click.echo(render_trace(results["runs"]))

@@ -15,18 +15,35 @@ from . import interrupt
 from .advice import advise, render_advice
 from .hardware import MAX_THREADS_PER_CPU, parse_cpu_list
 from .models import fetch_model, local_model
+from .progress import PlainLog, make_log
 from .registry import DERIVABLE_QUANTS, ModelError, load_registry
 from .report import render_audit, render_details, render_noise, render_table
 from .schema import ResultsError, read_json, validate, validate_bench
 from .store import OutputError, ResultsSink, check_outputs, new_run_path, resolve_run
+from .stats import INTERVAL_LEGEND
 from .summary import noise_report, summarize
 from .sweep import SweepError, parse_values
 from .tasks import ALL_TASKS, depth_bound
+from .verdict import render_verdict, run_header
 from .window import describe_window, parse_window
 
 
+_log = PlainLog()
+
+
+def configure_log(verbose: bool = False) -> None:
+    """A progress bar on a terminal, plain lines otherwise (progress.make_log); the bar is
+    closed when the command ends."""
+    global _log
+    _log = make_log(verbose)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(_log.close)
+
+
 def log(msg: str) -> None:
-    click.echo(msg, err=True)
+    """What a command says while it runs (stderr)."""
+    _log(msg)
 
 
 def save_options(f):
@@ -319,14 +336,25 @@ def finish_outputs(sink) -> None:
         raise click.ClickException(problem)
 
 
-def print_bench(results: dict, fmt: str = "text") -> None:
-    """The bench's report: table (end-to-end headline, decode-only detail), details, audit,
-    advice, noise warning and the build it ran on. `cpuspec bench` and `cpuspec report` share
-    it."""
+def print_bench(results: dict, fmt: str = "text", details: bool = False,
+                source: str | None = None) -> None:
+    """The bench's report, shared by `cpuspec bench` and `cpuspec report`: by default the
+    first screen (verdict.render_verdict: verdict, advice, the next command); with details
+    (or markdown) the full table, per-task details, audit, advice table, noise and build."""
     s = summarize(results)
+    if not details and fmt == "text":
+        has_static = any(r["mode"] == "static" for r in results["runs"])
+        advice = advise(results) if results.get("cost_probe") and has_static else None
+        click.echo(run_header(results))
+        click.echo(render_verdict(results, s, advice, source))
+        noise = noise_report(results["runs"])
+        if noise["flags"]:
+            click.echo(f"WARNING: noisy measurements in {len(noise['prompts'])} prompt(s); "
+                       "their speedups are not trustworthy (--details says why and what to do)")
+        return
     k = results["settings"]["k"]
     click.echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
-               "decode-only = after the prefills. [95% CI] = bootstrap over prompts.")
+               f"decode-only = after the prefills. [95% CI] = {INTERVAL_LEGEND}.")
     depth = results.get("depth")
     if depth:
         held = depth["held_tokens"]

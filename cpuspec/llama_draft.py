@@ -27,10 +27,10 @@ import numpy as np
 from llama_cpp.llama_speculative import LlamaDraftModel
 
 from .hardware import MAX_THREADS_PER_CPU, default_threads
-from .lookup import HybridDrafter, LookupDrafter
+from .drafters import DRAFTERS as REGISTRY
 from .speculative import common_prefix, draft_tokens
 
-DRAFTERS = ("model", "hybrid", "lookup")
+DRAFTERS = tuple(n for n, d in REGISTRY.items() if d.in_draft_model)
 # As for `cpuspec bench -k`: no CPU gains from longer drafts (llama.cpp's --draft-max is 16).
 MAX_K = 32
 
@@ -65,7 +65,7 @@ class DraftModel(LlamaDraftModel):
             if model_path is not None:
                 raise ValueError("drafter 'lookup' drafts from the context alone and loads no "
                                  f"model: pass model_path=None, not {str(model_path)!r}")
-            self.decoder = LookupDrafter()
+            self.decoder = REGISTRY["lookup"].make(None)
         else:
             if model_path is None:
                 raise ValueError(f"drafter {drafter!r} needs a draft model file")
@@ -81,7 +81,7 @@ class DraftModel(LlamaDraftModel):
             except EngineError as exc:
                 self.close()
                 raise ValueError(str(exc)) from None
-            self.decoder = self.session if drafter == "model" else HybridDrafter(self.session)
+            self.decoder = REGISTRY[drafter].make(self.session)
             self.n_vocab = self.model.n_vocab
         self.held: list[int] = []   # the tokens the drafter's KV (or history) holds
         self.stats = {"calls": 0, "drafts": 0, "tokens_read": 0}

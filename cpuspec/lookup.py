@@ -16,12 +16,12 @@ from typing import Sequence
 from .speculative import NO_DRAFT
 # Longest and shortest n-gram matched. llama.cpp's lookup defaults are 3..1; replaying the
 # drafter against recorded greedy output priced with this CPU's verify-cost curve
-# (bench/lookup_ngram.py, chosen on grounded-1..4) gave 6..2: a 1-gram match is weak evidence,
+# (bench/research/lookup_ngram.py, chosen on grounded-1..4) gave 6..2: a 1-gram match is weak evidence,
 # and a wrong draft costs a bigger verify batch. Acceptance rose from 40 % to 66 %.
 NGRAM_MAX = 6
 NGRAM_MIN = 2
 # The hybrid asks lookup first only on an 8-token match. Replaying lookup over recorded greedy
-# output (`python bench/lookup_ngram.py --by-length`, machine B's Q4_0 and Q8_0 runs): a guess
+# output (`python bench/research/lookup_ngram.py --by-length`, machine B's Q4_0 and Q8_0 runs): a guess
 # from a 2..3-token match was right 34-73 % of the time, from an 8-token match 82-96 %, where the
 # 0.5B draft's first draft was accepted 89-94 % (json, code, grounded). Below 8 the model, which
 # costs c ≈ 0.2-0.4 decodes, is worth asking.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -22,14 +21,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .interrupt import ChildTimeout, start_child, wait_child
-from .lookup import HYBRID_NGRAM, NGRAM_MIN
+from .commands import (CLI, SERVER, invocations, python_snippet, shell,  # noqa: F401
+                       spec_flags)
 from .registry import cpuspec_home
 
 BIN_ENV = "CPUSPEC_LLAMA_BIN"
 SPECULATIVE = "llama-speculative-simple"
 COMPLETION = "llama-completion"
-SERVER = "llama-server"
-CLI = "llama-cli"
 BENCH = "llama-bench"
 BUILD_TARGETS = (SPECULATIVE, COMPLETION, SERVER, CLI, BENCH)
 # What `paths` runs; the server and CLI are only printed (and their flags checked).
@@ -94,53 +92,6 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     _run(["cmake", "--build", str(root / "build"), "--config", "Release", "-j",
                   str(os.cpu_count() or 2), "--target", *targets], None)
     return bin_dir
-
-
-# --- the configuration, as llama.cpp and llama-cpp-python take it --------------------------
-
-def spec_flags(draft: str | None, k: int, drafter: str) -> list[str]:
-    """llama.cpp's speculative flags for a cpuspec configuration. p-min 0 and n-min 0: draft
-    k tokens every round, as cpuspec does (llama.cpp's own defaults: n-max 3, p-min 0).
-    lookup and the hybrid map to llama.cpp's ngram-simple drafter, which matches one n-gram
-    length (cpuspec's lookup tries 6 down to 2): the nearest equivalent, not the same drafter."""
-    flags = []
-    if drafter in ("hybrid", "lookup"):
-        n = HYBRID_NGRAM if drafter == "hybrid" else NGRAM_MIN
-        flags += ["--spec-type", "ngram-simple" if drafter == "lookup" else
-                  "ngram-simple,draft-simple",
-                  "--spec-ngram-simple-size-n", str(n), "--spec-ngram-simple-size-m", str(k)]
-    else:
-        flags += ["--spec-type", "draft-simple"]
-    if drafter != "lookup":
-        flags += ["-md", str(draft), "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
-                  "--spec-draft-p-min", "0"]
-    return flags
-
-
-def invocations(target: str, draft: str | None, k: int, drafter: str, threads: int,
-                n_ctx: int = 4096) -> dict[str, list[str]]:
-    """The command lines (argv) that run this configuration in llama.cpp's server and CLI.
-    Greedy (temperature 0) is what cpuspec measured; the server takes the temperature per
-    request."""
-    common = ["-m", str(target), *spec_flags(draft, k, drafter), "-t", str(threads),
-              "-c", str(n_ctx)]
-    if drafter != "lookup":
-        common += ["-td", str(threads)]
-    return {SERVER: [SERVER, *common],
-            CLI: [CLI, *common, "--temp", "0"]}
-
-
-def python_snippet(target: str, draft: str | None, k: int, drafter: str, threads: int,
-                   n_ctx: int = 4096) -> str:
-    """The same configuration in llama-cpp-python, with cpuspec's DraftModel."""
-    drafter_arg = "" if drafter == "model" else f", drafter={drafter!r}"
-    return (f"Llama(model_path={str(target)!r}, n_ctx={n_ctx}, n_threads={threads}, "
-            f"draft_model=cpuspec.DraftModel({str(draft) if draft else None!r}, k={k}"
-            f"{drafter_arg}, n_threads={threads}))")
-
-
-def shell(argv: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
 
 
 def help_flags(bin_dir: Path, tool: str) -> set[str]:

@@ -21,13 +21,11 @@ from pathlib import Path
 from typing import Callable
 
 from . import native
-from .lookup import HybridDrafter, LookupDrafter
+from .drafters import DRAFTERS
 from .speculative import Decoder, generate_raw, generate_speculative, verify_greedy
+from .schema import ALL_PATHS, CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, REDECODE  # noqa: F401
 from .tasks import Prompt
 
-CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP = ("cpuspec", "cpuspec+redecode",
-                                                  "llama-cpp-python", "llama.cpp")
-ALL_PATHS = (CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP)
 CTX_SLACK = 64
 
 
@@ -96,8 +94,7 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
                 target = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
                 dsess = stack.enter_context(Session(draft_m, n_ctx, cfg.threads)) \
                     if draft_m else None
-                draft = (dsess if cfg.drafter == "model" else HybridDrafter(dsess)
-                         if cfg.drafter == "hybrid" else LookupDrafter(target_m.is_eog))
+                draft = DRAFTERS[cfg.drafter].make(dsess, target_m.is_eog)
                 runners = _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama,
                                    DraftModel, stack)
                 log("warm-up (not kept)")

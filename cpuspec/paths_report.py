@@ -7,8 +7,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from . import native
-from .paths import CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, REDECODE
+from . import commands
+from .schema import CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, REDECODE
 from .records import Machine
 from .report import fmt_value, speedup_cell
 from .stats import e2e_tok_s, speedup_stats
@@ -252,10 +252,10 @@ def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: in
     """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
     command lines, the llama-cpp-python call, and how much of cpuspec's gain each kept when
     `cpuspec paths` measured it here (or the command that measures it)."""
-    lines = [f"{indent}{tool}: {native.shell(argv)}"
-             for tool, argv in native.invocations(target, draft, k, drafter, threads).items()]
+    lines = [f"{indent}{tool}: {commands.shell(argv)}"
+             for tool, argv in commands.invocations(target, draft, k, drafter, threads).items()]
     lines.append(f"{indent}llama-cpp-python: "
-                 f"{native.python_snippet(target, draft, k, drafter, threads)}")
+                 f"{commands.python_snippet(target, draft, k, drafter, threads)}")
     found = measured_paths(target, draft, k, drafter, meta)
     if found is None:
         lines.append(f"{indent}how much of the gain each keeps: cpuspec paths --target "

@@ -38,114 +38,80 @@ from dataclasses import dataclass, field
 from .costs import best_draft_length
 from .speculative import RoundStats, StaticPolicy
 
-__all__ = ["AdaptivePolicy", "StaticPolicy"]   # StaticPolicy lives with the loop
+__all__ = ["AdaptivePolicy", "PolicyParams", "StaticPolicy"]   # StaticPolicy: with the loop
 
-# Weight of a new observation in the running cost means: ~the last 10 rounds dominate.
-EWMA_WEIGHT = 0.1
-# Acceptance prior: each position survives with probability 0.8, worth 2 observed rounds, so
-# speculation is tried before anything is known and the first rounds decide quickly.
-PRIOR_SURVIVAL = 0.8
-PRIOR_WEIGHT = 2.0
-# Forgetting of the acceptance counts: per observed round (at most ~50 rounds of memory, to
-# follow a change of task within a generation), per plain step while OFF (slow: the bound
-# reaches break-even again only after many steps), and per new prompt of the task.
-ROUND_DECAY = 0.98
-OFF_STEP_DECAY = 0.999
-GENERATION_DECAY = 0.9
-# Standard deviations above the mean for the optimistic bounds: switch OFF when even the
-# 1.5-sd bound of the best k predicts a loss; re-enter when the 1-sd bound predicts a gain.
-Z_OFF = 1.5
-Z_ON = 1.0
-# The probe times each batch size once, before any generation, and on a 2-vCPU VM that timing
-# wanders: machine B's probes put V(8) at 266-280 ms where the loop's verifies of 8 took
-# 195-227 ms (adaptive_heldout_q8_0_k7_n64/n128), which made k = 3 look better than k = 7
-# and the policy never tried k = 7. For choosing k, a batch size the loop has not verified yet
-# is priced this fraction below the probe's timing: each is tried once if it might be best,
-# then the loop's own timings (averaged with the probe's) decide.
-COST_PRIOR_SPREAD = 0.25
-SWITCH_OFF_SPEEDUP = 1.0
-# Re-entry (and switching on after a probe) must promise more than it costs: the draft's
-# prompt prefill and the ~8 rounds it takes to learn otherwise, 7-15 % of a 64-128-token
-# prompt. This and MIN_EVIDENCE_ROUNDS were chosen in a simulation (scripted rounds at the
-# per-position acceptance and costs of the Q4_0 pair's built-in-suite run, bench/README.md),
-# and confirmed on held-out prompts (bench/prompts_heldout.jsonl) in a real run.
-SWITCH_ON_SPEEDUP = 1.15
-# Re-entry is an experiment with a price: a task that lost before loses again while the
-# policy relearns (machine B, held-out story prompts: ~7 rounds at 0.9x, 2 % of each 64-token
-# prompt, on every prompt). A task that was switched off re-enters only once the plain decoding
-# since is large enough that what its last stretch of speculation cost (its net loss against
-# plain decoding, from switching on to switching off, plus the draft's prefill of this prompt)
-# is at most this fraction of it: checking again costs a task where SD loses at most ~this much.
-REENTRY_BUDGET = 0.03
-# ... unless the mean itself (not only its optimistic bound) predicts that SD pays: then the
-# decoding is expected to lose nothing, the draft's prefill of the prompt is the price of the
-# check (the bound must pay it back, as for any re-entry), and a task that paid until one bad
-# stretch switched it off does not wait many prompts for the budget (machine B, held-out set 4,
-# json at 64 tokens: json-1 paid for 7 rounds, then kept no draft for 6, and the task ran plain
-# until json-11, 0.85x static k = 7).
-REENTRY_MEAN = 1.0
-# ... and only where that mean rests on evidence: this many (decayed) rounds that drafted. While
-# OFF the counts forget, which is meant to widen the bound, but it also lets the prior (0.8 per
-# position) pull the mean back up with no new round seen: machine C, held-out long set 2,
-# explain at 128 tokens (policy v7): switched off at a mean of 0.972, the mean rose to 1.0007
-# over two plain prompts while the evidence decayed from 11 to 5 rounds, and the task re-entered
-# to lose again (0.92x raw). The json case above re-enters with about 10 rounds behind it.
-REENTRY_MEAN_EVIDENCE = 8
-# V(1), plain decoding, is the yardstick every prediction is measured against, and only a
-# plain step times it. Plain steps while OFF rescale every cost (a change of machine speed),
-# so a slow spell while off leaves every cost high; when speculation resumes, its rounds time
-# V(n) and the draft again, but V(1) stays as the slow spell left it and SD looks better than
-# it is (machine B, held-out story at 128 tokens: V(1) 84 ms against the loop's 68 ms, and
-# k = 2 kept on at 0.9x for five prompts). So while ON, one round in this many is a plain
-# step, and a plain step right after an SD round moves V(1) alone, by this weight.
-V1_REFRESH_ROUNDS = 16
-V1_REFRESH_WEIGHT = 0.5
-# A long prompt whose prefill the mean prices out is explored (tried, to learn) only where the
-# optimistic bound's saving over the answer pays back this many times the draft's prefill:
-# the exploring generation spends its first ~8 rounds learning, so a saving that only just
-# covers the prefill (an answer barely past break-even) never comes back. Set on replays
-# (bench/replay_policy.py) of machine B's recorded runs: at 1.0 every 64-token long-explain
-# run with a 512-token draft window explored its first prompt at a cost of ~2-3 % of the task;
-# at 1.5 no 64-token long-input run explores (where static won there, it won by at most 2 %),
-# 128-token runs still do where static wins, and the lowest adaptive ÷ static where static
-# wins stayed at 0.98; at 2.0 long-doc at 128 tokens fell to 0.97× static. Checked afterwards
-# on prompts that played no part in setting it (bench/prompts_heldout_long2.jsonl).
-EXPLORE_MARGIN = 1.5
-# Only drafted positions are ever learned: where the mean's best k is k, position k + 1 is never
-# tried and keeps the prior (0.8), which can keep k short for good. Machine C, held-out long
-# set 3 at 128 tokens (policy v8): on edit-heldout3-1 and doc-heldout3-1 the policy drafted
-# k = 1 for 62 and 63 rounds with every draft accepted, where static k = 7 kept all 7 drafts
-# in 15 of 16 rounds; decoding at k = 1 went no faster than raw. So while the mean's k is
-# chosen (thin evidence), one position more is drafted where the last one has EXTEND_PROOF
-# decayed rounds behind it and a posterior mean of at least EXTEND_SURVIVAL (two rounds, both
-# kept, give 0.9 under the prior), and the next is known from fewer than EXTEND_EVIDENCE rounds
-# and not known to be worse than the prior. Set on replays of every recorded adaptive run
-# (163 task rows, set 3 included): a survival bar of 0.8 also extended where SD loses (story,
-# translate) and took the lowest row there from 0.963 to 0.954 raw; 0.9 leaves that side's
-# lowest at 0.963 and lifts the lowest where static wins from 0.936 to 0.979.
-EXTEND_EVIDENCE = 8
-EXTEND_PROOF = 2
-EXTEND_SURVIVAL = 0.9
-# After a probe the draft has caught up already: switching on costs nothing more.
-PROBE_SWITCH_ON_SPEEDUP = 1.0
-# ... or when the mean predicts a loss at every k after this many (decayed) rounds of evidence:
-# with cheap drafts the bound alone would need hundreds of rounds to rule out 5 % acceptance.
-MIN_EVIDENCE_ROUNDS = 8
-# While OFF mid-generation, one probe round every this many plain steps, where allowed and
-# only while the optimistic bound says SD may pay (or to refresh the draft cost when costs
-# alone rule it out); k = 1 is the cheapest probe.
-PROBE_EVERY_STEPS = 64
-PROBE_K = 1
-# A probe whose drafts were all accepted shrinks the counts by this (a change of regime).
-PROBE_SUCCESS_DECAY = 0.5
-# When the costs alone rule speculation out (even 100 % acceptance would not pay), acceptance
-# cannot change the verdict: probe this many times less often, just to refresh the draft cost.
-COSTS_RULE_OUT_PROBE_FACTOR = 8
-# A probe after s plain steps first makes the draft catch up on those s tokens (one batch).
-# Mid-generation probes are allowed only while that costs at most this fraction of the target
-# decodes it spans: measured here, a 0.5B Q4_K_M draft catches up at ~0.2 target decodes per
-# token, so on such a CPU a probe would cost more than speculation could win back.
-PROBE_BUDGET = 0.03
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """Every tuning constant of AdaptivePolicy, each with why it has its value and where that
+    value was set (docs/adaptive-policy.md#parameters has the full reasoning; the versions that
+    set them, v1-v9, are in docs/adaptive-history.md). Set on recorded runs of machines B and C:
+    regression pins, not evidence that another value does worse."""
+    # weight of a new timing in the running cost means: ~the last 10 rounds dominate
+    ewma_weight: float = 0.1
+    # acceptance prior per draft position, so SD is tried before anything is known
+    prior_survival: float = 0.8
+    # ... worth this many observed rounds, so the first rounds decide quickly
+    prior_weight: float = 2.0
+    # forgetting per observed round (~50 rounds of memory: follows a change of task)
+    round_decay: float = 0.98
+    # forgetting per plain step while off (slow: the bound climbs back over many steps)
+    off_step_decay: float = 0.999
+    # forgetting per new prompt of the task
+    generation_decay: float = 0.9
+    # switch off when even the mean + 1.5 sd bound of the best k predicts a loss
+    z_off: float = 1.5
+    # re-enter (and choose k optimistically) on the mean + 1 sd bound
+    z_on: float = 1.0
+    # a batch size the loop has not verified is priced this fraction below the probe (the
+    # probe's one timing wanders; machine B, V(8))
+    cost_prior_spread: float = 0.25
+    # the predicted speedup below which SD is off: break-even
+    switch_off_speedup: float = 1.0
+    # re-entry must promise this much: the draft's prefill and ~8 learning rounds cost 7-15 %
+    # (simulation + held-out run)
+    switch_on_speedup: float = 1.15
+    # a task switched off re-enters once its last loss is at most this share of the plain
+    # decoding since (machine B, held-out story)
+    reentry_budget: float = 0.03
+    # ... or at once when the mean itself predicts this speedup (machine B, held-out set 4, json)
+    reentry_mean: float = 1.0
+    # ... from at least this many decayed drafted rounds, not the prior's pull (machine C,
+    # held-out long set 2)
+    reentry_mean_evidence: int = 8
+    # while on, one plain step in this many rounds re-times V(1), the yardstick (machine B,
+    # held-out story)
+    v1_refresh_rounds: int = 16
+    # ... which moves V(1) alone by this weight
+    v1_refresh_weight: float = 0.5
+    # a long prompt the mean prices out is tried only if the bound pays its prefill back this
+    # many times (replays of machine B's runs)
+    explore_margin: float = 1.5
+    # draft one position past the mean's k while that position has fewer rounds than this
+    # (machine C, held-out long set 3)
+    extend_evidence: int = 8
+    # ... and the last position has at least this many decayed rounds
+    extend_proof: int = 2
+    # ... with a posterior mean of at least this (replays of 163 recorded task rows)
+    extend_survival: float = 0.9
+    # after a probe the draft has caught up: switching on needs only break-even
+    probe_switch_on_speedup: float = 1.0
+    # switch off on the mean (not only the bound) after this many decayed rounds
+    min_evidence_rounds: int = 8
+    # while off mid-generation, one probe round every this many plain steps
+    probe_every_steps: int = 64
+    # a probe drafts this many tokens (the cheapest)
+    probe_k: int = 1
+    # a probe that kept every draft shrinks the counts by this (a change of regime)
+    probe_success_decay: float = 0.5
+    # when costs alone rule SD out, probe this many times less often
+    costs_rule_out_probe_factor: int = 8
+    # mid-generation probes only where the draft's catch-up costs at most this share of the
+    # target decodes it spans
+    probe_budget: float = 0.03
+
+
+DEFAULT = PolicyParams()
 
 
 @dataclass
@@ -159,6 +125,7 @@ class AdaptivePolicy:
     steps_off: int = 0
     history: list[int] = field(default_factory=list)   # k chosen each round
     trace: list[list] = field(default_factory=list)     # [k, mean ×, optimistic ×, reason]
+    p: PolicyParams = field(default_factory=lambda: DEFAULT)   # the tuning constants
 
     def __post_init__(self) -> None:
         if self.k_max < 1 or any(n not in self.verify_s for n in range(1, self.k_max + 2)):
@@ -202,7 +169,8 @@ class AdaptivePolicy:
         """Position i + 1's conditional acceptance: its posterior mean and the weight (prior +
         decayed rounds) behind it."""
         n, s = self.drafted[i], self.survived[i]
-        a, b = s + PRIOR_WEIGHT * PRIOR_SURVIVAL, n - s + PRIOR_WEIGHT * (1 - PRIOR_SURVIVAL)
+        w, prior = self.p.prior_weight, self.p.prior_survival
+        a, b = s + w * prior, n - s + w * (1 - prior)
         return a / (a + b), a + b
 
     def conditional(self, i: int) -> float:
@@ -211,12 +179,12 @@ class AdaptivePolicy:
 
     def extends(self, k: int) -> bool:
         """Whether to draft one position past the mean's k to learn it: position k is proven
-        (EXTEND_PROOF rounds, mean ≥ EXTEND_SURVIVAL), position k + 1 is thinly known and no
-        worse than the prior (the comment above EXTEND_EVIDENCE)."""
-        return k < self.k_max and self.drafted[k] < EXTEND_EVIDENCE and \
-            self.drafted[k - 1] >= EXTEND_PROOF and \
-            self.conditional(k - 1) >= EXTEND_SURVIVAL - 1e-9 and \
-            self.conditional(k) >= PRIOR_SURVIVAL - 1e-9
+        (p.extend_proof rounds, mean ≥ p.extend_survival), position k + 1 is thinly known and
+        no worse than the prior (PolicyParams.extend_evidence)."""
+        return k < self.k_max and self.drafted[k] < self.p.extend_evidence and \
+            self.drafted[k - 1] >= self.p.extend_proof and \
+            self.conditional(k - 1) >= self.p.extend_survival - 1e-9 and \
+            self.conditional(k) >= self.p.prior_survival - 1e-9
 
     @property
     def survival(self) -> list[float]:
@@ -231,18 +199,18 @@ class AdaptivePolicy:
     def best(self, z: float = 0.0, explore_costs: bool = False) -> tuple[int, float]:
         """The k ≥ 1 with the best predicted speedup (mean survival, or its bound at z), and
         that speedup; below 1.0 when no draft length pays. explore_costs: each V(n) at its
-        optimistic bound until the loop has verified n once (COST_PRIOR_SPREAD), for choosing k
-        only."""
+        optimistic bound until the loop has verified n once (p.cost_prior_spread), for
+        choosing k only."""
         verify = self.verify_s
         if explore_costs:   # V(1), plain decoding, is the yardstick: never discounted
-            verify = {n: v * (1.0 - COST_PRIOR_SPREAD) if n > 1 and not self.verified.get(n)
+            verify = {n: v * (1.0 - self.p.cost_prior_spread) if n > 1 and not self.verified.get(n)
                       else v for n, v in self.verify_s.items()}
         return best_draft_length(self._survival(z), self.draft_s, verify)
 
     def costs_rule_out(self) -> bool:
         """True when no k pays even if every draft were accepted."""
         return best_draft_length([1.0] * self.k_max, self.draft_s,
-                                 self.verify_s)[1] < SWITCH_OFF_SPEEDUP
+                                 self.verify_s)[1] < self.p.switch_off_speedup
 
     def new_generation(self, unread_prompt_tokens: int = 0, max_tokens: int = 0) -> None:
         """A new prompt: what was learned is kept, weighing a little less; the draft starts in
@@ -255,17 +223,17 @@ class AdaptivePolicy:
         self._after_off = False
         self._steps_before = 0
         self._new_generation = True
-        self._decay(GENERATION_DECAY)
+        self._decay(self.p.generation_decay)
 
     def probes_pay(self) -> bool:
         """Catching the draft up after plain steps is cheap enough to probe mid-generation."""
-        return self.catchup_s <= PROBE_BUDGET * self.verify_s[1]
+        return self.catchup_s <= self.p.probe_budget * self.verify_s[1]
 
     def reentry_affordable(self) -> bool:
         """The plain decoding since the last switch-off pays for trying again: what the last
         stretch of speculation lost, plus the draft's prefill of this prompt, is at most
-        REENTRY_BUDGET of it."""
-        return REENTRY_BUDGET * self._plain_off_s >= \
+        p.reentry_budget of it."""
+        return self.p.reentry_budget * self._plain_off_s >= \
             self._reentry_cost_s + self._unread * self.prefill_s
 
     def _switch_off(self) -> None:
@@ -304,19 +272,19 @@ class AdaptivePolicy:
                                "plain: this prompt's prefill outweighs the gain"])
             return 0
         _, s_mean = self.best()
-        _, s_opt = self.best(Z_OFF if self.on else Z_ON)
+        _, s_opt = self.best(self.p.z_off if self.on else self.p.z_on)
         starting, self._new_generation = self._new_generation, False
         probed, self._probed = self._probed, False
         explore = ""
         if starting and self.on and self.prefill_outweighs_gain(s_mean):
             # The mean prices the prefill out. If the optimistic bound (acceptance at its 1-sd
-            # bound, unverified batch sizes at theirs) pays it back EXPLORE_MARGIN times over,
+            # bound, unverified batch sizes at theirs) pays it back p.explore_margin times over,
             # the prompt is tried: what
             # is learned serves the task's next prompts, and the evidence bounds the loss (a
             # losing task switches off within ~8 rounds, and its bound then prices the next
             # long input out). Otherwise the whole generation runs plain.
-            s_explore = self.best(Z_ON, explore_costs=True)[1]
-            if self.prefill_outweighs_gain(s_explore, EXPLORE_MARGIN):
+            s_explore = self.best(self.p.z_on, explore_costs=True)[1]
+            if self.prefill_outweighs_gain(s_explore, self.p.explore_margin):
                 self._plain_generation = True
                 self._plain_figures = [round(s_mean, 4), round(s_opt, 4)]
                 self.history.append(0)
@@ -331,20 +299,21 @@ class AdaptivePolicy:
             if self.on:
                 self._switch_off()
             reason = "off: even 100 % acceptance cannot pay at these costs"
-        elif self.on and s_opt < SWITCH_OFF_SPEEDUP:
+        elif self.on and s_opt < self.p.switch_off_speedup:
             self._switch_off()
             reason = "switched off: the optimistic bound predicts a loss at every k"
-        elif self.on and s_mean < SWITCH_OFF_SPEEDUP and self.drafted[0] >= MIN_EVIDENCE_ROUNDS:
+        elif self.on and s_mean < self.p.switch_off_speedup and \
+                self.drafted[0] >= self.p.min_evidence_rounds:
             self._switch_off()
             reason = "switched off: the mean of enough rounds predicts a loss at every k"
-        elif not self.on and starting and s_opt > SWITCH_ON_SPEEDUP and \
+        elif not self.on and starting and s_opt > self.p.switch_on_speedup and \
                 not self.prefill_outweighs_gain(s_opt) and (
-                    (mean_pays := s_mean >= REENTRY_MEAN and
-                     self.drafted[0] >= REENTRY_MEAN_EVIDENCE) or self.reentry_affordable()):
+                    (mean_pays := s_mean >= self.p.reentry_mean and
+                     self.drafted[0] >= self.p.reentry_mean_evidence) or self.reentry_affordable()):
             self.on, reason = True, "re-entry at a new prompt: " + (
                 "the mean pays" if mean_pays else
                 "the optimistic bound pays, and the plain decoding since pays for the try")
-        elif not self.on and probed and s_mean > PROBE_SWITCH_ON_SPEEDUP:
+        elif not self.on and probed and s_mean > self.p.probe_switch_on_speedup:
             self.on, reason = True, "switched on: a probe showed that SD pays"
         else:
             reason = explore or ("on" if self.on else "off")
@@ -356,17 +325,17 @@ class AdaptivePolicy:
             # says it loses but the evidence is thin: the mean's least bad k, the cheapest way
             # to find out.
             k_mean, _ = self.best()
-            choice = self.best(Z_ON, explore_costs=True)[0] \
-                if s_mean >= SWITCH_ON_SPEEDUP else k_mean
-            if s_mean < SWITCH_ON_SPEEDUP and self.extends(choice):
+            choice = self.best(self.p.z_on, explore_costs=True)[0] \
+                if s_mean >= self.p.switch_on_speedup else k_mean
+            if s_mean < self.p.switch_on_speedup and self.extends(choice):
                 choice += 1
                 reason = f"extend: draft position {choice} to learn it"
-            if self._sd_rounds >= V1_REFRESH_ROUNDS:
+            if self._sd_rounds >= self.p.v1_refresh_rounds:
                 choice, reason = 0, "plain step: V(1), the yardstick, timed again"
-        elif self.probes_pay() and self.steps_off >= PROBE_EVERY_STEPS * (
-                COSTS_RULE_OUT_PROBE_FACTOR if self.costs_rule_out() else 1) and (
-                s_opt > PROBE_SWITCH_ON_SPEEDUP or self.costs_rule_out()):
-            choice, self.steps_off = min(PROBE_K, self.k_max), 0
+        elif self.probes_pay() and self.steps_off >= self.p.probe_every_steps * (
+                self.p.costs_rule_out_probe_factor if self.costs_rule_out() else 1) and (
+                s_opt > self.p.probe_switch_on_speedup or self.costs_rule_out()):
+            choice, self.steps_off = min(self.p.probe_k, self.k_max), 0
             reason, self._probed = "probe", True
         else:
             choice = 0
@@ -375,11 +344,11 @@ class AdaptivePolicy:
         return choice
 
     def observe(self, r: RoundStats) -> None:
-        w = EWMA_WEIGHT
+        w = self.p.ewma_weight
         if r.k == 0:
             self.steps_off += 1
             if not self.on:
-                self._decay(OFF_STEP_DECAY)
+                self._decay(self.p.off_step_decay)
                 self._plain_off_s += r.verify_s
             if self._sd_rounds:
                 # right after SD rounds the other costs are fresh: only the yardstick moves.
@@ -387,7 +356,7 @@ class AdaptivePolicy:
                 # a draft step nor a catch-up, so it teaches no draft cost.
                 self._sd_rounds = 0
                 self._skip_draft_cost = True
-                self.verify_s[1] += V1_REFRESH_WEIGHT * (r.verify_s - self.verify_s[1])
+                self.verify_s[1] += self.p.v1_refresh_weight * (r.verify_s - self.verify_s[1])
                 return
             self._steps_before = self.steps_off
             self._after_off, self._skip_draft_cost = True, False
@@ -406,8 +375,8 @@ class AdaptivePolicy:
         if not self.on and r.n_accepted == r.k:
             # A probe that kept every draft while the task was off: the regime may have
             # changed, so the old evidence against SD counts for less.
-            self._decay(PROBE_SUCCESS_DECAY)
-        self._decay(ROUND_DECAY)
+            self._decay(self.p.probe_success_decay)
+        self._decay(self.p.round_decay)
         # Greedy drafts: position i is the same draft for any k ≥ i. Position i was tried
         # only if the drafts before it were accepted.
         for i in range(1, min(r.k, r.n_accepted + 1) + 1):

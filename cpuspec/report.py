@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from .costs import CostModel, verdict_line
 from .predict import PREDICTED_FROM
+from .stats import raw_by_unit, raw_of
 from .summary import OVERALL, policy_events, summarize
 
 
@@ -339,3 +340,27 @@ def render_noise(report: dict) -> str:
                  "cores (--p-cores), and rerun with --repetitions 3, or --max-noise 0.1 to "
                  "measure disturbed prompts again.")
     return "\n".join(lines)
+
+
+PER_PROMPT_HEADERS = ["prompt", "rep", "mode", "prompt tokens", "target prefill s",
+                      "draft prefill s", "decode s", "e2e s", "rounds drafting",
+                      "raw e2e ÷ this"]
+
+
+def per_prompt_rows(results: dict, tasks: list[str] | None = None) -> list[list]:
+    """Every generation, one row: where its end-to-end time went (the target's prefill, the
+    draft's prefill, the decode), how many rounds drafted, and its speed against the raw
+    mode's on the same prompt (raw seconds ÷ its seconds, both end to end): for finding which
+    prompt and which phase moved a task's ratio (`cpuspec report RUN --per-prompt`)."""
+    raw = raw_by_unit(results["runs"])
+    out = []
+    for r in results["runs"]:
+        if tasks and r["task"] not in tasks:
+            continue
+        base = raw_of(raw, r)
+        out.append([r["prompt_id"], r.get("repetition", 0), r["mode"], r["prompt_tokens"],
+                    f"{r['prefill_s']:.2f}", f"{r.get('draft_prefill_s') or 0.0:.2f}",
+                    f"{r['decode_s']:.2f}", f"{r['e2e_s']:.2f}",
+                    sum(1 for row in r.get("rounds", []) if row[0] > 0),
+                    f"{base['e2e_s'] / r['e2e_s']:.2f}×" if base else "—"])
+    return out

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .paths import ALL_PATHS
 from .speculative import ROUND_FIELDS
 
 
@@ -16,6 +15,11 @@ SCHEMA_VERSION = 2
 
 
 READABLE_SCHEMA_VERSIONS = (1, 2)
+
+# The stacks a paths file measures (cpuspec paths --paths).
+CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP = ("cpuspec", "cpuspec+redecode",
+                                                  "llama-cpp-python", "llama.cpp")
+ALL_PATHS = (CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP)
 
 
 class ResultsError(ValueError):

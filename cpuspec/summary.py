@@ -9,7 +9,7 @@ import statistics
 from typing import Any
 
 from .costs import cost_model, cost_model_per_round
-from .measure import MIN_JUDGED_WINDOW_S, OUTLIER_FRACTION_OF_MEDIAN, noise_reasons
+from .records import MIN_JUDGED_WINDOW_S, OUTLIER_FRACTION_OF_MEDIAN, noise_reasons
 from .predict import PREDICTED_FROM, predict_from_probe, predict_from_rounds
 from .speculative import ROUND_FIELDS
 from .stats import (MIN_CI_UNITS, decode_tok_s, e2e_tok_s, percentile, run_e2e_s,
@@ -39,7 +39,7 @@ def _latency_ms(runs: list[dict]) -> dict[str, float]:
 
 def ratio_fields(base: list[dict], other: list[dict], prefix: str) -> dict[str, Any]:
     """other ÷ base end to end with its interval (or range) and verdict, under `prefix` as
-    report.speedup_cell reads it (summary rows, bench/shared_prefill.py)."""
+    report.speedup_cell reads it (summary rows, bench/research/shared_prefill.py)."""
     st = speedup_stats(base, other)
     return {f"{prefix}speedup": st["speedup"], f"{prefix}speedup_ci": st["ci"],
             f"{prefix}speedup_units": st["units"], f"{prefix}speedup_range": st["range"],

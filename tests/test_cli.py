@@ -105,7 +105,7 @@ def test_malformed_prompts_file_names_the_line(tmp_path):
 def test_bench_end_to_end_on_tiny_models(tiny_models, tmp_path):
     out = tmp_path / "r.json"
     csv_path = tmp_path / "r.csv"
-    res = run(*tiny_args(tiny_models, "--tasks", "json,code", "--json", str(out),
+    res = run(*tiny_args(tiny_models, "--details", "--tasks", "json,code", "--json", str(out),
                          "--csv", str(csv_path)))
     assert res.exit_code == 0, res.output
     assert "accept %" in res.output and "1+α+β" in res.output
@@ -143,7 +143,7 @@ def test_hybrid_drafter_on_tiny_models(tiny_models, tmp_path):
     """The hybrid records its draft counts per run, stays lossless, and gets a prediction from
     its rounds."""
     out = tmp_path / "h.json"
-    res = run(*tiny_args(tiny_models, "--tasks", "grounded", "--drafter", "hybrid",
+    res = run(*tiny_args(tiny_models, "--details", "--tasks", "grounded", "--drafter", "hybrid",
                          "--policy", "static", "--json", str(out)))
     assert res.exit_code == 0, res.output
     assert "hybrid with prompt lookup" in res.output
@@ -216,7 +216,7 @@ def test_report_rejects_non_results_file(tmp_path):
 def test_subprocess_bench(tiny_models, tmp_path):
     out = tmp_path / "sub.json"
     proc = subprocess.run([sys.executable, "-m", "cpuspec", *tiny_args(
-        tiny_models, "--tasks", "story", "--json", str(out))],
+        tiny_models, "--tasks", "story", "--json", str(out), "--details")],
         capture_output=True, text=True, env=dict(os.environ), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "story: SD " in proc.stdout
@@ -331,7 +331,7 @@ def test_sampling_bench_is_seeded(tiny_models, tmp_path):
     outs = []
     for i in range(2):
         out = tmp_path / f"t{i}.json"
-        res = run(*tiny_args(tiny_models, "--tasks", "story", "--temperature", "0.8",
+        res = run(*tiny_args(tiny_models, "--details", "--tasks", "story", "--temperature", "0.8",
                              "--seed", "7", "--json", str(out)))
         assert res.exit_code == 0, res.output
         assert "in distribution only" in res.output

@@ -224,7 +224,7 @@ def test_raw_decode_is_memory_bound_across_quants():
     q8 = summarize(read_json(b / "bench_q8_0_k7.json"))["overall"]
     assert q8["raw_decode_tok_s"] < 0.6 * q4["raw_decode_tok_s"]
     assert 0.75 < q8["raw_weight_gb_s"] / q4["raw_weight_gb_s"] < 1.33
-    res = run("report", str(b / "bench_q8_0_k7.json"))
+    res = run("report", str(b / "bench_q8_0_k7.json"), "--details")
     assert res.exit_code == 0 and "raw decode reads the target's weights at 30." in res.output
 
 

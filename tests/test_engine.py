@@ -102,7 +102,7 @@ def test_batched_and_one_token_logits_agree(models, sessions):
 
 
 def test_greedy_guesses_past_one_batch_are_all_read(models, sessions):
-    """eval of more output rows than a batch holds (bench/window_acceptance.py teacher-forces
+    """eval of more output rows than a batch holds (bench/research/window_acceptance.py teacher-forces
     a 768-token answer through a 512-token batch): every row, as one batch of them gives."""
     m = models["target"]
     tokens = m.tokenize(" ".join(TEXTS * 3))

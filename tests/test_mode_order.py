@@ -1,6 +1,6 @@
 """The order bench runs a prompt's modes in (cpuspec.order.mode_order): a Williams design, so
 that what one mode leaves behind lands on every other mode alike; results files written before
-it ran a rotation and say nothing, and bench/plain_vs_raw.py --by-order reads each as it ran."""
+it ran a rotation and say nothing, and bench/research/plain_vs_raw.py --by-order reads each as it ran."""
 import collections
 import json
 import subprocess
@@ -49,7 +49,7 @@ def test_by_order_reads_a_file_that_ran_the_design_by_it(tmp_path):
     rec["settings"]["mode_order"] = "williams"
     path = tmp_path / "williams.json"
     path.write_text(json.dumps(rec))
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "plain_vs_raw.py"), str(path),
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "research" / "plain_vs_raw.py"), str(path),
                         "--by-order"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     counts = {ln.split()[2]: int(ln.split()[3]) for ln in p.stdout.splitlines()

@@ -1,17 +1,22 @@
-"""bench/per_prompt.py on machine B's long-suite run at 128 tokens (policy 1e4beea)."""
-import subprocess
-import sys
+"""`cpuspec report --per-prompt` on machine B's long-suite run at 128 tokens (policy 1e4beea)."""
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from cpuspec.cli import main
 
 ROOT = Path(__file__).parent.parent
 RUN = ROOT / "bench" / "results" / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n128_v5.json"
 
 
+class Done:
+    def __init__(self, res):
+        self.returncode, self.stdout, self.stderr = res.exit_code, res.output, res.output
+
+
 def tool(*args):
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "per_prompt.py"), *args],
-                          capture_output=True, text=True)
+    return Done(CliRunner().invoke(main, ["report", *args[:1], "--per-prompt", *args[1:]]))
 
 
 def test_a_line_per_generation_against_the_raw_modes():
@@ -26,8 +31,8 @@ def test_a_line_per_generation_against_the_raw_modes():
     assert row["raw"][-1] == "1.00×" and row["adaptive"][-1] == "0.74×"
 
 
-@pytest.mark.parametrize("args, message", [(["missing.json"], "cannot read results"),
+@pytest.mark.parametrize("args, message", [(["missing.json"], "no results file or saved run"),
                                            ([str(RUN), "--tasks", "nope"], "no generations")])
-def test_bad_input_gets_a_message_and_exit_2(args, message):
+def test_bad_input_gets_a_message_and_exit_1(args, message):
     p = tool(*args)
-    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr

@@ -1,4 +1,4 @@
-"""bench/plain_vs_raw.py on machine C's runs on held-out long set 3 (policy v8, window 256,256)."""
+"""bench/research/plain_vs_raw.py on machine C's runs on held-out long set 3 (policy v8, window 256,256)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +12,7 @@ N64 = C / "adaptive_heldout_long3_q8_0_k7_n64_v8w256.json"
 
 
 def tool(*args):
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "plain_vs_raw.py"), *args],
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "research" / "plain_vs_raw.py"), *args],
                           capture_output=True, text=True)
 
 

@@ -1,9 +1,12 @@
 """The adaptive draft-length controller on scripted costs and acceptance, and in the loop."""
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from cpuspec.policy import PROBE_EVERY_STEPS, PROBE_K, AdaptivePolicy, StaticPolicy
+from cpuspec.policy import DEFAULT, AdaptivePolicy, StaticPolicy
+
+PROBE_EVERY_STEPS, PROBE_K = DEFAULT.probe_every_steps, DEFAULT.probe_k
 from cpuspec.speculative import RoundStats, generate_raw, generate_speculative
 from fakes import FakeClock, FakeDecoder, flaky_draft_rule, target_rule
 
@@ -291,7 +294,7 @@ def test_a_k_the_probe_priced_too_dear_is_tried_and_kept(monkeypatch):
     assert AdaptivePolicy(k_max=7, **prior).best()[0] == 3
     ks = feed(AdaptivePolicy(k_max=7, **prior), 60, True, loop)
     assert ks[-10:] == [7] * 10
-    monkeypatch.setattr(policy, "COST_PRIOR_SPREAD", 0.0)
+    monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, cost_prior_spread=0.0))
     ks = feed(AdaptivePolicy(k_max=7, **prior), 60, True, loop)
     assert 7 not in ks
 
@@ -299,7 +302,7 @@ def test_a_k_the_probe_priced_too_dear_is_tried_and_kept(monkeypatch):
 def test_v1_is_timed_again_while_on():
     """While on, one round in V1_REFRESH_ROUNDS is a plain step; it moves V(1) alone (the
     other costs were just timed), halfway to what it measured."""
-    from cpuspec.policy import V1_REFRESH_ROUNDS
+    V1_REFRESH_ROUNDS = DEFAULT.v1_refresh_rounds
     p = AdaptivePolicy(k_max=4, **GPU_LIKE)
     for _ in range(2 * (V1_REFRESH_ROUNDS + 1)):
         k = p.next_k()

@@ -13,6 +13,7 @@ that steady costs cannot show: the run's own rounds are fed back with their reco
 They are regression pins, not evidence: the policy's constants were set on these very cases,
 so passing them shows only that a later change has not undone what was set. The evidence for a
 policy change is pooled runs on prompts it was not set on (docs/adaptive-policy.md)."""
+import dataclasses
 import math
 from pathlib import Path
 
@@ -66,14 +67,14 @@ def test_a_long_input_task_where_sd_loses_is_explored_at_most_once():
     assert out.raw_s / out.adaptive_s >= 0.97
 
 
-@pytest.mark.parametrize("margin", [1.0, policy.EXPLORE_MARGIN])
+@pytest.mark.parametrize("margin", [1.0, policy.DEFAULT.explore_margin])
 def test_a_short_answer_does_not_explore_a_long_input_on_a_bare_margin(monkeypatch, margin):
     """long-explain at 64 tokens with the draft reading a 512-token window of each input
     (static k = 7 0.84-0.89x raw): the optimistic bound just paid the window's prefill back, so
     the policy explored the first input in both runs and lost ~3 % of the task on it. With the
     margin it runs every input plain; at 128 tokens long-edit, where static won 1.04x with the
     window, is still explored and keeps up with static."""
-    monkeypatch.setattr(policy, "EXPLORE_MARGIN", margin)
+    monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, explore_margin=margin))
     for name in ("adaptive_long_q8_0_k7_n64_w256.json",
                  "adaptive_long_explain_q8_0_k7_n64_w256b.json"):
         r = task_replay(name, "long-explain")
@@ -86,7 +87,7 @@ def test_a_short_answer_does_not_explore_a_long_input_on_a_bare_margin(monkeypat
     assert any(out.ks[0]) and out.static_s / out.adaptive_s >= 0.97
 
 
-@pytest.mark.parametrize("budget", [policy.REENTRY_BUDGET, math.inf])
+@pytest.mark.parametrize("budget", [policy.DEFAULT.reentry_budget, math.inf])
 def test_a_losing_task_is_reentered_only_as_the_plain_decoding_since_pays_for_it(
         monkeypatch, budget):
     """Held-out story prompts at 64 tokens (static k = 7 0.64x raw): the policy switched off on
@@ -94,7 +95,7 @@ def test_a_losing_task_is_reentered_only_as_the_plain_decoding_since_pays_for_it
     four prompts. With the re-entry budget, two passes over the prompts (8 generations) re-enter
     at most twice and cost at most 4 % against raw; without it (an unlimited budget) every prompt
     re-enters."""
-    monkeypatch.setattr(policy, "REENTRY_BUDGET", budget)
+    monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, reentry_budget=budget))
     r = task_replay("adaptive_heldout_q8_0_k7_n64_v2.json", "story")
     out = r.run(r.policy(), 64, prompts=r.prompts * 2)
     reentries = sum(k[0] > 0 for k in out.ks[1:])
@@ -104,7 +105,7 @@ def test_a_losing_task_is_reentered_only_as_the_plain_decoding_since_pays_for_it
         assert reentries >= 6
 
 
-@pytest.mark.parametrize("refresh", [policy.V1_REFRESH_ROUNDS, 10 ** 9])
+@pytest.mark.parametrize("refresh", [policy.DEFAULT.v1_refresh_rounds, 10 ** 9])
 def test_the_yardstick_is_timed_again_after_a_slow_spell(monkeypatch, refresh):
     """Second held-out set, story at 128 tokens: the plain decode of story-3 in the adaptive
     mode ran ~18 % slower than raw decoding of the same prompt (the VM's noise), which raised
@@ -115,7 +116,7 @@ def test_the_yardstick_is_timed_again_after_a_slow_spell(monkeypatch, refresh):
     own costs. Timing V(1) again while on brings it back and turns SD off within story-4 (which
     opens with 25 tokens the draft guesses, ridden at k = 7 either way), and story-5 and -6 run
     plain; without (never timed again) it stays on in every prompt."""
-    monkeypatch.setattr(policy, "V1_REFRESH_ROUNDS", refresh)
+    monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, v1_refresh_rounds=refresh))
     name = "adaptive_heldout2_q8_0_k7_n128_v3.json"
     r = task_replay(name, "story")
     rec = read_json(RESULTS / name)
@@ -153,7 +154,7 @@ def test_a_long_input_is_not_read_when_even_the_mean_predicts_a_loss():
     assert not pol.prefill_outweighs_gain(0.9)
 
 
-@pytest.mark.parametrize("reentry_mean", [policy.REENTRY_MEAN, math.inf])
+@pytest.mark.parametrize("reentry_mean", [policy.DEFAULT.reentry_mean, math.inf])
 def test_a_task_switched_off_by_one_bad_stretch_comes_back(monkeypatch, reentry_mean):
     """Held-out set 4, json at 64 tokens (policy 1e4beea, static k = 7 1.21x raw): json-1 kept
     most drafts for 7 rounds, then none for 6; the mean fell below 1 and SD was switched off.
@@ -162,7 +163,7 @@ def test_a_task_switched_off_by_one_bad_stretch_comes_back(monkeypatch, reentry_
     speculation (the 7 good rounds cancel most of it), and where the mean itself predicts a gain
     at a new prompt the task re-enters at once (the optimistic bound must still pay back the
     draft's prefill)."""
-    monkeypatch.setattr(policy, "REENTRY_MEAN", reentry_mean)
+    monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, reentry_mean=reentry_mean))
     r = task_replay("adaptive_heldout4_q8_0_k7_n64_v5.json", "json")
     out = r.run(r.policy(), 64)
     first_back = next(i for i, ks in enumerate(out.ks[1:], start=1) if any(ks))
@@ -173,7 +174,7 @@ def test_a_task_switched_off_by_one_bad_stretch_comes_back(monkeypatch, reentry_
         assert 2 <= first_back <= 6 and out.static_s / out.adaptive_s < 0.95
 
 
-@pytest.mark.parametrize("evidence", [policy.REENTRY_MEAN_EVIDENCE, 0])
+@pytest.mark.parametrize("evidence", [policy.DEFAULT.reentry_mean_evidence, 0])
 def test_the_mean_that_forgetting_lifts_does_not_bring_a_losing_task_back(monkeypatch, evidence):
     """Machine C, held-out long set 2, explain at 128 tokens (policy v7, window 256,256): the
     task explored explain-heldout2-1, lost, and was switched off at a mean of 0.972x. With no
@@ -181,7 +182,7 @@ def test_the_mean_that_forgetting_lifts_does_not_bring_a_losing_task_back(monkey
     1.0007x, and explain-heldout2-4 re-entered on "the mean pays" to lose again (0.92x raw).
     The run's own rounds, fed back with their recorded timings, reproduce its decisions; the
     mean now needs REENTRY_MEAN_EVIDENCE decayed rounds behind it (5.1 were left there)."""
-    monkeypatch.setattr(policy, "REENTRY_MEAN_EVIDENCE", evidence)
+    monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, reentry_mean_evidence=evidence))
     rec = read_json(RESULTS.parent / "epyc-family25-model1"
                     / "adaptive_heldout_long2_q8_0_k7_n128_v7w256.json")
     recorded = {r["prompt_id"]: r["policy_trace"] for r in rec["runs"]
@@ -192,7 +193,7 @@ def test_the_mean_that_forgetting_lifts_does_not_bring_a_losing_task_back(monkey
     for pid, trace in fed[:3]:      # up to the re-entry, the decisions are the run's own
         assert trace == recorded[pid]
     first = fed[3][1][0]
-    assert first[1] >= policy.REENTRY_MEAN      # the mean pays, as in the run
+    assert first[1] >= policy.DEFAULT.reentry_mean      # the mean pays, as in the run
     if evidence:
         assert first[0] == 0 and first[3] == "off"
     else:
@@ -200,7 +201,7 @@ def test_the_mean_that_forgetting_lifts_does_not_bring_a_losing_task_back(monkey
         assert first[3] == "re-entry at a new prompt: the mean pays"
 
 
-@pytest.mark.parametrize("survival", [policy.EXTEND_SURVIVAL, math.inf])
+@pytest.mark.parametrize("survival", [policy.DEFAULT.extend_survival, math.inf])
 def test_a_draft_position_that_was_never_tried_gets_tried(monkeypatch, survival):
     """Machine C, held-out long set 3, edit at 128 tokens (policy v8, window 256,256): the
     policy explored edit-heldout3-1 at k = 1 (the mean's least bad k under the prior) and kept
@@ -210,7 +211,7 @@ def test_a_draft_position_that_was_never_tried_gets_tried(monkeypatch, survival)
     kept (the fourth round), position 2 is drafted (EXTEND_SURVIVAL: math.inf switches the
     rule off). Replayed at steady costs, adaptive
     comes within 5 % of static on the task, where v8 stayed 6 % short."""
-    monkeypatch.setattr(policy, "EXTEND_SURVIVAL", survival)
+    monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, extend_survival=survival))
     rec = read_json(RESULTS.parent / "epyc-family25-model1"
                     / "adaptive_heldout_long3_q8_0_k7_n128_v8w256.json")
     run = next(r for r in rec["runs"]

@@ -115,7 +115,7 @@ def test_every_run_is_saved_and_listed(tiny_models):
     listing = json.loads(run("runs", "--json").output)
     assert len(listing) == 1 and listing[0]["kind"] == "bench" and listing[0]["complete"]
     run_id = listing[0]["id"]
-    res = run("report", run_id)
+    res = run("report", run_id, "--details")
     assert res.exit_code == 0 and "SD ×raw e2e" in res.output
     assert run("report", run_id[:9]).exit_code == 0   # a unique prefix is enough
     assert run("advise", run_id).exit_code == 0

@@ -32,7 +32,9 @@ CASES = [
 
 @pytest.mark.parametrize("cmd, path, fmt", CASES)
 def test_recorded_file_renders_as_stored(cmd, path, fmt):
-    args = [cmd, str(ROOT / path)] + (["--format", fmt] if fmt else [])
+    # the full report (--details): the one-screen verdict is tests/test_first_screen.py's
+    args = [cmd, str(ROOT / path)] + (["--format", fmt] if fmt else []) + \
+        (["--details"] if cmd == "report" and fmt == "text" else [])
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     name = f"{cmd}-{path.replace('/', '_')}" + (f".{fmt}" if fmt else "") + ".txt"

@@ -1,4 +1,5 @@
-"""cpuspec/replay.py and bench/replay_policy.py on machine B's recorded runs."""
+"""cpuspec/replay.py and bench/research/replay_policy.py on machine B's recorded runs."""
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_a_task_without_static_rounds_cannot_be_replayed():
 
 
 def replay_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "replay_policy.py"), *args],
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "research" / "replay_policy.py"), *args],
                           capture_output=True, text=True, cwd=cwd)
 
 
@@ -180,7 +181,7 @@ def test_a_windowed_run_is_replayed_with_the_policy_pricing_the_window(monkeypat
     prompt, and so explored long-explain-1 (1,774 tokens) at 64 tokens in the run. A replay
     that priced the whole prompt ran it plain; it must explore it as the run did (the run's
     policy had no exploration margin yet)."""
-    monkeypatch.setattr(policy, "EXPLORE_MARGIN", 1.0)
+    monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, explore_margin=1.0))
     rec = read_json(RESULTS / "adaptive_long_q8_0_k7_n64_w256.json")
     r = Replay(rec, "long-explain")
     assert [u for u, *_ in r.prompts] == [512] * 5

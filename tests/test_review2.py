@@ -14,7 +14,9 @@ from click.testing import CliRunner
 from cpuspec.cli import main
 from cpuspec.lookup import HybridDrafter
 from cpuspec.measure import NoiseSample
-from cpuspec.policy import V1_REFRESH_ROUNDS, AdaptivePolicy
+from cpuspec.policy import DEFAULT, AdaptivePolicy
+
+V1_REFRESH_ROUNDS = DEFAULT.v1_refresh_rounds
 from cpuspec.speculative import RoundStats, generate_speculative
 from cpuspec.stats import paired_units, speedup_stats
 from fakes import FakeClock, FakeDecoder, target_rule

@@ -1,4 +1,4 @@
-"""The target prefill shared between modes: bench/shared_prefill.py on machine B's long-suite
+"""The target prefill shared between modes: bench/research/shared_prefill.py on machine B's long-suite
 run at 64 tokens (policy 1e4beea), and `cpuspec report` on its long held-out run at 128 tokens."""
 import copy
 import importlib.util
@@ -14,7 +14,7 @@ from cpuspec.stats import share_target_prefill, speedup_stats
 ROOT = Path(__file__).parent.parent
 RUN = ROOT / "bench" / "results" / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n64_v5.json"
 spec = importlib.util.spec_from_file_location("shared_prefill",
-                                              ROOT / "bench" / "shared_prefill.py")
+                                              ROOT / "bench" / "research" / "shared_prefill.py")
 sp = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sp)
 
@@ -66,7 +66,7 @@ def test_where_the_modes_prefills_agree_nothing_changes(runs):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "shared_prefill.py"), *args],
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "research" / "shared_prefill.py"), *args],
                           capture_output=True, text=True)
 
 
@@ -135,7 +135,7 @@ SHORT = ROOT / "bench" / "results" / "epyc-family25-model17" / "bench_q8_0_k7.js
 def report(path):
     from click.testing import CliRunner
     from cpuspec.cli import main
-    res = CliRunner().invoke(main, ["report", str(path)])
+    res = CliRunner().invoke(main, ["report", str(path), "--details"])
     assert res.exit_code == 0, res.output
     return res.output
 

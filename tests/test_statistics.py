@@ -25,7 +25,7 @@ def test_lookup_figures_count_every_round():
     assert s["drafted_rounds_pct"] == pytest.approx(100 * (396 - 284) / 396)
     assert s["a"] == pytest.approx(1.54, abs=0.01)
     assert abs(s["cost"]["predicted_speedup"] / s["sd_speedup"] - 1) < 0.1   # not 1.86 / 1.26
-    res = CliRunner().invoke(main, ["report", str(LOOKUP)])
+    res = CliRunner().invoke(main, ["report", str(LOOKUP), "--details"])
     assert res.exit_code == 0 and "28% of 396 rounds drafted" in res.output, res.output
 
 
@@ -56,7 +56,7 @@ def test_two_prompts_print_a_range_not_an_interval(tmp_path):
     assert s["sd_speedup_ci"] is None and s["sd_speedup_units"] == 2
     lo, hi = s["sd_speedup_range"]
     assert lo < s["sd_speedup"] < hi
-    out = CliRunner().invoke(main, ["report", str(f)]).output
+    out = CliRunner().invoke(main, ["report", str(f), "--details"]).output
     assert f"(range {lo:.2f}–{hi:.2f}, 2 prompts)" in out and "not significant" not in out
     rows = json.loads(CliRunner().invoke(main, ["report", str(f), "--format", "json"]).output)
     assert rows[0].get("sd_speedup_ci_low") is None and rows[0]["sd_speedup_range_low"] == lo
@@ -66,7 +66,7 @@ def test_predictions_say_what_they_use():
     rows = json.loads(CliRunner().invoke(main, ["report", str(LOOKUP), "--format",
                                                 "json"]).output)
     assert rows[0]["predicted_from"] == "cost probe + this run's rounds replayed"
-    out = CliRunner().invoke(main, ["report", str(RESULTS / "bench_q4_0_k3.json")]).output
+    out = CliRunner().invoke(main, ["report", str(RESULTS / "bench_q4_0_k3.json"), "--details"]).output
     assert "predicted from the cost probe + this run's acceptance" in out
 
 

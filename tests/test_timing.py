@@ -164,7 +164,7 @@ def test_schema_1_results_still_read():
     assert set(s) == {"json", "code", "story", "overall"}
     assert 0.3 < s["json"]["sd_speedup"] < 1.0 and s["json"]["sd_speedup_ci"]
     assert s["json"]["predicted_window"] == "decode-only"  # its probe had no prefill timings
-    res = CliRunner().invoke(main, ["report", str(V1_RESULTS)])
+    res = CliRunner().invoke(main, ["report", str(V1_RESULTS), "--details"])
     assert res.exit_code == 0, res.output
     assert "SD ×raw e2e [95% CI]" in res.output and "AVX2 = 1" in res.output
     res = CliRunner().invoke(main, ["advise", str(V1_RESULTS)])

@@ -150,7 +150,7 @@ def window_acceptance():
     import importlib.util
     from pathlib import Path
     spec = importlib.util.spec_from_file_location(
-        "window_acceptance", Path(__file__).parent.parent / "bench" / "window_acceptance.py")
+        "window_acceptance", Path(__file__).parent.parent / "bench" / "research" / "window_acceptance.py")
     wa = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(wa)
     return wa
@@ -202,7 +202,7 @@ def test_the_report_of_a_recorded_window_run_says_so():
     from pathlib import Path
     run = (Path(__file__).parent.parent / "bench" / "results" / "epyc-family25-model17"
            / "adaptive_long_q8_0_k7_n64_w256.json")
-    res = CliRunner().invoke(main, ["report", str(run)])
+    res = CliRunner().invoke(main, ["report", str(run), "--details"])
     assert res.exit_code == 0, res.output
     assert "Draft window: the draft read the first 256 and last 256 tokens of a prompt " \
         "longer than 512" in res.output

@@ -46,7 +46,7 @@ Every source is pinned by sha256 and a different file is refused, so the generat
 same on every machine; it is committed, so machines without these files run the same prompts.
 An existing output file is never overwritten.
 
-    python bench/make_heldout_long.py [--set 1|2|3|4] [OUT]
+    python bench/research/make_heldout_long.py [--set 1|2|3|4] [OUT]
 """
 import hashlib
 import json
@@ -71,7 +71,7 @@ SETS = {
         # title and 1 (definitions); 2-3 (the copyright and patent grants); 4
         # (redistribution); 5-9; the appendix
         [(1, 66), (67, 89), (90, 130), (131, 176), (177, 202)], "",
-        "# Held-out long inputs (bench/make_heldout_long.py wrote this file; see its docstring "
+        "# Held-out long inputs (bench/research/make_heldout_long.py wrote this file; see its docstring "
         "for the sources and their licences): the long suites' instructions over text the "
         "adaptive policy was never run on. Written on 2026-12-01 before any run on it; never "
         "used to set a constant.", "prompts_heldout_long.jsonl"),
@@ -85,7 +85,7 @@ SETS = {
         "fab3dd6bdab226f1c08630b1dd917e11fcb4ec5e1e020e2c16f83a0a13863e85",
         # title and 1 (definitions); 2 (grants); 3-4; 5-9; 10 and the exhibits
         [(1, 85), (86, 156), (157, 231), (232, 322), (323, 373)], "2",
-        "# Held-out long inputs, set 2 (bench/make_heldout_long.py --set 2 wrote this file; see "
+        "# Held-out long inputs, set 2 (bench/research/make_heldout_long.py --set 2 wrote this file; see "
         "its docstring for the sources and their licences): the long suites' instructions over "
         "text that neither the adaptive policy nor the draft window was ever run or chosen on. "
         "Written on 2026-12-02 before any run on it; never used to set a constant.",
@@ -100,7 +100,7 @@ SETS = {
         "8177f97513213526df2cf6184d8ff986c675afb514d4e68a404010521b880643",
         # title and the preamble; terms 0-2; 3-6; 7-10; no warranty (11-12) and how to apply
         [(1, 59), (60, 133), (134, 196), (197, 257), (258, 339)], "3",
-        "# Held-out long inputs, set 3 (bench/make_heldout_long.py --set 3 wrote this file; see "
+        "# Held-out long inputs, set 3 (bench/research/make_heldout_long.py --set 3 wrote this file; see "
         "its docstring for the sources and their licences): the long suites' instructions over "
         "text that neither the adaptive policy nor the draft window was ever run or chosen on. "
         "Written on 2026-12-02 after policy v8 and before any run on it; never used to set a "
@@ -115,7 +115,7 @@ SETS = {
         "e3a994d82e644b03a792a930f574002658412f62407f5fee083f2555c5f23118",
         # title and 0 (additional definitions); 1-2; 3; 4 (combined works); 5-6
         [(1, 41), (42, 62), (63, 78), (79, 127), (128, 165)], "4",
-        "# Held-out long inputs, set 4 (bench/make_heldout_long.py --set 4 wrote this file; see "
+        "# Held-out long inputs, set 4 (bench/research/make_heldout_long.py --set 4 wrote this file; see "
         "its docstring for the sources and their licences): the long suites' instructions over "
         "text that neither the adaptive policy nor the draft window was ever run or chosen on. "
         "Written on 2026-12-02 after policy v9 and before any run on it; never used to set a "
@@ -141,9 +141,9 @@ def main() -> None:
             sys.exit(f"make_heldout_long.py: --set takes one of {', '.join(SETS)}")
         name, args = args[1], args[2:]
     if len(args) > 1 or (args and args[0].startswith("-")):
-        sys.exit("usage: python bench/make_heldout_long.py [--set 1|2|3|4] [OUT]")
+        sys.exit("usage: python bench/research/make_heldout_long.py [--set 1|2|3|4] [OUT]")
     modules, doc, doc_sha256, parts, suffix, header, default = SETS[name]
-    out = Path(args[0] if args else Path(__file__).parent / default)
+    out = Path(args[0] if args else Path(__file__).parents[1] / default)
     if out.exists():
         sys.exit(f"make_heldout_long.py: {out} exists; not overwritten")
     texts = {mod: pinned(STDLIB / mod, sha) for mod, sha in modules.items()}

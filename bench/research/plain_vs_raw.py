@@ -2,7 +2,7 @@
 computation (the target's prefill, then one-token decodes), so any difference between the two
 is noise or the cost of running raw decoding through the speculative loop and its policy.
 
-    python bench/plain_vs_raw.py RESULT.json [RESULT.json ...] [--by-order]
+    python bench/research/plain_vs_raw.py RESULT.json [RESULT.json ...] [--by-order]
 
 Per file and over all of them: how many such generations, and the mean of adaptive ÷ raw
 seconds for the target's prefill and for the decode, with a 95 % interval (mean ± 1.96 standard

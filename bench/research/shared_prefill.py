@@ -16,7 +16,7 @@ prefill and the decode. Paired by prompt, 95 % interval over ≥ 5 prompts, a ra
 (cpuspec.stats.speedup_stats, through cpuspec.summary.ratio_fields). Both are measurements;
 the second removes one source of noise and adds none, and neither replaces the other.
 
-    python bench/shared_prefill.py [--pool] [--digits N] RESULT.json [RESULT.json ...]
+    python bench/research/shared_prefill.py [--pool] [--digits N] RESULT.json [RESULT.json ...]
 
 --pool adds, per task, one row over the prompts of every file given (each prompt still paired
 with its own run's other modes): where one run has 4 prompts of a task and no interval, runs

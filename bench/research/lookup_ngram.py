@@ -6,8 +6,8 @@ lookup` bench; greedy SD emits exactly those tokens) and prices every round with
 curve of bench/results/costs_q4_0.json: acceptance, tokens per round and the decode-window
 speedup of each n-gram range, chosen on grounded-1..4, then shown for grounded-5..8.
 
-Usage: python bench/lookup_ngram.py [bench/results/lookup_q4_0_k3.json]
-       python bench/lookup_ngram.py --by-length RUN.json...
+Usage: python bench/research/lookup_ngram.py [bench/results/lookup_q4_0_k3.json]
+       python bench/research/lookup_ngram.py --by-length RUN.json...
 The second form is for the hybrid drafter: per task, how often a lookup guess equals the
 target's next token, by the length of the n-gram it matched (1..8), over the raw runs' output,
 beside the draft model's acceptance of its first draft in the same runs (when they drafted with a

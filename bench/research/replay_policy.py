@@ -3,7 +3,7 @@ decisions would fare on each task's recorded acceptance and costs (cpuspec/repla
 the replay uses and what it leaves out). For checking a change to cpuspec/policy.py against the
 runs that exist before spending a real run on it; the figures it prints are not measurements.
 
-    python bench/replay_policy.py RESULT.json [RESULT.json ...] [--tasks T,U] [--max-tokens N]
+    python bench/research/replay_policy.py RESULT.json [RESULT.json ...] [--tasks T,U] [--max-tokens N]
                                   [--passes P] [--against REV] [--skip]
 
 Per task: the replayed static ÷ raw and adaptive ÷ raw and ÷ static, the share of rounds that
@@ -27,7 +27,7 @@ from tabulate import tabulate
 from cpuspec.replay import Replay, ReplayError, recorded_ratio
 from cpuspec.schema import ResultsError, read_json
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOAL_WINS, GOAL_LOSES = 0.95, 0.97
 
 

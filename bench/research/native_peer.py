@@ -10,7 +10,7 @@ no curl; cached under $CPUSPEC_HOME/native), then alternates the two sides (A B 
   3. SD:          cpuspec generate_speculative   vs  llama-speculative-simple --spec-type
                   draft-simple --spec-draft-n-max k --temp 0 ("decoded … t/s", "accept")
 
-Usage: python bench/native_peer.py [--threads 2] [--k 1,2,4] [--n-tokens 64] [--reps 3]
+Usage: python bench/research/native_peer.py [--threads 2] [--k 1,2,4] [--n-tokens 64] [--reps 3]
                                   [--pair NAME] [--out FILE] [--profile FILE]
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from cpuspec.registry import load_registry
 from cpuspec.speculative import generate_speculative
 from cpuspec.tasks import builtin_prompts
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]   # bench/
 BENCH, SPECULATIVE = native.BENCH, native.SPECULATIVE
 
 

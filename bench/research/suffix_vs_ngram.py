@@ -15,7 +15,7 @@ tokens per round, drafts per round, acceptance and the decode-window speedup of:
   suffix+  the same over a corpus that also holds the earlier prompts' outputs of the run
            (SuffixDecoding's global tree over previous requests)
 
-Usage: python bench/suffix_vs_ngram.py RUN.json [RUN.json ...] [-k 8]
+Usage: python bench/research/suffix_vs_ngram.py RUN.json [RUN.json ...] [-k 8]
 """
 from __future__ import annotations
 

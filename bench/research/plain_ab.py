@@ -1,10 +1,10 @@
 """Raw decoding against the speculative loop at k = 0 (a "plain" generation: the target's
 prefill, then one-token decodes, what adaptive runs when it drafts nothing), on one prompt,
 interleaved many times in one process. Recorded adaptive runs show their plain generations a
-little slower than raw (bench/plain_vs_raw.py); this tells a cost of the loop from chance and
+little slower than raw (bench/research/plain_vs_raw.py); this tells a cost of the loop from chance and
 from what ran before (the modes' order).
 
-    python bench/plain_ab.py bench/results/NAME/RESULT.json --prompt-id doc-heldout3-4 \\
+    python bench/research/plain_ab.py bench/results/NAME/RESULT.json --prompt-id doc-heldout3-4 \\
         --rounds 12 --arms raw,plain [--json OUT.json]
 
 The target, the draft, k, the threads and --max-tokens are the results file's. Each round runs
@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tabulate import tabulate  # noqa: E402
 

@@ -6,7 +6,7 @@ context equal to the output until its first miss, these matches give the rounds 
 (the tokens per round in each cell; exactly, but for near-ties a batched decode breaks
 differently), without the target model.
 
-    python bench/window_acceptance.py bench/results/NAME/adaptive_long_q8_0_k7_n128.json \\
+    python bench/research/window_acceptance.py bench/results/NAME/adaptive_long_q8_0_k7_n128.json \\
         --windows 256,256 64,448 128,128 -k 7
 
 Prints per prompt: the prompt's tokens, then per window `match %/tokens per round`; a last
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tabulate import tabulate  # noqa: E402
 

@@ -1,0 +1,150 @@
+"""Issue "A tool a newcomer understands in five minutes": the default output fits one screen
+and ends with the next command, on a recorded run where SD loses and on one where it pays; the
+README's sample output is what the code prints today; a terminal gets a progress bar with the
+time left, a pipe gets plain lines."""
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+LOSES = "bench/results/avx2-build/bench_2threads.json"        # SD 0.62× raw overall
+PAYS = "bench/results/epyc-family25-model17/bench_q8_0_k7.json"  # json, code 1.4× raw
+README = ROOT / "README.md"
+START, END = "<!-- sample-output:start -->", "<!-- sample-output:end -->"
+MAX_LINES, MAX_COLUMNS = 30, 100
+
+
+def report(*args):
+    res = CliRunner().invoke(main, ["report", *map(str, args)])
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def fits_one_screen(text: str) -> None:
+    lines = text.rstrip("\n").splitlines()
+    assert len(lines) <= MAX_LINES, f"{len(lines)} lines:\n{text}"
+    wide = [line for line in lines if len(line) > MAX_COLUMNS]
+    assert not wide, wide
+
+
+def last_block(text: str) -> str:
+    lines = text.rstrip("\n").splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("Next:"))
+    return "\n".join(lines[start:])
+
+
+def test_where_sd_loses_the_screen_says_off_and_next_tune():
+    out = report(ROOT / LOSES)
+    fits_one_screen(out)
+    assert re.search(r"overall\s+0\.62 \[0\.\d\d, 0\.\d\d\]\s+slower", out), out
+    assert out.count("turn SD off") == 3
+    assert last_block(out).startswith("Next: cpuspec tune")
+
+
+def test_where_sd_pays_the_screen_ends_with_the_server_command():
+    out = report(ROOT / PAYS)
+    fits_one_screen(out)
+    assert re.search(r"json\s+1\.42 \[1\.31, 1\.55\]\s+faster\s+6\.60 > 4\.32", out), out
+    assert "story: turn SD off" in out and "json: turn SD on with k = 7" in out
+    block = last_block(out)
+    assert block.startswith("Next: run it where you serve models (json, code; k = 7)")
+    assert "llama-server" in block and "--spec-draft-n-max 7" in block
+
+
+def test_details_keep_everything_the_wide_report_had():
+    out = report(ROOT / PAYS, "--details")
+    for piece in ("acceptance by draft position", "lossless audit", "adaptive decisions",
+                  "Advice from the cost model"):
+        assert piece in out
+
+
+def test_bench_prints_one_screen_to_stdout(tiny_models):
+    res = CliRunner().invoke(main, [
+        "bench", "--target", str(tiny_models["target"]), "--draft", str(tiny_models["draft"]),
+        "--threads", "1", "--tasks", "json,code", "--prompts-per-task", "1", "-n", "16",
+        "--warmup", "0", "--no-save"])
+    assert res.exit_code == 0, res.output
+    fits_one_screen(res.stdout)
+    assert "Next:" in res.stdout and "Advice:" in res.stdout
+    assert "[1/2] json-1" in res.stderr    # not a terminal: one plain line per prompt
+
+
+def sample_block() -> tuple[str, str]:
+    text = README.read_text()
+    block = text[text.index(START) + len(START):text.index(END)]
+    command = re.search(r"^\$ (cpuspec .+)$", block, re.M)
+    assert command, "the sample output names the command that printed it"
+    return block, command.group(1)
+
+
+def test_the_readmes_sample_output_is_what_the_code_prints():
+    block, command = sample_block()
+    args = shlex.split(command)[1:]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    body = block.split(f"$ {command}\n", 1)[1].split("```", 1)[0]
+    if os.environ.get("CPUSPEC_REGEN_EXPECTED"):
+        text = README.read_text()
+        README.write_text(text.replace(body, res.output))
+        body = res.output
+    assert body == res.output
+    fits_one_screen(body)
+
+
+def test_a_terminal_gets_a_progress_bar_with_the_time_left(tiny_models, tmp_path):
+    import pty
+    master, slave = pty.openpty()
+    args = [sys.executable, "-m", "cpuspec", "bench", "--target", str(tiny_models["target"]),
+            "--draft", str(tiny_models["draft"]), "--threads", "1", "--tasks", "json,code",
+            "--prompts-per-task", "2", "-n", "16", "--warmup", "0", "--no-save"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, text=False,
+                            env=dict(os.environ, COLUMNS="100"))
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    stdout, _ = proc.communicate(timeout=300)
+    os.close(master)
+    assert proc.returncode == 0, seen.decode(errors="replace")
+    text = seen.decode(errors="replace")
+    assert "\r" in text and re.search(r"\d+/4 \[\d\d:\d\d<\d\d:\d\d", text), text
+    assert "[1/4] json-1" not in text    # the bar replaces the plain lines
+    assert b"Next:" in stdout
+
+
+def test_verbose_keeps_plain_lines_on_a_terminal(tiny_models):
+    import pty
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cpuspec", "--verbose", "bench", "--target",
+         str(tiny_models["target"]), "--draft", str(tiny_models["draft"]), "--threads", "1",
+         "--tasks", "json", "--prompts-per-task", "1", "-n", "16", "--warmup", "0",
+         "--no-save"], stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    proc.wait(timeout=300)
+    os.close(master)
+    assert proc.returncode == 0
+    assert b"[1/2] json-1" in seen or b"[1/1] json-1" in seen, seen
