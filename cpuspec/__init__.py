@@ -5,6 +5,6 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Loaded on first use, so `import cpuspec` (and the CLI's start) needs no llama.cpp.
     if name == "DraftModel":
-        from .llama_draft import DraftModel
+        from cpuspec.llama.draft_model import DraftModel
         return DraftModel
     raise AttributeError(f"module 'cpuspec' has no attribute {name!r}")

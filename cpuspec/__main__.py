@@ -1,3 +1,3 @@
-from .cli import main
+from cpuspec.cli.main import main
 
 main()

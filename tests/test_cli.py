@@ -8,9 +8,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.summary import summarize
-from cpuspec.cli import main
-from cpuspec.schema import SCHEMA_VERSION
+from cpuspec.analysis.summary import summarize
+from cpuspec.cli.main import main
+from cpuspec.results.schema import SCHEMA_VERSION
 
 
 def run(*args):
@@ -68,7 +68,7 @@ def test_tasks_pick_tasks_of_a_prompts_file():
     """--tasks with --prompts: a file's task name runs only that task's lines, under the ids
     the whole file gives them (so runs of one task pair with runs of the whole file); a
     built-in name still adds its built-in suite."""
-    from cpuspec.tasks import load_prompts
+    from cpuspec.inputs.tasks import load_prompts
     doc = load_prompts(["doc-heldout3"], SET3)
     assert [p.prompt_id for p in doc] == [f"doc-heldout3-{i}" for i in range(1, 6)]
     assert all(p.text.startswith("Copy") for p in doc)
@@ -271,7 +271,7 @@ def test_bench_pinned_with_draft_cores(tiny_models, tmp_path):
                              "--draft-cores", str(cpu), "--draft-threads", "1",
                              "--json", str(out)))
     finally:
-        from cpuspec.hardware import CorePinner
+        from cpuspec.machine.hardware import CorePinner
         CorePinner().pin(sorted(before))  # every thread, llama.cpp's workers included
     assert res.exit_code == 0, res.output
     assert "pinned to CPUs" in res.output
@@ -290,7 +290,7 @@ def run_split(tiny_models, out, *extra):
                              "--draft-cores", str(before[-1]), "--draft-threads", "1",
                              "--json", str(out), *extra))
     finally:
-        from cpuspec.hardware import CorePinner
+        from cpuspec.machine.hardware import CorePinner
         CorePinner().pin(before)
     assert res.exit_code == 0, res.output
     return before, json.loads(out.read_text())
@@ -316,7 +316,7 @@ def test_contention_on_tiny_models(tiny_models, tmp_path):
         res = run("contention", "--target", str(tiny_models["target"]), "--draft",
                   str(tiny_models["draft"]), "-n", "4", "--threads", "1", "--json", str(out))
     finally:
-        from cpuspec.hardware import CorePinner
+        from cpuspec.machine.hardware import CorePinner
         CorePinner().pin(sorted(before))
     assert res.exit_code == 0, res.output
     assert "roofline" in res.output and "background streams" in res.output

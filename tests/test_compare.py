@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.cli import main
-from cpuspec.compare import compare_rows, mismatches
-from cpuspec.records import Machine
-from cpuspec.plots import figure_data
-from cpuspec.advice import advise
-from cpuspec.schema import read_json
-from cpuspec.summary import summarize
+from cpuspec.cli.main import main
+from cpuspec.report.compare import compare_rows, mismatches
+from cpuspec.results.records import Machine
+from cpuspec.report.plots import figure_data
+from cpuspec.report.advice import advise
+from cpuspec.results.schema import read_json
+from cpuspec.analysis.summary import summarize
 
 RESULTS = Path(__file__).parent.parent / "bench" / "results"
 OLD = RESULTS / "avx2-build" / "bench_2threads.json"     # schema 1, AVX2 build
@@ -153,7 +153,7 @@ def test_advise_replays_lookup_rounds_instead_of_assuming_k_drafts():
     """Lookup drafts what it finds: from the recorded runs, advise's prediction at the measured
     k lands within 3 % of the measured decode-window speedup, where the fixed-k survival model
     (k drafts every round) over-predicted by 23-40 %."""
-    from cpuspec.costs import choose_k
+    from cpuspec.core.costs import choose_k
     for path in (RESULTS / "lookup62_q4_0_k3.json",
                  RESULTS / "epyc-family25-model17" / "grounded_q8_0_k7_lookup.json"):
         results = read_json(path)
@@ -174,7 +174,7 @@ def test_extrapolation_past_k_agrees_with_the_measured_positions():
     """Machine B's Q8_0 run at k = 7, seen through its first 3 draft positions: extrapolating
     acceptance to k = 7 predicts what the 7 measured positions predict, within 3 %; and advise,
     given the run as if recorded at k = 3, points at k = 7 (V(8) is cheap on that target)."""
-    from cpuspec.costs import beyond_measured, choose_k
+    from cpuspec.core.costs import beyond_measured, choose_k
     results = read_json(RESULTS / "epyc-family25-model17" / "bench_q8_0_k7.json")
     probe = results["cost_probe"]
     verify = {int(n): v for n, v in probe["verify_s"].items()}
@@ -196,7 +196,7 @@ def test_extrapolation_past_k_agrees_with_the_measured_positions():
     assert a["json"]["try_k"] == 7 and a["json"]["try_k_predicted"] > 1.05 * max(
         a["json"]["predicted_speedup_best"], 1.0)
     assert a["story"]["try_k"] is None    # nothing past k = 3 pays there
-    from cpuspec.advice import render_advice
+    from cpuspec.report.advice import render_advice
     assert "json: a longer draft may pay more" in render_advice(a, 3) and \
         "-k 7" in render_advice(a, 3)
 
@@ -265,7 +265,7 @@ def test_break_even_labels_do_not_overlap_and_captions_fit(tmp_path, monkeypatch
     point (the old layout, step 0) two labels land on each other; stacked, none does. The
     caption (command lines included) is wrapped to the figure's width, under --title."""
     pytest.importorskip("matplotlib")
-    from cpuspec import plots
+    from cpuspec.report import plots
     monkeypatch.setattr(plots, "LABEL_STEP_PT", 0)
     res = run("plot", *map(str, FIVE), "--out", str(tmp_path / "old"))
     assert res.exit_code == 0, res.output

@@ -5,10 +5,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cpuspec import tasks
-from cpuspec.cli import main
-from cpuspec.plots import depth_lines
-from cpuspec.summary import summarize
+from cpuspec.inputs import tasks
+from cpuspec.cli.main import main
+from cpuspec.report.plots import depth_lines
+from cpuspec.analysis.summary import summarize
 
 
 def bench_tiny(tiny_models, out, *args):
@@ -22,8 +22,8 @@ def bench_tiny(tiny_models, out, *args):
 
 
 def test_every_prompt_at_a_depth_shares_the_earlier_turn(tiny_models):
-    from cpuspec.turns import encode_prompts
-    from cpuspec.engine import Model
+    from cpuspec.harness.turns import encode_prompts
+    from cpuspec.llama.engine import Model
     prompts = tasks.builtin_prompts(["json", "code"], 2)
     with Model(tiny_models["target"]) as tm:
         plain, none = encode_prompts(tm, prompts, 0)
@@ -67,8 +67,8 @@ def test_bench_at_depth_reads_the_context_once_and_changes_no_token(tiny_models,
 def test_the_prediction_prices_only_what_is_read(tiny_models, tmp_path):
     """At depth the cost probe sits after the whole first prompt (V(n) at depth), and the
     prediction prefills only the prompt's own tokens: what the run itself read."""
-    from cpuspec.schema import read_json
-    from cpuspec.summary import summarize
+    from cpuspec.results.schema import read_json
+    from cpuspec.analysis.summary import summarize
     out = tmp_path / "r.json"
     bench_tiny(tiny_models, out, "-n", "16", "--tasks", "code", "--prompts-per-task", "2",
                "--depth", "400")
@@ -147,9 +147,9 @@ def test_the_depth_figure_draws_the_recorded_sweeps():
     """Machine B's two depth sweeps on one figure: a line each, the measured speedups and
     the predictions the sweep rows hold."""
     from pathlib import Path
-    from cpuspec.plots import figure_data
-    from cpuspec.schema import read_json
-    from cpuspec.summary import summarize
+    from cpuspec.report.plots import figure_data
+    from cpuspec.results.schema import read_json
+    from cpuspec.analysis.summary import summarize
     b = Path("bench/results/epyc-family25-model17")
     runs = [read_json(b / "depth_q8_0_k7.json"), read_json(b / "depth_q4km_k4.json")]
     d = figure_data(runs, ["q8", "q4km"])["depth"]
@@ -165,7 +165,7 @@ def test_the_depth_figure_draws_the_recorded_sweeps():
 def test_a_sweep_caption_names_its_threads():
     """The depth figure's caption read "[AVX512] Nonet": a sweep's settings hold no threads."""
     from pathlib import Path
-    from cpuspec.plots import caption
-    from cpuspec.schema import read_json
+    from cpuspec.report.plots import caption
+    from cpuspec.results.schema import read_json
     cap = caption(read_json(Path("bench/results/epyc-family25-model17/depth_q8_0_k7.json")))
     assert "[AVX512] 2t;" in cap and "None" not in cap

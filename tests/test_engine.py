@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from cpuspec.engine import EngineError, Model, Session, check_same_tokenizer, top2_margin
-from cpuspec.speculative import generate_raw, generate_speculative
+from cpuspec.llama.engine import EngineError, Model, Session, check_same_tokenizer, top2_margin
+from cpuspec.core.speculative import generate_raw, generate_speculative
 
 KV_TOLERANCE = 0.02
 TEXTS = ["Hello world, this is a test", "def f(x): return x", "The quick brown fox"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.cli import main
+from cpuspec.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 LOSES = "bench/results/avx2-build/bench_2threads.json"        # SD 0.62× raw overall

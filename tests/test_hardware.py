@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from cpuspec.hardware import (CorePinner, HardwareError, check_cpus, detect_hardware,
+from cpuspec.machine.hardware import (CorePinner, HardwareError, check_cpus, detect_hardware,
                               parse_cpu_list, select_cpus, split_for_parallel)
 
 
@@ -115,7 +115,7 @@ def test_frequency_fallback_without_intel_sysfs(tmp_path):
 
 
 def test_no_core_requested():
-    from cpuspec.hardware import HardwareInfo
+    from cpuspec.machine.hardware import HardwareInfo
     hw = HardwareInfo("x", 1, 1, 1, [0], 1, "not hybrid", {"P": [0]}, None, None, None, "x")
     with pytest.raises(HardwareError, match="at least one core"):
         select_cpus(hw)
@@ -145,7 +145,7 @@ def test_pinner_moves_all_threads():
 
 
 def test_stream_byte_accounting():
-    from cpuspec.membw import probe_bandwidth, stream_bytes
+    from cpuspec.machine.membw import probe_bandwidth, stream_bytes
     assert stream_bytes("copy", 1000) == 16000     # read a, write c
     assert stream_bytes("add", 1000) == 24000      # read a, b, write c
     assert stream_bytes("triad", 1000) == 24000    # STREAM counts 3 words
@@ -162,7 +162,7 @@ def test_stream_byte_accounting():
 
 def test_sampler_with_a_real_workload():
     import numpy as np
-    from cpuspec.membw import BackgroundStreams, Sampler
+    from cpuspec.machine.membw import BackgroundStreams, Sampler
     with Sampler(interval_s=0.05) as s:
         a = np.ones(4_000_000)
         t_end = __import__("time").perf_counter() + 0.4
@@ -187,7 +187,7 @@ def test_parallel_schedule_puts_the_target_on_p_and_the_draft_on_e(tmp_path):
 
 
 def test_cpu_identity_tells_two_vms_of_the_same_name_apart(tmp_path):
-    from cpuspec.hardware import cpu_id
+    from cpuspec.machine.hardware import cpu_id
     zen4 = tmp_path / "a/proc"
     zen4.mkdir(parents=True)
     (zen4 / "cpuinfo").write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n"

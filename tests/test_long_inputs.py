@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 from fakes import Counting
 
-from cpuspec import tasks
-from cpuspec.cli import main
+from cpuspec.inputs import tasks
+from cpuspec.cli.main import main
 
 
 def test_every_shipped_text_is_the_pinned_one():
@@ -67,9 +67,9 @@ PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 def test_a_reused_prefix_is_not_read_again_and_changes_no_token(tiny_models, drafter):
     """With the first part of the prompt already in both KV caches, raw and SD read only the
     rest, and every token is what reading the whole prompt gives."""
-    from cpuspec.engine import Model, Session
-    from cpuspec.lookup import LookupDrafter
-    from cpuspec.speculative import generate_raw, generate_speculative
+    from cpuspec.llama.engine import Model, Session
+    from cpuspec.core.lookup import LookupDrafter
+    from cpuspec.core.speculative import generate_raw, generate_speculative
     with Model(tiny_models["target"]) as tm, Model(tiny_models["draft"]) as dm, \
             Session(tm, 256, 1) as ts, Session(dm, 256, 1) as ds:
         prompt = tm.tokenize(PROMPT)

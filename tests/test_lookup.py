@@ -1,8 +1,8 @@
 """The prompt-lookup drafter on crafted texts, and in the loop."""
 import pytest
 
-from cpuspec.lookup import LookupDrafter, NgramIndex
-from cpuspec.speculative import NO_DRAFT, generate_raw, generate_speculative
+from cpuspec.core.lookup import LookupDrafter, NgramIndex
+from cpuspec.core.speculative import NO_DRAFT, generate_raw, generate_speculative
 from fakes import FakeClock, FakeDecoder
 
 
@@ -93,7 +93,7 @@ def copy_then_count(source):
 
 
 def test_hybrid_drafts_by_lookup_where_text_repeats_and_by_model_elsewhere():
-    from cpuspec.lookup import HybridDrafter
+    from cpuspec.core.lookup import HybridDrafter
     source = list(range(11, 41))
     rule = copy_then_count(source)
     clock = FakeClock()
@@ -121,7 +121,7 @@ def test_hybrid_drafts_by_lookup_where_text_repeats_and_by_model_elsewhere():
 
 
 def test_hybrid_rolls_the_model_back_with_the_history():
-    from cpuspec.lookup import HybridDrafter
+    from cpuspec.core.lookup import HybridDrafter
     clock = FakeClock()
     model = FakeDecoder(lambda ctx: 1000 + len(ctx), clock, lambda n: 0.0)
     h = HybridDrafter(model, ngram_max=6, ngram_min=2)
@@ -137,7 +137,7 @@ def test_hybrid_rolls_the_model_back_with_the_history():
 
 
 def test_round_replay_prediction_by_hand():
-    from cpuspec.costs import predict_rounds_generation_s
+    from cpuspec.core.costs import predict_rounds_generation_s
     probe = {"verify_s": {"1": 0.010, "2": 0.018, "3": 0.026, "4": 0.017}, "draft_s": 0.004,
              "draft_catchup_s_per_token": 0.001}
     rounds = [(3, 3, 4), (0, 0, 1), (2, 1, 2)]   # (drafted, accepted, emitted)
@@ -156,10 +156,10 @@ def test_round_replay_prediction_by_hand():
 def test_round_replay_predicts_a_hybrid_run_where_fixed_k_does_not():
     """A hybrid generation on scripted costs: the probe's costs applied to its rounds give its
     time; the fixed-k formula (k model drafts every round) is far off, as lookup's was."""
-    from cpuspec.costs import predict_generation_s, predict_rounds_generation_s
-    from cpuspec.lookup import HybridDrafter
-    from cpuspec.measure import probe_costs
-    from cpuspec.predict import replay_inputs
+    from cpuspec.core.costs import predict_generation_s, predict_rounds_generation_s
+    from cpuspec.core.lookup import HybridDrafter
+    from cpuspec.harness.measure import probe_costs
+    from cpuspec.analysis.predict import replay_inputs
     source = list(range(11, 41))
     rule = copy_then_count(source)
     clock = FakeClock()

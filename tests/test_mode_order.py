@@ -1,4 +1,4 @@
-"""The order bench runs a prompt's modes in (cpuspec.order.mode_order): a Williams design, so
+"""The order bench runs a prompt's modes in (cpuspec.harness.order.mode_order): a Williams design, so
 that what one mode leaves behind lands on every other mode alike; results files written before
 it ran a rotation and say nothing, and bench/research/plain_vs_raw.py --by-order reads each as it ran."""
 import collections
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cpuspec.order import mode_order
+from cpuspec.harness.order import mode_order
 
 ROOT = Path(__file__).parent.parent
 N64 = ROOT / "bench" / "results" / "epyc-family25-model1" / \

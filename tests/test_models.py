@@ -5,9 +5,9 @@ import zipfile
 
 import pytest
 
-from cpuspec import models
-from cpuspec.models import assemble_mirror, fetch_model
-from cpuspec.registry import Mirror, ModelError, ModelSpec, load_registry
+from cpuspec.inputs import models
+from cpuspec.inputs.models import assemble_mirror, fetch_model
+from cpuspec.inputs.registry import Mirror, ModelError, ModelSpec, load_registry
 
 PAYLOAD = bytes(range(256)) * 1000 + b"tail"
 
@@ -133,7 +133,7 @@ def test_models_list_shows_a_derived_variant(cpuspec_home):
     listed as derived, with that path."""
     import json as _json
     from click.testing import CliRunner
-    from cpuspec.cli import main
+    from cpuspec.cli.main import main
     parent = load_registry().models["qwen2.5-coder-1.5b-q4km"]
     derived = cpuspec_home / "models" / "derived" / \
         f"qwen2.5-coder-1.5b-instruct-q4_k_m.Q4_0.from-{parent.sha256[:12]}.gguf"

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 
 from conftest import REAL_MODELS_HOME
 from fakes import Counting
-from cpuspec import native
-from cpuspec.cli import main
-from cpuspec.engine import Model, Session
-from cpuspec.paths import verify_redecode
-from cpuspec.speculative import generate_speculative, verify_greedy
+from cpuspec.llama import native
+from cpuspec.cli.main import main
+from cpuspec.llama.engine import Model, Session
+from cpuspec.harness.paths import verify_redecode
+from cpuspec.core.speculative import generate_speculative, verify_greedy
 
 
 def real_bin_dir(need=native.BUILD_TARGETS):

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from cpuspec.policy import DEFAULT, AdaptivePolicy, StaticPolicy
+from cpuspec.core.policy import DEFAULT, AdaptivePolicy, StaticPolicy
 
 PROBE_EVERY_STEPS, PROBE_K = DEFAULT.probe_every_steps, DEFAULT.probe_k
-from cpuspec.speculative import RoundStats, generate_raw, generate_speculative
+from cpuspec.core.speculative import RoundStats, generate_raw, generate_speculative
 from fakes import FakeClock, FakeDecoder, flaky_draft_rule, target_rule
 
 T = 0.010
@@ -235,7 +235,7 @@ def test_a_task_that_keeps_losing_is_left_off():
 def test_adaptive_scope(scope):
     """Per task, one controller learns across the task's prompts; per prompt, each generation
     gets a fresh one that starts from the prior."""
-    from cpuspec.bench import BenchConfig, Generator
+    from cpuspec.harness.bench import BenchConfig, Generator
     clock = FakeClock()
     target = FakeDecoder(target_rule, clock, lambda n: T * (1 + 0.18 * (n - 1)))
     draft = FakeDecoder(flaky_draft_rule, clock, lambda n: 0.4 * T)
@@ -283,9 +283,9 @@ def test_a_k_the_probe_priced_too_dear_is_tried_and_kept(monkeypatch):
     (every draft kept: 1.88× against 1.69×). The policy tries the batch size it has not
     verified, learns its cost from the loop, and keeps k = 7; without that optimism it never
     tries it."""
-    from cpuspec import policy
-    from cpuspec.records import CostProbe
-    from cpuspec.schema import read_json
+    from cpuspec.core import policy
+    from cpuspec.results.records import CostProbe
+    from cpuspec.results.schema import read_json
     probe = CostProbe.of(read_json(Path(__file__).parent.parent / "bench" / "results" /
                                    "epyc-family25-model17" /
                                    "adaptive_heldout_q8_0_k7_n128.json")["cost_probe"])

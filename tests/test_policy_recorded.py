@@ -1,4 +1,4 @@
-"""The adaptive policy replayed on machine B's recorded runs (cpuspec/replay.py: each round keeps
+"""The adaptive policy replayed on machine B's recorded runs (cpuspec/analysis/replay.py: each round keeps
 as many drafts as the recorded static k = 7 rounds say the target keeps from that point of the
 answer, at most the k the policy chose, at the costs the run's own rounds took, with the run's
 own target prefills); time is compared with raw decoding at the same costs.
@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from cpuspec import policy, replay
-from cpuspec.policy import AdaptivePolicy
-from cpuspec.schema import read_json
-from cpuspec.speculative import RoundStats
+from cpuspec.core import policy
+
+from cpuspec.analysis import replay
+from cpuspec.core.policy import AdaptivePolicy
+from cpuspec.results.schema import read_json
+from cpuspec.core.speculative import RoundStats
 
 RESULTS = Path(__file__).parent.parent / "bench" / "results" / "epyc-family25-model17"
 

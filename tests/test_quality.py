@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.cli import main
-from cpuspec.engine import Model, Session
-from cpuspec.quality import log_softmax_at, perplexity, top1_agreement
+from cpuspec.cli.main import main
+from cpuspec.llama.engine import Model, Session
+from cpuspec.harness.quality import log_softmax_at, perplexity, top1_agreement
 
 
 def test_log_softmax_by_hand():
@@ -29,7 +29,7 @@ def test_perplexity_matches_one_token_decodes(tiny_models):
 
 
 def test_agreement_is_one_with_itself_and_lower_for_another_model(tiny_models):
-    from cpuspec.speculative import generate_raw
+    from cpuspec.core.speculative import generate_raw
     with Model(tiny_models["target"]) as t, Session(t, 256, 1) as ts, \
             Model(tiny_models["draft"]) as d, Session(d, 256, 1) as ds:
         prompt = t.tokenize("hello world")

@@ -7,11 +7,11 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from cpuspec import models
-from cpuspec.cli import main
-from cpuspec.costs import cost_curve
-from cpuspec.engine import Model
-from cpuspec.registry import load_registry
+from cpuspec.inputs import models
+from cpuspec.cli.main import main
+from cpuspec.core.costs import cost_curve
+from cpuspec.llama.engine import Model
+from cpuspec.inputs.registry import load_registry
 
 
 def run(*args):

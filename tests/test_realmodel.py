@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import REAL_MODELS_HOME
-from cpuspec.summary import summarize
+from cpuspec.analysis.summary import summarize
 
 pytestmark = pytest.mark.realmodel
 K = 4

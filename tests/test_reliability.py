@@ -11,11 +11,11 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from cpuspec import models
-from cpuspec.cli import main
-from cpuspec.models import assemble_mirror, clean_stale_downloads
-from cpuspec.registry import Mirror, ModelError, ModelSpec, load_registry
-from cpuspec.tasks import PromptsFileError, read_prompts_file
+from cpuspec.inputs import models
+from cpuspec.cli.main import main
+from cpuspec.inputs.models import assemble_mirror, clean_stale_downloads
+from cpuspec.inputs.registry import Mirror, ModelError, ModelSpec, load_registry
+from cpuspec.inputs.tasks import PromptsFileError, read_prompts_file
 
 
 def run(*args, **kw):
@@ -175,7 +175,7 @@ def test_contention_with_one_token(tiny_models):
         res = run("contention", "--target", str(tiny_models["target"]), "--draft",
                   str(tiny_models["draft"]), "-n", "1", "--threads", "1", "--no-save")
     finally:
-        from cpuspec.hardware import CorePinner
+        from cpuspec.machine.hardware import CorePinner
         CorePinner().pin(sorted(before))
     assert res.exit_code == 0, res.output
 
@@ -376,8 +376,8 @@ def test_fuzz_registry_loader(tmp_path):
 
 def test_end_of_generation_as_first_token():
     """The prefill's token ends the generation: zero decode steps, no division by zero."""
-    from cpuspec.summary import summarize_group
-    from cpuspec.speculative import generate_raw, generate_speculative
+    from cpuspec.analysis.summary import summarize_group
+    from cpuspec.core.speculative import generate_raw, generate_speculative
     from fakes import FakeClock, FakeDecoder, target_rule
     prompt = [3, 1, 4]
     eog = target_rule(prompt)
@@ -400,7 +400,7 @@ def test_end_of_generation_as_first_token():
 def test_interruption_message_for_every_kind_of_run(tmp_path):
     """Bench, sweep and tune docs differ; the interruption message reads each (a tune doc used
     to have no 'runs' and would have raised a KeyError at Ctrl-C)."""
-    from cpuspec.store import ResultsSink
+    from cpuspec.results.store import ResultsSink
     sink = ResultsSink([tmp_path / "r.json"])
     assert sink.kept() == "nothing was saved"
     for doc, words in [({"runs": [1, 2, 3]}, "3 generations"), ({"rows": [1]}, "1 sweep points"),

@@ -7,7 +7,7 @@ import stat
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.cli import main
+from cpuspec.cli.main import main
 
 
 def run(*args, **kw):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cpuspec import native
-from cpuspec.cli import main
+from cpuspec.llama import native
+from cpuspec.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS_FILE = ROOT / "bench/results/epyc-family25-model17/paths_q8_0_k7.json"
@@ -36,7 +36,15 @@ def clean_error(res, message, code=None):
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
 
 
-def alive(pid: int) -> bool:
+def alive(pid: int, wait_s: float = 3.0) -> bool:
+    """Whether pid still runs after up to wait_s (a SIGKILL is delivered asynchronously)."""
+    deadline = time.monotonic() + wait_s
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _running(pid)
+
+
+def _running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -173,7 +181,8 @@ def test_3_sigterm_leaves_no_child_of_a_native_program_running(tmp_path):
     prog = sleeper(bin_dir, native.COMPLETION)
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
-        from cpuspec import interrupt, native
+        from cpuspec.machine import interrupt
+        from cpuspec.llama import native
         try:
             with interrupt.handled():
                 native._run([{str(prog)!r}])
@@ -209,7 +218,7 @@ def test_4_a_token_outside_the_drafts_vocabulary_is_a_clear_error(tiny_models):
 
 
 def test_4_the_loop_refuses_an_id_outside_a_models_vocabulary(tiny_models):
-    from cpuspec.engine import EngineError, Model, Session
+    from cpuspec.llama.engine import EngineError, Model, Session
     with Model(tiny_models["draft"]) as m, Session(m, 64, 1) as s:
         with pytest.raises(EngineError, match="draft and target must share a tokenizer"):
             s.eval([1, m.n_vocab], 0, 1)
@@ -308,7 +317,7 @@ def test_5_a_file_nested_100k_deep_is_refused_in_one_line(tmp_path, command, cpu
 def test_5_every_recorded_file_passes_validation():
     """The validator refuses damage, not real files: every results file in the repository,
     of every kind and both schemas, validates."""
-    from cpuspec.schema import ResultsError, read_json, validate
+    from cpuspec.results.schema import ResultsError, read_json, validate
     checked = 0
     for path in sorted((ROOT / "bench" / "results").rglob("*.json")):
         try:
@@ -381,7 +390,7 @@ def test_8_a_path_named_twice_runs_once(tiny_models, tmp_path):
 
 @pytest.mark.parametrize("char", ["\u2028", "\u0085", "\u2029"])   # json.dumps escapes C0
 def test_9_a_json_string_holding_a_line_separator_is_one_line(tmp_path, char):
-    from cpuspec.tasks import read_prompts_file
+    from cpuspec.inputs.tasks import read_prompts_file
     f = tmp_path / "p.jsonl"
     f.write_text(json.dumps({"task": "t", "prompt": f"a{char}b"}, ensure_ascii=False) + "\n"
                  + json.dumps({"task": "t", "prompt": "second"}) + "\n", encoding="utf-8")
@@ -448,7 +457,7 @@ def test_10_a_paths_run_that_failed_is_listed_as_failed(tiny_models, tmp_path, c
 
 
 def test_10_the_round_budget_prints_no_negative_time(tmp_path):
-    from cpuspec.paths_report import render_paths, round_budget
+    from cpuspec.report.paths import render_paths, round_budget
     doc = json.loads(PATHS_FILE.read_text())
     negative = [(p, k) for p, b in round_budget(doc).items() for k, v in b.items()
                 if isinstance(v, float) and v < 0]

@@ -1,4 +1,4 @@
-"""cpuspec/replay.py and bench/research/replay_policy.py on machine B's recorded runs."""
+"""cpuspec/analysis/replay.py and bench/research/replay_policy.py on machine B's recorded runs."""
 import dataclasses
 import subprocess
 import sys
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cpuspec import policy
-from cpuspec.replay import Replay, ReplayError, acceptance_profile, recorded_ratio
-from cpuspec.schema import read_json
+from cpuspec.core import policy
+from cpuspec.analysis.replay import Replay, ReplayError, acceptance_profile, recorded_ratio
+from cpuspec.results.schema import read_json
 
 ROOT = Path(__file__).parent.parent
 RESULTS = ROOT / "bench" / "results" / "epyc-family25-model17"
@@ -138,7 +138,7 @@ def test_against_replays_an_older_policy_beside_the_current_one():
 
 def test_against_a_revision_that_does_not_exist_is_a_clear_error():
     p = replay_cli(str(RESULTS / RUNS[0]), "--against", "no-such-revision")
-    assert p.returncode == 2 and "cannot read cpuspec/policy.py at 'no-such-revision'" in p.stderr
+    assert p.returncode == 2 and "cannot read the policy at 'no-such-revision'" in p.stderr
     assert "Traceback" not in p.stderr
 
 

@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from cpuspec.costs import cost_model, verdict_line
-from cpuspec.report import render_csv, render_details, render_table
-from cpuspec.schema import ResultsError, SCHEMA_VERSION, read_json
-from cpuspec.summary import summarize, summarize_group
-from cpuspec.store import write_json
+from cpuspec.core.costs import cost_model, verdict_line
+from cpuspec.report.tables import render_csv, render_details, render_table
+from cpuspec.results.schema import ResultsError, SCHEMA_VERSION, read_json
+from cpuspec.analysis.summary import summarize, summarize_group
+from cpuspec.results.store import write_json
 
 K = 4
 
@@ -153,7 +153,7 @@ def speedup_iid(alpha: float, k: int, c: float) -> float:
 
 
 def test_closed_forms_of_leviathan_et_al():
-    from cpuspec.costs import expected_tokens_iid
+    from cpuspec.core.costs import expected_tokens_iid
     assert expected_tokens_iid(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)   # 3.3616
     assert expected_tokens_iid(0.0, 4) == 1.0 and expected_tokens_iid(1.0, 4) == 5.0
     # Their Table/Figure example: α = 0.8, γ = 4, c = 0.05 → ≈ 2.8× (3.3616 / 1.2).
@@ -163,7 +163,7 @@ def test_closed_forms_of_leviathan_et_al():
 def test_measured_cost_model_matches_closed_form_when_beta_is_zero():
     """With i.i.d. acceptance (survival α^i) and a verify that costs one decode, our
     generalisation reduces to Leviathan et al.'s improvement factor."""
-    from cpuspec.costs import predicted_speedup
+    from cpuspec.core.costs import predicted_speedup
     alpha, c, t = 0.7, 0.1, 0.02
     survival = [alpha ** i for i in range(1, 9)]
     verify = {n: t for n in range(1, 10)}
@@ -173,7 +173,7 @@ def test_measured_cost_model_matches_closed_form_when_beta_is_zero():
 
 
 def test_choose_k_and_break_even_by_hand():
-    from cpuspec.costs import break_even_acceptance, choose_k, expected_tokens
+    from cpuspec.core.costs import break_even_acceptance, choose_k, expected_tokens
     survival = [0.9, 0.8, 0.6, 0.3]
     d = 0.001  # draft time per token; the target decode V(1) is verify[1]
     verify = {1: 0.010, 2: 0.011, 3: 0.012, 4: 0.014, 5: 0.018}
@@ -193,7 +193,7 @@ def test_choose_k_and_break_even_by_hand():
 
 
 def test_extrapolated_survival_by_hand():
-    from cpuspec.costs import extrapolate_survival
+    from cpuspec.core.costs import extrapolate_survival
     assert extrapolate_survival([0.9, 0.81], 4) == pytest.approx([0.9, 0.81, 0.729, 0.6561])
     assert extrapolate_survival([0.5], 3) == pytest.approx([0.5, 0.25, 0.125])
     assert extrapolate_survival([0.9, 0.8], 2) == [0.9, 0.8]

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.cli import main
-from cpuspec.lookup import HybridDrafter
-from cpuspec.measure import NoiseSample
-from cpuspec.policy import DEFAULT, AdaptivePolicy
+from cpuspec.cli.main import main
+from cpuspec.core.lookup import HybridDrafter
+from cpuspec.harness.measure import NoiseSample
+from cpuspec.core.policy import DEFAULT, AdaptivePolicy
 
 V1_REFRESH_ROUNDS = DEFAULT.v1_refresh_rounds
-from cpuspec.speculative import RoundStats, generate_speculative
-from cpuspec.stats import paired_units, speedup_stats
+from cpuspec.core.speculative import RoundStats, generate_speculative
+from cpuspec.analysis.stats import paired_units, speedup_stats
 from fakes import FakeClock, FakeDecoder, target_rule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_a_followup_after_a_prompt_without_one_reads_its_conversation_again(tiny
 def test_the_hybrids_prefill_above_a_held_conversation_is_a_prefill():
     """At reuse > 0 the draft model reads the prompt's tail in the prefill, timed as
     draft_prefill_s, not as a catch-up inside the first round that lookup could not serve."""
-    from cpuspec.speculative import prefill_draft
+    from cpuspec.core.speculative import prefill_draft
     clock = FakeClock()
     target = FakeDecoder(target_rule, clock, lambda n: 0.010)
     model = FakeDecoder(target_rule, clock, lambda n: 0.001 * n)
@@ -74,7 +74,7 @@ def test_the_hybrids_prefill_above_a_held_conversation_is_a_prefill():
 
 def test_a_noise_rerun_starts_the_policy_where_the_discarded_attempt_started(
         tiny_models, tmp_path, monkeypatch):
-    import cpuspec.bench as bench
+    import cpuspec.harness.bench as bench
 
     class Probe:   # the first prompt's first attempt is disturbed, nothing else
         windows = 0
@@ -119,7 +119,7 @@ def _units(speedups):
 def test_the_interval_holds_its_coverage_at_few_prompts(n):
     """Per-prompt speedups drawn log-normally around a known geometric mean of 1.1: the 95 %
     interval must hold it 93-97 % of the time (mean ± 1.96 se held it about 88 % at n = 5)."""
-    from cpuspec.stats import speedup_ci
+    from cpuspec.analysis.stats import speedup_ci
     rng = np.random.default_rng(7)
     truth, trials, hits = 1.1, 4000, 0
     for _ in range(trials):
@@ -149,7 +149,7 @@ def test_the_speedup_and_its_interval_are_over_the_same_prompts():
 # 7 -----------------------------------------------------------------------------------------
 
 def test_the_replay_charges_the_catch_up_after_plain_steps():
-    from cpuspec.replay import Replay
+    from cpuspec.analysis.replay import Replay
     rep = Replay(json.loads((RECORDED / "adaptive_heldout_q8_0_k7_n64.json").read_text()),
                  "json")
     profile = rep.prompts[0][2]
@@ -195,7 +195,7 @@ def test_the_trace_records_the_k_the_loop_ran_near_max_tokens():
 # 9 -----------------------------------------------------------------------------------------
 
 def test_eval_reads_rows_that_span_two_decodes(tiny_models):
-    from cpuspec.engine import Model, Session
+    from cpuspec.llama.engine import Model, Session
     tokens = list(range(10, 22))             # 12 tokens, n_batch 8: pieces of 8 and 4
     with Model(tiny_models["target"]) as m:
         with Session(m, 64, 1, n_batch=8) as s:
@@ -226,7 +226,7 @@ def test_runs_and_report_give_one_answer_for_one_file(cpuspec_home):
 # 11 ----------------------------------------------------------------------------------------
 
 def test_a_prompts_files_json_and_code_are_its_own(tmp_path):
-    from cpuspec.tasks import load_prompts
+    from cpuspec.inputs.tasks import load_prompts
     f = tmp_path / "mine.jsonl"
     f.write_text("".join(json.dumps({"task": t, "prompt": f"{t} prompt {i}"}) + "\n"
                          for t in ("json", "code", "story") for i in range(3)))

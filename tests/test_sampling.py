@@ -5,9 +5,9 @@ power to catch a wrong acceptance rule."""
 import numpy as np
 import pytest
 
-from cpuspec.engine import Model, Session
-from cpuspec.sampling import RejectionVerify, SamplingDecoder, probs_from_logits, sample
-from cpuspec.speculative import generate_raw, generate_speculative
+from cpuspec.llama.engine import Model, Session
+from cpuspec.core.sampling import RejectionVerify, SamplingDecoder, probs_from_logits, sample
+from cpuspec.core.speculative import generate_raw, generate_speculative
 
 TEMPERATURE = 1.5
 N_SAMPLES = 1500
@@ -103,7 +103,7 @@ def test_lookup_drafter_with_sampling(sessions):
     tokens must then follow the target's own distribution, as with a draft model. The prompt is
     the target's own greedy text, so lookup finds the sampled tokens in it and proposes what
     the target would likely say next: drafts are made, kept and rejected."""
-    from cpuspec.lookup import LookupDrafter
+    from cpuspec.core.lookup import LookupDrafter
     model, ts, _ = sessions
     start = model.tokenize("The quick brown fox")
     prompt = start + generate_raw(ts, start, 100).tokens

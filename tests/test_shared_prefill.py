@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cpuspec.schema import read_json
-from cpuspec.stats import share_target_prefill, speedup_stats
+from cpuspec.results.schema import read_json
+from cpuspec.analysis.stats import share_target_prefill, speedup_stats
 
 ROOT = Path(__file__).parent.parent
 RUN = ROOT / "bench" / "results" / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n64_v5.json"
@@ -134,7 +134,7 @@ SHORT = ROOT / "bench" / "results" / "epyc-family25-model17" / "bench_q8_0_k7.js
 
 def report(path):
     from click.testing import CliRunner
-    from cpuspec.cli import main
+    from cpuspec.cli.main import main
     res = CliRunner().invoke(main, ["report", str(path), "--details"])
     assert res.exit_code == 0, res.output
     return res.output
@@ -151,7 +151,7 @@ def test_the_report_shares_the_prefill_of_long_inputs_only():
 
 
 def test_summary_shared_ratio_ignores_which_mode_drew_the_slow_prefill():
-    from cpuspec.summary import summarize
+    from cpuspec.analysis.summary import summarize
     rec = read_json(LONG)
     swapped = copy.deepcopy(rec)
     runs = [r for r in swapped["runs"] if r["prompt_id"] == "edit-heldout-3"]
@@ -176,7 +176,7 @@ def test_a_mode_that_is_always_slower_gets_a_warning(tmp_path):
     path.write_text(json.dumps(rec))
     out = report(path)
     assert "WARNING: static's target prefill ran +" in out
-    from cpuspec.summary import summarize
+    from cpuspec.analysis.summary import summarize
     assert summarize(rec)["overall"]["target_prefill_by_mode"]["static"] > 1.1
 
 
@@ -198,7 +198,7 @@ def test_pool_adds_a_row_over_every_task_with_the_fairness_check():
 def test_the_parallel_schedule_shares_nothing():
     """In the parallel schedule both models prefill at once, so the target's prefill there is
     not the work raw's was: no shared figures (the serial run of the same split has them)."""
-    from cpuspec.summary import summarize
+    from cpuspec.analysis.summary import summarize
     results = ROOT / "bench" / "results" / "epyc-family25-model17"
     serial, parallel = (summarize(read_json(results / f"split_{s}_q8_0.json"))
                         for s in ("serial", "parallel"))

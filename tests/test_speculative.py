@@ -2,7 +2,7 @@
 round records and timings to the digit."""
 import pytest
 
-from cpuspec.speculative import (count_accepted, generate_raw, generate_speculative)
+from cpuspec.core.speculative import (count_accepted, generate_raw, generate_speculative)
 from fakes import FakeClock, FakeDecoder, flaky_draft_rule, target_rule
 
 T = 0.010        # target: 10 ms per one-token decode
@@ -159,7 +159,7 @@ def test_parallel_schedule_equals_raw_and_keeps_the_kv_straight(k, max_tokens, r
     target's greedy output, and every eval starts where the draft's KV ends (the fake checks)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from cpuspec.speculative import generate_speculative_parallel
+    from cpuspec.core.speculative import generate_speculative_parallel
     raw_clock, raw_target, _ = make()
     raw = generate_raw(raw_target, PROMPT, max_tokens, raw_clock)
     clock, target, draft = make(draft_rule=flaky_draft_rule if rule == "flaky" else target_rule)

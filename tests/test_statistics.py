@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.cli import main
-from cpuspec.schema import read_json
-from cpuspec.summary import summarize
+from cpuspec.cli.main import main
+from cpuspec.results.schema import read_json
+from cpuspec.analysis.summary import summarize
 
 RESULTS = Path(__file__).parent.parent / "bench" / "results"
 LOOKUP = RESULTS / "lookup62_q4_0_k3.json"      # machine A, prompt lookup 6..2, k = 3

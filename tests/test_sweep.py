@@ -9,9 +9,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.cli import main
-from cpuspec.report import sweep_rows
-from cpuspec.sweep import GPU_SKIP_REASON, Point, SweepError, expand, parse_values, varying
+from cpuspec.cli.main import main
+from cpuspec.report.tables import sweep_rows
+from cpuspec.harness.sweep import GPU_SKIP_REASON, Point, SweepError, expand, parse_values, varying
 
 
 @pytest.mark.parametrize("text, values", [
@@ -70,7 +70,7 @@ def test_sweep_threads_and_k_one_table(tiny_models, tmp_path):
 
 
 def test_gpu_points_are_skipped_without_offload(tiny_models, tmp_path):
-    from cpuspec.engine import supports_gpu_offload
+    from cpuspec.llama.engine import supports_gpu_offload
     if supports_gpu_offload():
         pytest.skip("this llama-cpp-python build can offload: the skip path does not apply")
     out = tmp_path / "gpu.json"
@@ -108,8 +108,8 @@ def test_unpinned_point_after_a_pinned_one_runs_where_the_sweep_started(monkeypa
     import contextlib
     import os
 
-    from cpuspec import sweep
-    from cpuspec.bench import BenchConfig
+    from cpuspec.harness import sweep
+    from cpuspec.harness.bench import BenchConfig
     start = sorted(os.sched_getaffinity(0))
     seen = []
     monkeypatch.setattr(sweep, "resolve_models", lambda cfg, log: None)

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.cli import main
-from cpuspec.costs import predict_generation_s
-from cpuspec.measure import PSI_CPU, NoiseProbe, NoiseSample, noise_reasons, probe_costs
-from cpuspec.report import render_noise
-from cpuspec.schema import read_json
-from cpuspec.summary import noise_report, summarize
-from cpuspec.speculative import generate_raw, generate_speculative
-from cpuspec.stats import significance, speedup_ci
+from cpuspec.cli.main import main
+from cpuspec.core.costs import predict_generation_s
+from cpuspec.harness.measure import PSI_CPU, NoiseProbe, NoiseSample, noise_reasons, probe_costs
+from cpuspec.report.tables import render_noise
+from cpuspec.results.schema import read_json
+from cpuspec.analysis.summary import noise_report, summarize
+from cpuspec.core.speculative import generate_raw, generate_speculative
+from cpuspec.analysis.stats import significance, speedup_ci
 from fakes import FakeClock, FakeDecoder, target_rule
 
 V1_RESULTS = Path(__file__).parent.parent / "bench" / "results" / "avx2-build" / \
@@ -45,7 +45,7 @@ def test_repetitions_of_one_prompt_are_one_unit():
     """Five prompts repeated ten times, each repetition identical: the repetitions carry no
     independent information, so the interval must be the one of the five prompts run once.
     Treating the 50 generations as units would give an interval about √10 times narrower."""
-    from cpuspec.stats import paired_units
+    from cpuspec.analysis.stats import paired_units
     speed = [1.3, 0.9, 1.2, 1.0, 1.1]
     def runs(reps):
         out = []
@@ -69,7 +69,7 @@ def test_repetitions_of_one_prompt_are_one_unit():
 def test_raw_and_sd_stay_paired():
     """Prompts of very different lengths, SD exactly 1.25× on each: paired by prompt, 1.25 with
     no spread; taking raw and SD apart would mix long and short prompts."""
-    from cpuspec.stats import paired_units
+    from cpuspec.analysis.stats import paired_units
     raw = [_gen(f"t-{i}", 0, "raw", 10 * (i + 1) ** 2, 0.1 * (i + 1) ** 2) for i in range(6)]
     sd = [_gen(f"t-{i}", 0, "static", 10 * (i + 1) ** 2, 0.08 * (i + 1) ** 2)
           for i in reversed(range(6))]          # another order: pairing is by prompt id
@@ -178,7 +178,7 @@ def test_parallel_prediction_at_its_limits():
     """Not the formula again: where the answer is plain without it. Every draft kept and a
     draft that costs nothing: each round gives k + 1 tokens for one verify, and the draft's
     work hides entirely. A slower draft, or a lower acceptance, never predicts faster."""
-    from cpuspec.costs import predict_parallel_generation_s
+    from cpuspec.core.costs import predict_parallel_generation_s
     probe = {"verify_s": {"1": 0.01, "2": 0.012, "3": 0.014}, "draft_s": 1e-9,
              "target_prefill_s": 0.1, "draft_prefill_s": 0.04, "prompt_tokens": 10}
     raw, sd = predict_parallel_generation_s(probe, [1.0, 1.0], 2, 10, 31)

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cpuspec.cli import main
-from cpuspec.tasks import builtin_prompts
-from cpuspec import candidates, tune
-from cpuspec.tune import split_prompts
+from cpuspec.cli.main import main
+from cpuspec.inputs.tasks import builtin_prompts
+from cpuspec.tune import candidates
+from cpuspec.tune import search as tune
+from cpuspec.tune.search import split_prompts
 
 
 def force_paying_at_k2(monkeypatch):
@@ -35,7 +36,7 @@ def test_split_never_confirms_on_tuning_prompts():
 
 
 def test_ceiling_by_hand():
-    from cpuspec.candidates import ceiling
+    from cpuspec.tune.candidates import ceiling
     probe = {"verify_s": {"1": 0.010, "2": 0.012, "3": 0.020, "4": 0.013}, "draft_s": 0.002}
     # k = 1: 2·10/(2 + 12) = 1.4286; k = 2: 3·10/(4 + 20) = 1.25; k = 3: 4·10/(6 + 13) = 2.105
     assert ceiling(probe, 3, 0.002) == pytest.approx((40 / 19, 3))
@@ -105,9 +106,9 @@ def test_tune_on_tiny_models(tiny_models, tmp_path):
 def test_fastest_raw_on_another_target_is_confirmed(tiny_models, monkeypatch):
     """Machine B's whole "fastest" column (raw decoding on the Q4_0 target) was never run on
     the confirm prompts. Forced here: every SD candidate ruled out, the second target faster."""
-    from cpuspec import tune
-    from cpuspec.bench import BenchConfig
-    from cpuspec.models import local_model
+    from cpuspec.tune import search as tune
+    from cpuspec.harness.bench import BenchConfig
+    from cpuspec.inputs.models import local_model
     monkeypatch.setattr(candidates, "ceiling", lambda probe, k_max, d: (0.5, 1))
     monkeypatch.setattr(tune, "raw_speeds", lambda doc: {("target", "code"): 1.0,
                                                          ("same", "code"): 2.0})
@@ -123,7 +124,7 @@ def test_fastest_raw_on_another_target_is_confirmed(tiny_models, monkeypatch):
     assert st["units"] == 5 and st["ci"] is not None        # five confirm prompts: an interval
     assert 0.5 < conf["vs_reference_raw"] < 2.0               # the same weights: about 1
     assert rec["best_sd"]["ruled_out_by_cost_curve"] and not rec["best_sd"]["pays"]
-    from cpuspec.tune_report import render_tune
+    from cpuspec.report.tune import render_tune
     out = render_tune(doc)
     assert "SD cannot pay with any candidate" in out and "skipped: cannot pay" in out
 
@@ -131,9 +132,9 @@ def test_fastest_raw_on_another_target_is_confirmed(tiny_models, monkeypatch):
 def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     """Where a configuration is predicted to pay (forced here: same-size tiny drafts never
     do), it is run for real on the confirm prompts, with its audit."""
-    from cpuspec import tune
-    from cpuspec.bench import BenchConfig
-    from cpuspec.models import local_model
+    from cpuspec.tune import search as tune
+    from cpuspec.harness.bench import BenchConfig
+    from cpuspec.inputs.models import local_model
     force_paying_at_k2(monkeypatch)
     cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
     cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=16)
@@ -155,9 +156,9 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
 def test_a_draft_window_reaches_the_draft_models_and_their_commands(tiny_models, monkeypatch):
     """--draft-window on tune: the model drafter's runs (choosing and confirming) read the
     window and its bench command says so; lookup and raw decoding read everything."""
-    from cpuspec import tune
-    from cpuspec.bench import BenchConfig
-    from cpuspec.models import local_model
+    from cpuspec.tune import search as tune
+    from cpuspec.harness.bench import BenchConfig
+    from cpuspec.inputs.models import local_model
     force_paying_at_k2(monkeypatch)
     target, draft = local_model(tiny_models["target"]), local_model(tiny_models["draft"])
     cands = [tune.Candidate(target, draft), tune.Candidate(target, None)]
@@ -174,7 +175,7 @@ def test_a_draft_window_reaches_the_draft_models_and_their_commands(tiny_models,
                                           else None) for r in doc["confirm_runs"])
     assert "--draft-window 4,4" in tune.command_for(cfg, cands[0], 2, "code")
     assert "--draft-window" not in tune.command_for(cfg, cands[1], 2, "code")
-    from cpuspec.tune_report import render_tune
+    from cpuspec.report.tune import render_tune
     assert "Draft window: every draft model read the first 4 and last 4 tokens" in \
         render_tune({**doc, "settings": {"draft_window": [4, 4]}})
 
@@ -199,9 +200,9 @@ def test_a_small_predicted_gain_does_not_beat_raw_decoding(tiny_models, monkeypa
     """Machine C: SD on the Q4_0 target was predicted at 1.02-1.04x its raw speed, picked as
     the fastest answer, and measured 0.87-0.89x. A gain inside the prediction's error no longer
     decides: raw decoding stays the fastest answer, SD stays 'where SD pays most'."""
-    from cpuspec import tune
-    from cpuspec.bench import BenchConfig
-    from cpuspec.models import local_model
+    from cpuspec.tune import search as tune
+    from cpuspec.harness.bench import BenchConfig
+    from cpuspec.inputs.models import local_model
     real = tune.predictions
 
     def marginal(results, k_max, probe=None):
@@ -224,9 +225,9 @@ def test_a_small_predicted_gain_does_not_beat_raw_decoding(tiny_models, monkeypa
 def test_the_reference_raw_run_survives_the_budget(tiny_models):
     """Machine C, --budget 12: every candidate of the first target was cut, so was its raw
     run, and tune printed no answer at all. The yardstick is now always measured."""
-    from cpuspec import tune
-    from cpuspec.bench import BenchConfig
-    from cpuspec.models import local_model
+    from cpuspec.tune import search as tune
+    from cpuspec.harness.bench import BenchConfig
+    from cpuspec.inputs.models import local_model
     ref, other = local_model(tiny_models["target"]), local_model(tiny_models["same"])
     cands = [tune.Candidate(ref, local_model(tiny_models["draft"])), tune.Candidate(other, None)]
     cfg = BenchConfig(prompts=builtin_prompts(["code"], 2), threads=1, max_tokens=12)
@@ -241,9 +242,9 @@ def test_one_pilot_per_drafter_ranks_every_target(tiny_models, monkeypatch):
     that costs nothing has the highest ceiling), and the budget ran out before the candidates
     that pay. A short pilot per drafter now gives each candidate an acceptance: the draft
     model's pilot runs once, on the first target, and ranks both targets."""
-    from cpuspec import tune
-    from cpuspec.bench import BenchConfig
-    from cpuspec.models import local_model
+    from cpuspec.tune import search as tune
+    from cpuspec.harness.bench import BenchConfig
+    from cpuspec.inputs.models import local_model
     t, other = local_model(tiny_models["target"]), local_model(tiny_models["same"])
     draft = local_model(tiny_models["draft"])
     cands = [tune.Candidate(t, draft), tune.Candidate(other, draft)]
@@ -266,8 +267,8 @@ def test_pilot_rank_prices_each_candidate_with_its_own_curve():
     """On a recorded machine-B run (Q8_0 target + Q4_0 draft, k = 7) as the pilot: a curve
     twice as slow in V(n) predicts the same ×own raw and half the ×reference raw; lookup's
     draft costs are set to nothing, whatever the curve's draft measured."""
-    from cpuspec.schema import read_json
-    from cpuspec.candidates import Candidate, pilot_rank
+    from cpuspec.results.schema import read_json
+    from cpuspec.tune.candidates import Candidate, pilot_rank
     res = read_json(Path("bench/results/epyc-family25-model17/bench_q8_0_k7.json"))
     probe = res["cost_probe"]
 
@@ -297,10 +298,10 @@ def test_depths_predict_each_answer_from_its_own_curve_at_each_depth(tiny_models
     """--depths: the paying answer's cost curve is measured at every depth (the probe sits
     after that much context) and the answer is predicted there with the choosing runs'
     acceptance; the printer shows a column per depth and where SD stops or starts paying."""
-    from cpuspec import tune
-    from cpuspec.bench import BenchConfig
-    from cpuspec.models import local_model
-    from cpuspec.tune_report import render_tune
+    from cpuspec.tune import search as tune
+    from cpuspec.harness.bench import BenchConfig
+    from cpuspec.inputs.models import local_model
+    from cpuspec.report.tune import render_tune
     force_paying_at_k2(monkeypatch)
     logged = []
     cand = tune.Candidate(local_model(tiny_models["target"]), local_model(tiny_models["draft"]))
@@ -317,7 +318,7 @@ def test_depths_predict_each_answer_from_its_own_curve_at_each_depth(tiny_models
 
 
 def test_pooled_costs_are_the_median_of_every_sample():
-    from cpuspec.candidates import pool_probes
+    from cpuspec.tune.candidates import pool_probes
     a = {"position": 60, "verify_s": {"1": 2.0, "2": 9.0}, "verify_samples_s": {"1": [1.0, 2.0, 3.0],
          "2": [9.0]}, "draft_s": 0.5, "draft_samples_s": [0.5], "target_prefill_s": 1.0,
          "draft_prefill_s": 0.2, "draft_catchup_s_per_token": 0.1,
@@ -337,8 +338,8 @@ def test_one_curve_per_model_makes_two_tunes_agree(name):
     target with the draft model and with the hybrid, and each run's own probe 10 % apart, so
     one picked the hybrid and the other the model. Priced with one pooled curve per target and
     draft model, both recorded runs pick the same SD configuration per task."""
-    from cpuspec.schema import read_json
-    from cpuspec.candidates import pool_probes
+    from cpuspec.results.schema import read_json
+    from cpuspec.tune.candidates import pool_probes
     doc = read_json(Path(f"bench/results/epyc-family25-model17/{name}.json"))
     by_target: dict = {}
     by_draft: dict = {}
@@ -383,9 +384,9 @@ def test_calibrated_depth_predictions_come_closer_to_the_measured_depths():
     the choosing prompts' own, for each task, and code's crossover is found."""
     import copy
 
-    from cpuspec.candidates import calibrate_depths
-    from cpuspec.schema import read_json
-    from cpuspec.summary import summarize
+    from cpuspec.tune.candidates import calibrate_depths
+    from cpuspec.results.schema import read_json
+    from cpuspec.analysis.summary import summarize
     results = Path(__file__).parent.parent / "bench" / "results" / "epyc-family25-model17"
     doc = read_json(results / "tune_depths_q8_0_confirmed.json")
     depths = copy.deepcopy(doc["depth_predictions"])

@@ -7,9 +7,9 @@ from click.testing import CliRunner
 
 from fakes import FakeClock, FakeDecoder, flaky_draft_rule, target_rule
 
-from cpuspec.cli import main
-from cpuspec.speculative import generate_raw, generate_speculative
-from cpuspec.window import WindowedDraft, parse_window
+from cpuspec.cli.main import main
+from cpuspec.core.speculative import generate_raw, generate_speculative
+from cpuspec.core.window import WindowedDraft, parse_window
 
 PROMPT = [(i * 13 + 5) % 50 for i in range(60)]
 
@@ -113,7 +113,7 @@ def bench(tiny_models, tmp_path, *extra):
 
 def test_bench_with_a_window_audits_identical_and_prices_the_window(tiny_models, tmp_path,
                                                                    monkeypatch):
-    from cpuspec.policy import AdaptivePolicy
+    from cpuspec.core.policy import AdaptivePolicy
     priced = []
     original = AdaptivePolicy.new_generation
 
@@ -218,10 +218,10 @@ def test_the_prediction_of_a_window_run_prices_the_prefill_the_draft_made():
     is ≥ 1.8× it. Every task's prediction comes closer to the measurement."""
     from pathlib import Path
 
-    from cpuspec.records import CostProbe
-    from cpuspec.schema import read_json
-    from cpuspec.summary import summarize
-    from cpuspec.window import window_reads
+    from cpuspec.results.records import CostProbe
+    from cpuspec.results.schema import read_json
+    from cpuspec.analysis.summary import summarize
+    from cpuspec.core.window import window_reads
     rec = read_json(Path(__file__).parent.parent / "bench" / "results"
                     / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n128_w256.json")
     probe = CostProbe.of(rec["cost_probe"])

@@ -16,9 +16,9 @@ model): where lookup guesses worse than the model, the hybrid should ask the mod
 import json
 import sys
 
-from cpuspec.engine import Model
-from cpuspec.lookup import NgramIndex
-from cpuspec.speculative import NO_DRAFT
+from cpuspec.llama.engine import Model
+from cpuspec.core.lookup import NgramIndex
+from cpuspec.core.speculative import NO_DRAFT
 
 def lookup_match(history, ngram_max, ngram_min):
     """(the token after the latest earlier occurrence of history's last n tokens, n), the
@@ -62,7 +62,7 @@ def replay(raws, prompts, verify, nmax, nmin, k=3):
 
 
 def by_length(paths: list[str]) -> None:
-    from cpuspec.summary import summarize
+    from cpuspec.analysis.summary import summarize
     for path in paths:
         run = json.load(open(path))
         with Model(run["models"]["target"]["path"]) as m:

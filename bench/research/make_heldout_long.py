@@ -1,5 +1,5 @@
 """Write bench/prompts_heldout_long.jsonl: the long suites' three instructions (long-edit,
-long-explain, long-doc, word for word from cpuspec/tasks.py) over real text that the policy was
+long-explain, long-doc, word for word from cpuspec/inputs/tasks.py) over real text that the policy was
 never run on, for checking the adaptive policy on long inputs it was not tuned on.
 
 * edit-heldout, explain-heldout: five other modules of CPython 3.11.7's standard library, of the
@@ -54,7 +54,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from cpuspec.tasks import LONG_INSTRUCTIONS
+from cpuspec.inputs.tasks import LONG_INSTRUCTIONS
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # set: (modules and their sha256, the document, its sha256, its parts as 1-based inclusive line

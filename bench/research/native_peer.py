@@ -3,7 +3,7 @@
 threads and prompts.
 
 Builds `llama-bench` and `llama-speculative-simple` from the llama.cpp vendored in the sdist of
-the installed llama-cpp-python version (cpuspec.native.build: pip download, cmake, CPU backend,
+the installed llama-cpp-python version (cpuspec.llama.native.build: pip download, cmake, CPU backend,
 no curl; cached under $CPUSPEC_HOME/native), then alternates the two sides (A B A B) and reports medians and ratios:
   1. raw decode:  cpuspec one-token decodes      vs  llama-bench -p 0 -n N (tg t/s)
   2. verify cost: cpuspec (k+1)-token batch t/s  vs  llama-bench -p k+1 -n 0 (pp t/s)
@@ -27,15 +27,15 @@ from pathlib import Path
 
 import llama_cpp
 
-from cpuspec import native
-from cpuspec.bench import environment
-from cpuspec.engine import Model, Session
-from cpuspec.measure import time_decode_tok_s, filler_tokens, time_decodes, verify_tok_s
-from cpuspec.schema import SCHEMA_VERSION
-from cpuspec.models import fetch_model
-from cpuspec.registry import load_registry
-from cpuspec.speculative import generate_speculative
-from cpuspec.tasks import builtin_prompts
+from cpuspec.llama import native
+from cpuspec.harness.bench import environment
+from cpuspec.llama.engine import Model, Session
+from cpuspec.harness.measure import time_decode_tok_s, filler_tokens, time_decodes, verify_tok_s
+from cpuspec.results.schema import SCHEMA_VERSION
+from cpuspec.inputs.models import fetch_model
+from cpuspec.inputs.registry import load_registry
+from cpuspec.core.speculative import generate_speculative
+from cpuspec.inputs.tasks import builtin_prompts
 
 HERE = Path(__file__).resolve().parents[1]   # bench/
 BENCH, SPECULATIVE = native.BENCH, native.SPECULATIVE
@@ -46,7 +46,7 @@ def log(msg: str) -> None:
 
 
 def build_native() -> Path:
-    """The folder holding the native binaries (cpuspec.native builds them on first use)."""
+    """The folder holding the native binaries (cpuspec.llama.native builds them on first use)."""
     return native.build(log, [BENCH, SPECULATIVE])
 
 
@@ -60,7 +60,7 @@ def native_bench(bin_dir: Path, model: Path, threads: int, n_prompt: int, n_gen:
 
 def native_spec(bin_dir: Path, target: Path, draft: Path, threads: int, prompt: str, n: int,
                 k: int, n_ctx: int) -> dict:
-    """llama-speculative-simple on one prompt (cpuspec.native.run_speculative). Its "encoded"
+    """llama-speculative-simple on one prompt (cpuspec.llama.native.run_speculative). Its "encoded"
     window holds the target's and the draft's prompt prefill, its "decoded" window every round
     after them: together, the same end-to-end window as ours."""
     r = native.run_speculative(bin_dir, str(target), str(draft), prompt, n, k, threads, n_ctx)

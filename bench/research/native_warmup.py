@@ -11,9 +11,9 @@ import math
 import sys
 from pathlib import Path
 
-from cpuspec import native
-from cpuspec.engine import Model
-from cpuspec.tasks import builtin_prompts
+from cpuspec.llama import native
+from cpuspec.llama.engine import Model
+from cpuspec.inputs.tasks import builtin_prompts
 
 
 def one(bin_dir, target, text, n, threads, warm):

@@ -8,7 +8,7 @@ from what ran before (the modes' order).
         --rounds 12 --arms raw,plain [--json OUT.json]
 
 The target, the draft, k, the threads and --max-tokens are the results file's. Each round runs
-every arm once, in the orders of a Williams design in turn (cpuspec.order.williams_orders:
+every arm once, in the orders of a Williams design in turn (cpuspec.harness.order.williams_orders:
 each arm runs in each place, and right after each other arm, equally often); `static` runs
 the file's k. Prints, per arm, prefill and decode seconds against raw's in the same round:
 the mean ratio with a 95 % interval over rounds (≥ 5 rounds; fewer is a range),
@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tabulate import tabulate  # noqa: E402
 
-from cpuspec.bench import environment  # noqa: E402
-from cpuspec.engine import Model, Session  # noqa: E402
-from cpuspec.order import williams_orders  # noqa: E402
-from cpuspec.schema import ResultsError, read_bench  # noqa: E402
-from cpuspec.speculative import RoundStats, generate_raw, generate_speculative  # noqa: E402
-from cpuspec.stats import mean_interval  # noqa: E402
+from cpuspec.harness.bench import environment  # noqa: E402
+from cpuspec.llama.engine import Model, Session  # noqa: E402
+from cpuspec.harness.order import williams_orders  # noqa: E402
+from cpuspec.results.schema import ResultsError, read_bench  # noqa: E402
+from cpuspec.core.speculative import RoundStats, generate_raw, generate_speculative  # noqa: E402
+from cpuspec.analysis.stats import mean_interval  # noqa: E402
 
 ARMS = ("raw", "plain", "static")
 

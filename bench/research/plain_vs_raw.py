@@ -9,7 +9,7 @@ seconds for the target's prefill and for the decode, with a 95 % interval (mean 
 errors over generations; each prompt is one unit), and the decode ratio's median and range (how
 much identical work varies between modes on this machine). Only generations with as many
 tokens as raw's count (an answer that parts at a near-tie may end at another length).
---by-order pools them by the order bench ran the prompt's modes in (cpuspec.order.mode_order),
+--by-order pools them by the order bench ran the prompt's modes in (cpuspec.harness.order.mode_order),
 to see whether a mode pays for what ran just before it."""
 import argparse
 import statistics
@@ -17,9 +17,9 @@ import sys
 
 from tabulate import tabulate
 
-from cpuspec.order import mode_order
-from cpuspec.schema import ResultsError, read_bench
-from cpuspec.stats import mean_interval as interval, raw_by_unit, raw_of
+from cpuspec.harness.order import mode_order
+from cpuspec.results.schema import ResultsError, read_bench
+from cpuspec.analysis.stats import mean_interval as interval, raw_by_unit, raw_of
 
 
 def ratios(rec: dict, by_order: dict | None = None) -> list[tuple[float, float]]:

@@ -1,6 +1,6 @@
 """Replay the current adaptive policy on recorded bench runs, without a model: how its
-decisions would fare on each task's recorded acceptance and costs (cpuspec/replay.py says what
-the replay uses and what it leaves out). For checking a change to cpuspec/policy.py against the
+decisions would fare on each task's recorded acceptance and costs (cpuspec/analysis/replay.py says what
+the replay uses and what it leaves out). For checking a change to cpuspec/core/policy.py against the
 runs that exist before spending a real run on it; the figures it prints are not measurements.
 
     python bench/research/replay_policy.py RESULT.json [RESULT.json ...] [--tasks T,U] [--max-tokens N]
@@ -10,7 +10,7 @@ Per task: the replayed static ÷ raw and adaptive ÷ raw and ÷ static, the shar
 drafted, and beside them the run's own recorded static ÷ raw and adaptive ÷ raw, to show how
 far the replay is from the run. --passes P runs the prompts P times over (the policy's state
 carries over), for the learning cost spread over more prompts. --against REV replays the policy
-of git revision REV too (its cpuspec/policy.py) and prints its adaptive ÷ static beside.
+of git revision REV too (its cpuspec/core/policy.py) and prints its adaptive ÷ static beside.
 --skip leaves out, and names on stderr, files and tasks that cannot be replayed (no cost probe,
 no static or raw mode: a glob over bench/results/ holds many). The last lines hold each policy
 to the adaptive goal (≥ 0.95× static where the replayed static wins, ≥ 0.97× raw where it
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from cpuspec.replay import Replay, ReplayError, recorded_ratio
-from cpuspec.schema import ResultsError, read_json
+from cpuspec.analysis.replay import Replay, ReplayError, recorded_ratio
+from cpuspec.results.schema import ResultsError, read_json
 
 ROOT = Path(__file__).resolve().parents[2]
 GOAL_WINS, GOAL_LOSES = 0.95, 0.97
@@ -36,16 +36,21 @@ def fmt(x: float | None) -> str:
 
 
 def policy_at(rev: str) -> type:
-    """The AdaptivePolicy class of cpuspec/policy.py at git revision `rev`."""
-    src = subprocess.run(["git", "show", f"{rev}:cpuspec/policy.py"], capture_output=True,
-                         text=True, cwd=ROOT)
-    if src.returncode:
-        raise ReplayError(f"cannot read cpuspec/policy.py at {rev!r}: "
+    """The AdaptivePolicy class of the policy module at git revision `rev`
+    (cpuspec/core/policy.py, or cpuspec/policy.py before the package layout)."""
+    for path in ("cpuspec/core/policy.py", "cpuspec/policy.py"):
+        src = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True,
+                             cwd=ROOT)
+        if not src.returncode:
+            break
+    else:
+        raise ReplayError(f"cannot read the policy at {rev!r}: "
                           f"{src.stderr.strip() or 'git failed'}")
-    mod = types.ModuleType(f"cpuspec.policy_at_{rev}")
-    mod.__package__ = "cpuspec"      # its relative imports resolve against today's package
+    mod = types.ModuleType(f"cpuspec.core.policy_at_{rev}")
+    # an old flat module's relative imports (.costs, .speculative) resolve in today's core/
+    mod.__package__ = "cpuspec.core"
     sys.modules[mod.__name__] = mod  # where @dataclass looks its module up
-    exec(compile(src.stdout, f"{rev}:cpuspec/policy.py", "exec"), mod.__dict__)
+    exec(compile(src.stdout, f"{rev}:{path}", "exec"), mod.__dict__)
     return mod.AdaptivePolicy
 
 
@@ -154,7 +159,7 @@ def main() -> int:
         + ["rounds drafting", "run: static ÷ raw", "run: adaptive ÷ raw"]
     print(tabulate(table, headers=headers, disable_numparse=True))
     print("replayed at steady costs, acceptance from the static rounds: decisions, not "
-          "timings (cpuspec/replay.py)")
+          "timings (cpuspec/analysis/replay.py)")
     for line in goal_lines(goals, a.against):
         print(line)
     return 0

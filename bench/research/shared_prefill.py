@@ -10,10 +10,10 @@ time. On five prompts one such spell moved long-doc's adaptive ÷ static from 0.
 
 So, per task of each run, this prints the end-to-end ratios twice: as measured, and with each
 generation's target prefill replaced by the mean of its prompt's timings over the modes (the
-same repetition; cpuspec.stats.share_target_prefill, which `cpuspec report` uses too for the
+same repetition; cpuspec.analysis.stats.share_target_prefill, which `cpuspec report` uses too for the
 long inputs of one file), so that a ratio holds only what the modes did differently: the draft's
 prefill and the decode. Paired by prompt, 95 % interval over ≥ 5 prompts, a range over fewer
-(cpuspec.stats.speedup_stats, through cpuspec.summary.ratio_fields). Both are measurements;
+(cpuspec.analysis.stats.speedup_stats, through cpuspec.analysis.summary.ratio_fields). Both are measurements;
 the second removes one source of noise and adds none, and neither replaces the other.
 
     python bench/research/shared_prefill.py [--pool] [--digits N] RESULT.json [RESULT.json ...]
@@ -33,10 +33,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from cpuspec.report import speedup_cell
-from cpuspec.schema import ResultsError, read_json
-from cpuspec.stats import share_target_prefill, target_prefill_by_mode
-from cpuspec.summary import ratio_fields
+from cpuspec.report.tables import speedup_cell
+from cpuspec.results.schema import ResultsError, read_json
+from cpuspec.analysis.stats import share_target_prefill, target_prefill_by_mode
+from cpuspec.analysis.summary import ratio_fields
 
 PAIRS = [("static", "raw"), ("adaptive", "raw"), ("adaptive", "static")]
 

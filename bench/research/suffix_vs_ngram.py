@@ -25,9 +25,9 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from cpuspec.engine import Model
-from cpuspec.lookup import NgramIndex
-from cpuspec.speculative import NO_DRAFT
+from cpuspec.llama.engine import Model
+from cpuspec.core.lookup import NgramIndex
+from cpuspec.core.speculative import NO_DRAFT
 
 MAX_PATTERN = 16
 

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tabulate import tabulate  # noqa: E402
 
-from cpuspec.engine import Model, Session  # noqa: E402
-from cpuspec.window import parse_window, window_tokens  # noqa: E402
+from cpuspec.llama.engine import Model, Session  # noqa: E402
+from cpuspec.core.window import parse_window, window_tokens  # noqa: E402
 
 
 def rounds_of(match: list[bool], k: int) -> int:

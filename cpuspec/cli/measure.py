@@ -1,0 +1,431 @@
+"""The commands that measure besides bench: hw, contention, costs, paths, quality, tune."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from cpuspec.llama import native
+
+from cpuspec.harness import paths as core
+from cpuspec.harness.bench import BenchConfig, environment, resolve_models
+from cpuspec.cli.util import (check_depths, check_limits, check_model_file, check_model_name, finish_outputs, finite,
+                      guarded, log,
+                      positive, prepare_outputs, registry, resolve_model, save_options, task_list,
+                      task_names, values, window_option)
+from cpuspec.harness.contention import ContentionConfig, render_contention, run_contention
+from cpuspec.core.costs import render_cost_curve
+from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
+from cpuspec.machine.hardware import HardwareError, default_threads, detect_hardware, select_cpus
+from cpuspec.report.paths import render_paths
+from cpuspec.harness.probe import describe_costs, run_costs
+from cpuspec.harness.quality import render_quality, run_quality
+from cpuspec.inputs.registry import ModelError
+from cpuspec.results.schema import SCHEMA_VERSION
+from cpuspec.inputs.tasks import (DEFAULT_TASKS, PromptsFileError, UnknownTaskError, builtin_prompts,
+                    load_prompts)
+from cpuspec.tune.search import Candidate, run_tune
+from cpuspec.report.tune import render_tune
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def hw(as_json):
+    """Show the CPU: cores, SMT, affinity, P-/E-cores, memory, governor and turbo.
+
+    \b
+    Examples:
+      cpuspec hw
+      taskset -c 0-3 cpuspec hw --json
+    """
+    info = detect_hardware()
+    if as_json:
+        click.echo(json.dumps(info.to_dict(), indent=1))
+        return
+    kinds = "; ".join(f"{k}: {','.join(map(str, v))}" for k, v in info.cores_by_kind.items())
+    mem = f"{info.memory_total_bytes / 2**30:.1f} GiB" if info.memory_total_bytes else "?"
+    for label, value in [
+            ("CPU", info.cpu_model), ("logical CPUs", info.logical_cpus),
+            ("physical cores", info.physical_cores),
+            ("SMT", f"{info.smt_siblings} threads per core"),
+            ("affinity", f"{','.join(map(str, info.affinity))} "
+                         f"({info.physical_cores_in_affinity} physical cores)"),
+            ("hybrid", info.hybrid), ("cores by kind", kinds), ("memory", mem),
+            ("governor", info.governor or "not readable"),
+            ("turbo", info.turbo or "not readable")]:
+        click.echo(f"{label:>15}: {value}")
+
+
+@click.command()
+@click.option("--pair", help="Model pair from models.toml.")
+@click.option("--target", "target_path", type=click.Path(path_type=Path))
+@click.option("--draft", "draft_path", type=click.Path(path_type=Path))
+@click.option("--p-cores", type=click.IntRange(min=0), default=0,
+              help="Use N P-cores [default: one CPU per physical core in the affinity].")
+@click.option("--e-cores", type=click.IntRange(min=0), default=0, help="Use M E-cores.")
+@click.option("--smt", is_flag=True, help="Use every SMT sibling of the chosen cores.")
+@click.option("-t", "--threads", type=int, callback=positive,
+              help="llama.cpp threads, on the first chosen CPUs; background streams use the "
+                   "rest [default: all chosen CPUs but one].")
+@click.option("-k", "--draft-len", "k", type=int, default=4, show_default=True,
+              callback=positive, help="Verify batch is k + 1 tokens.")
+@click.option("-n", "--n-tokens", type=int, default=32, show_default=True, callback=positive)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@save_options
+def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k, n_tokens,
+               json_path, save, force):
+    """Memory bandwidth, rooflines and contention: why the draft is not free on a CPU.
+
+    \b
+    Examples:
+      cpuspec contention
+      cpuspec contention --p-cores 4 --threads 2 --json contention.json
+    """
+    from cpuspec.llama.engine import EngineError
+    hw = detect_hardware()
+    try:
+        if p_cores or e_cores:
+            cpus = select_cpus(hw, p_cores, e_cores, smt)
+        else:
+            cpus = select_cpus(hw, p_cores=hw.physical_cores_in_affinity, smt=smt) \
+                if hw.hybrid == "not hybrid" else sorted(hw.affinity)
+    except HardwareError as exc:
+        raise click.ClickException(str(exc))
+    threads = threads or max(1, len(cpus) - 1)
+    if threads > len(cpus):
+        raise click.ClickException(f"--threads {threads} is more than the {len(cpus)} chosen "
+                                   "CPUs")
+    for p in (target_path, draft_path):
+        check_model_file(p)
+    sink = prepare_outputs([json_path], [target_path, draft_path], force, save,
+                            "contention", hw.cpu_model)
+    with guarded(sink):
+        try:
+            target_f, draft_f, _ = resolve_models(
+                BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
+                            draft_path=draft_path), log)
+            res = run_contention(ContentionConfig(target_f.path, draft_f.path, cpus, threads,
+                                                  k, n_tokens), log)
+        except (ModelError, EngineError) as exc:
+            raise click.ClickException(str(exc))
+        res["hardware"] = hw.to_dict()
+        res["meta"] = {"hardware": hw.to_dict(), "threads": threads}
+        sink(res)
+    click.echo(render_contention(res))
+    finish_outputs(sink)
+
+
+@click.command()
+@click.option("--pair", help="Model pair from models.toml.")
+@click.option("--target", "target_path", type=click.Path(path_type=Path))
+@click.option("--draft", "draft_path", type=click.Path(path_type=Path))
+@click.option("-t", "--threads", type=int, callback=positive,
+              help="Threads [default: the physical cores in this process's affinity].")
+@click.option("--max-n", type=click.IntRange(2, 33), default=16, show_default=True,
+              help="Measure target decodes of 1..N tokens (all N logit rows).")
+@click.option("--reps", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Repetitions per batch size (median taken).")
+@click.option("-d", "--depth", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Tokens of context before the prompt (as `bench --depth`): the curve at "
+                   "that KV position.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@save_options
+def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path, save, force):
+    """The verify-cost curve V(n)/V(1) and the draft's cost: in seconds, no prompts to run.
+
+    On a GPU a verify of n tokens costs about one decode; on a CPU it grows with n, by steps
+    that depend on the quant types (llama.cpp multiplies repacked Q4_0/Q4_K/IQ4_NL weights in
+    blocks of 4 rows). β(k) = V(k + 1)/V(1) − 1, c = draft decode ÷ target decode, and the
+    best speedup SD could reach at each k if every draft were accepted.
+
+    \b
+    Examples:
+      cpuspec costs
+      cpuspec costs --pair qwen2.5-coder-1.5b-q4_0 --max-n 9
+    """
+    from cpuspec.llama.engine import EngineError
+    threads = threads or default_threads()
+    check_limits([1], 2, [threads], None)
+    check_depths([depth], "--depth")
+    for p in (target_path, draft_path):
+        check_model_file(p)
+    hw = detect_hardware()
+    sink = prepare_outputs([json_path], [target_path, draft_path], force, save, "costs",
+                            hw.cpu_model)
+    cfg = BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
+                      draft_path=draft_path, k=max_n - 1, depth=depth,
+                      argv=["cpuspec", *sys.argv[1:]])
+    with guarded(sink):
+        try:
+            res = run_costs(cfg, reps, log)
+        except (ModelError, EngineError, ValueError) as exc:
+            raise click.ClickException(str(exc))
+        sink(res)
+    click.echo(describe_costs(res))
+    click.echo(render_cost_curve(res["cost_probe"]))
+    click.echo(f"\nllama.cpp: {res['meta']['llama_system_info']}")
+    finish_outputs(sink)
+
+
+@click.command()
+@click.option("--pair", help="Model pair from models.toml [default: the default pair].")
+@click.option("--target", help="Target: a registered name or a GGUF file [default: the pair's].")
+@click.option("--draft", help="Draft: a registered name or a GGUF file [default: the pair's].")
+@click.option("-k", "--draft-len", "k", type=click.IntRange(1, 32), default=4, show_default=True,
+              help="Draft tokens per round (llama.cpp's --spec-draft-n-max).")
+@click.option("--drafter", type=click.Choice(DRAFTER_NAMES), default="model",
+              show_default=True, help="As for `cpuspec bench`.")
+@click.option("--tasks", callback=task_list, default="json,code", show_default=True,
+              help="Comma list of built-in tasks.")
+@click.option("--prompts-per-task", type=click.IntRange(1, 8), default=5, show_default=True,
+              help="Prompts per task (5 or more for an interval over all of them).")
+@click.option("-n", "--max-tokens", type=click.IntRange(2, 1024), default=64, show_default=True,
+              help="Tokens generated per prompt.")
+@click.option("-t", "--threads", type=int, callback=positive,
+              help="Threads for every path [default: the physical cores].")
+@click.option("--paths", "path_list", default="cpuspec,llama-cpp-python,llama.cpp",
+              show_default=True, help="Comma list of cpuspec, cpuspec+redecode, "
+              "llama-cpp-python, llama.cpp.")
+@click.option("--llama-bin", type=click.Path(path_type=Path, file_okay=False),
+              help="Folder with llama.cpp's llama-speculative-simple and llama-completion "
+                   "[default: $CPUSPEC_LLAMA_BIN, cpuspec's build, then PATH].")
+@click.option("--build-native", is_flag=True, help="Build llama.cpp's programs from the "
+              "installed llama-cpp-python's sources first (once, ~15 min on 2 cores).")
+@click.option("--native-rounds", is_flag=True, help="Run llama.cpp's SD once more per prompt, "
+              "untimed, logging each round's accepted/drafted.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@save_options
+def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, threads,
+          path_list, llama_bin, build_native, native_rounds, json_path, save, force):
+    """Does the speedup reach your stack? One configuration through cpuspec's loop,
+    llama-cpp-python (with cpuspec.DraftModel) and llama.cpp's own programs, each SD ×raw.
+
+    \b
+    Examples:
+      cpuspec paths --target T.gguf --draft D.gguf -k 7
+      cpuspec paths --paths cpuspec,cpuspec+redecode,llama.cpp --build-native
+    """
+    from cpuspec.llama.engine import EngineError
+    chosen = list(dict.fromkeys(p.strip() for p in path_list.split(",") if p.strip()))
+    bad = [p for p in chosen if p not in core.ALL_PATHS]
+    if not chosen or bad:
+        raise click.BadParameter(f"unknown path {', '.join(bad) or repr(path_list)}; choose "
+                                 f"from {', '.join(core.ALL_PATHS)}", param_hint="'--paths'")
+    if core.REDECODE in chosen and drafter != "model":
+        raise click.BadParameter(f"{core.REDECODE} imitates llama.cpp's draft model: it needs "
+                                 "--drafter model", param_hint="'--paths'")
+    if core.REDECODE in chosen and core.CPUSPEC not in chosen:
+        raise click.BadParameter(f"{core.REDECODE} is timed against cpuspec's raw decoding: "
+                                 f"add {core.CPUSPEC} to the list", param_hint="'--paths'")
+    if drafter == "lookup" and draft:
+        raise click.BadParameter("--drafter lookup drafts from the context and loads no draft "
+                                 "model; drop --draft", param_hint="'--draft'")
+    native_flags = [f for f, on in (("--llama-bin", llama_bin is not None),
+                                    ("--build-native", build_native),
+                                    ("--native-rounds", native_rounds)) if on]
+    if native_flags and core.LLAMA_CPP not in chosen:
+        raise click.UsageError(f"{', '.join(native_flags)} apply to the {core.LLAMA_CPP} path; "
+                               f"add {core.LLAMA_CPP} to --paths")
+    threads = threads or default_threads()
+    check_limits([k], max_tokens, [threads], None)
+    reg = registry()
+    names = [target or reg.pair(pair).target] + ([] if drafter == "lookup" else
+                                                 [draft or reg.pair(pair).draft])
+    for name in names:
+        check_model_name(reg, name)
+    bin_dir = None
+    if core.LLAMA_CPP in chosen:
+        try:
+            bin_dir = native.build(log) if build_native else native.find_bin_dir(llama_bin)
+        except native.NativeError as exc:
+            raise click.ClickException(str(exc))
+        if bin_dir is None:
+            if chosen == [core.LLAMA_CPP]:
+                raise click.ClickException(
+                    "nothing to measure: llama.cpp's llama-speculative-simple and "
+                    "llama-completion were not found (give --llama-bin DIR, or --build-native)")
+            log("llama.cpp: no llama-speculative-simple and llama-completion found (give "
+                 "--llama-bin DIR, or --build-native); measuring without the llama.cpp path")
+            chosen.remove(core.LLAMA_CPP)
+    sink = prepare_outputs([json_path], [Path(n) for n in names if n.endswith(".gguf")],
+                            force, save, "paths", detect_hardware().cpu_model)
+    with guarded(sink):
+        try:
+            files = [resolve_model(reg, n).path for n in names]
+            cfg = core.PathsConfig(files[0], files[1] if len(files) > 1 else None, k, drafter,
+                                   builtin_prompts(tasks, prompts_per_task), max_tokens,
+                                   threads, tuple(chosen), bin_dir, native_rounds)
+            doc = core.measure_paths(
+                cfg, environment(threads), log,
+                lambda d: sink({"schema_version": SCHEMA_VERSION, **d}))
+        except (ModelError, EngineError, native.NativeError, ValueError) as exc:
+            raise click.ClickException(str(exc))
+        sink({"schema_version": SCHEMA_VERSION, **doc})
+    click.echo(render_paths(doc))
+    finish_outputs(sink)
+
+
+@click.command()
+@click.argument("models_", metavar="MODEL...", nargs=-1, required=True)
+@click.option("--reference", help="Model (name or file) whose greedy output is the yardstick "
+                                  "[default: the default pair's target].")
+@click.option("-t", "--threads", type=int, callback=positive)
+@click.option("-n", "--max-tokens", type=click.IntRange(1, 512), default=64, show_default=True)
+@click.option("--prompts-per-task", type=click.IntRange(1, 8), default=2, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@save_options
+def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path, save, force):
+    """A quality proxy for quants: perplexity and top-1 agreement with a reference.
+
+    MODEL is a registered name or a GGUF file. Perplexity is measured on a fixed built-in text
+    (prose, code, JSON); agreement is the share of the reference's greedy tokens on the
+    built-in json, code and story prompts that the model's argmax reproduces.
+
+    \b
+    Examples:
+      cpuspec quality qwen2.5-coder-1.5b-q4km qwen2.5-coder-1.5b-q4_0
+      cpuspec quality my-q3.gguf --reference my-f16.gguf
+    """
+    from cpuspec.llama.engine import EngineError
+    threads = threads or default_threads()
+    check_limits([1], 2, [threads], None)
+    reg = registry()
+    for name in [*models_, reference or reg.pair(None).target]:
+        check_model_name(reg, name)
+    files = [Path(m) for m in models_ if Path(m).suffix == ".gguf"]
+    sink = prepare_outputs([json_path], files, force, save, "quality",
+                            detect_hardware().cpu_model)
+    with guarded(sink):
+        try:
+            ref = resolve_model(reg, reference or reg.pair(None).target)
+            cands = [resolve_model(reg, m) for m in models_]
+            res = run_quality(cands, ref, builtin_prompts(DEFAULT_TASKS, prompts_per_task),
+                              max_tokens, threads, log)
+        except (ModelError, EngineError) as exc:
+            raise click.ClickException(str(exc))
+        res = {"schema_version": SCHEMA_VERSION, "kind": "quality", "complete": True,
+               "meta": environment(threads), "settings": {"threads": threads,
+                                                          "argv": ["cpuspec", *sys.argv[1:]]},
+               **res}
+        sink(res)
+    click.echo(render_quality(res))
+    finish_outputs(sink)
+
+
+@click.command()
+@click.option("--targets", default="qwen2.5-coder-1.5b-q4km,qwen2.5-coder-1.5b-q4_0,"
+              "qwen2.5-coder-1.5b-q8_0",
+              show_default=True, help="Comma list of target models (names or GGUF files); the "
+                                      "first is the reference raw speed.")
+@click.option("--drafts", default="qwen2.5-coder-0.5b-q4_0,lookup,hybrid:qwen2.5-coder-0.5b-q4_0",
+              show_default=True,
+              help="Comma list of draft models (names or GGUF files); 'lookup' for the "
+                   "prompt-lookup drafter; 'hybrid:MODEL' for lookup backed by MODEL.")
+@click.option("--k-max", type=click.IntRange(1, 16), default=8, show_default=True,
+              help="Measure once at this k; predict every k up to it.")
+@click.option("--tasks", callback=task_names,
+              help="Built-in tasks [default: json,code,story,grounded]; with --prompts, names "
+                   "pick that file's tasks first, and builtin:NAME a built-in suite.")
+@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
+              help="JSONL prompts file (as for bench).")
+@click.option("--prompts-per-task", type=click.IntRange(2, 64), default=8, show_default=True,
+              help="Prompts 1, 4, 7, ... of each task choose, the others confirm: 8 gives 3 "
+                   "and 5, the fewest a 95 % interval is printed from.")
+@click.option("-n", "--max-tokens", type=click.IntRange(2, 4096), default=64,
+              show_default=True)
+@click.option("-t", "--threads", type=int, callback=positive)
+@click.option("--budget", type=click.FloatRange(min=1), metavar="MINUTES",
+              callback=lambda c, p, v: finite(v, "--budget"),
+              help="Stay within this many minutes: later steps are skipped, and said so.")
+@click.option("--depths", callback=values(0), metavar="N,M,...",
+              help="Also predict each SD answer at these context depths (e.g. 0,1024,4096), "
+                   "from its cost curve measured at each: where SD stops paying.")
+@click.option("--draft-window", default="off", show_default=True, metavar="HEAD,TAIL",
+              callback=lambda c, p, v: window_option(v),
+              help="Every draft model (a model or hybrid:MODEL in --drafts) reads only the "
+                   "first HEAD and last TAIL tokens of a longer prompt, as `bench "
+                   "--draft-window`; lookup reads everything, as it costs nothing.")
+@click.option("--no-confirm", is_flag=True, help="Predict only; do not confirm by a run.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@save_options
+def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_tokens, threads,
+         budget, depths, draft_window, no_confirm, json_path, save, force):
+    """Find where SD pays: targets × drafters × k, predicted by the cost model, then confirmed.
+
+    Each candidate's cost curve comes first (seconds): candidates whose curve cannot pay even
+    with every draft accepted are skipped. A short pilot per drafter (48 tokens on the first
+    choosing prompt of each task) gives an acceptance that, through each candidate's own
+    curve, ranks the rest: they run most promising first. One static run
+    at --k-max per candidate on a third of the prompts gives the costs (V(n), the draft's
+    decode) and the acceptance that predict every k. Per task it answers twice: the fastest
+    configuration against raw decoding on the first target (raw decoding on another target
+    included), and where SD pays most against raw decoding on its own target. Every answer is
+    then measured on the other prompts (SD: raw vs SD with the lossless audit; the first
+    target's raw speed on the same prompts), with 95 % intervals from 5 prompts on. Prints the
+    exact `cpuspec bench` command for each, and when nothing pays, which of a and 1 + α + β
+    is short.
+
+    \b
+    Examples:
+      cpuspec tune --budget 20
+      cpuspec tune --targets a.gguf,b.gguf --drafts c.gguf --tasks json --k-max 4
+    """
+    from cpuspec.llama.engine import EngineError
+    threads = threads or default_threads()
+    check_limits([k_max], max_tokens, [threads], None, "--k-max", k_may_equal=True)
+    check_depths(depths, "--depths")
+    try:
+        prompts = load_prompts(tasks, prompts_file, prompts_per_task,
+                               [*DEFAULT_TASKS, "grounded"])
+    except UnknownTaskError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--tasks'")
+    except PromptsFileError as exc:
+        raise click.ClickException(str(exc))
+    reg = registry()
+
+    names = {"targets": [x.strip() for x in targets.split(",") if x.strip()],
+             "drafts": [x.strip() for x in drafts.split(",") if x.strip()]}
+    for option, given in (("--targets", targets), ("--drafts", drafts)):
+        if not names[option.removeprefix("--")]:
+            raise click.BadParameter(f"{given!r} names no model; e.g. "
+                                     + ("qwen2.5-coder-1.5b-q4_0" if option == "--targets"
+                                        else "qwen2.5-coder-0.5b-q4_0,lookup"),
+                                     param_hint=f"'{option}'")
+    if draft_window and all(n == "lookup" for n in names["drafts"]):
+        raise click.UsageError("--draft-window needs a draft model in --drafts (a model or "
+                               "hybrid:MODEL); lookup reads the whole prompt at no cost")
+    for n in names["drafts"]:
+        if n.startswith("hybrid:") and not n.removeprefix("hybrid:").strip():
+            raise click.BadParameter(f"{n!r} names no draft model; e.g. "
+                                     "hybrid:qwen2.5-coder-0.5b-q4_0", param_hint="'--drafts'")
+    for n in names["targets"] + [n.removeprefix("hybrid:") for n in names["drafts"]
+                                 if n != "lookup"]:
+        check_model_name(reg, n)    # every name, before minutes of fetching or deriving
+    files = [Path(x.removeprefix("hybrid:")) for v in names.values() for x in v
+             if x.endswith(".gguf")]
+    sink = prepare_outputs([json_path], files + [prompts_file], force, save, "tune",
+                            detect_hardware().cpu_model)
+    cfg = BenchConfig(prompts=prompts, threads=threads, max_tokens=max_tokens,
+                      draft_window=draft_window, argv=["cpuspec", *sys.argv[1:]])
+    with guarded(sink):
+        try:
+            tgt = [resolve_model(reg, n) for n in names["targets"]]
+            drf = [(None, False) if n == "lookup" else
+                   (resolve_model(reg, n.removeprefix("hybrid:")), n.startswith("hybrid:"))
+                   for n in names["drafts"]]
+            cands = [Candidate(t, d, hybrid) for t in tgt for d, hybrid in drf]
+            head = {"schema_version": SCHEMA_VERSION, "meta": environment(threads),
+                    "settings": {"threads": threads, "max_tokens": max_tokens, "k_max": k_max,
+                                 "draft_window": list(draft_window) if draft_window else None,
+                                 "argv": cfg.argv}}
+            doc = run_tune(cfg, cands, log, k_max, not no_confirm,
+                           lambda d: sink({**head, **d, "complete": False}),
+                           budget * 60 if budget else None, depths=depths)
+        except (ModelError, EngineError, ValueError) as exc:
+            raise click.ClickException(str(exc))
+        doc = {**head, **doc}
+        sink(doc)
+    click.echo(render_tune(doc))
+    finish_outputs(sink)

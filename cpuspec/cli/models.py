@@ -1,0 +1,177 @@
+"""`cpuspec models`: list, fetch, verify, derive and locate the registered GGUF models."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from cpuspec.cli.util import check_model_name, guarded, log, registry, resolve_model
+from cpuspec.inputs.models import (cached_model, cached_path, derive_model, derived_cache_path, fetch_model,
+                     is_cached, verify_cached)
+from cpuspec.inputs.registry import DERIVABLE_QUANTS, ModelError
+
+
+@click.group()
+def models():
+    """List, fetch and locate the registered GGUF models.
+
+    \b
+    Examples:
+      cpuspec models list
+      cpuspec models fetch qwen2.5-coder-1.5b
+      cpuspec models path qwen2.5-coder-0.5b-q4km
+    """
+
+
+@models.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models_list(as_json):
+    """List registered models and pairs, and whether each is cached and verified."""
+    reg = registry()
+    rows = []
+    for spec in reg.models.values():
+        derived = derived_cache_path(spec, reg)
+        derived = derived if derived and derived.is_file() and not is_cached(spec) else None
+        rows.append({"name": spec.name, "repo": spec.repo, "file": spec.file,
+                     "size_bytes": spec.size_bytes, "sha256": spec.sha256,
+                     "mirror": bool(spec.mirror), "cached": is_cached(spec),
+                     "derived": derived is not None,
+                     "path": str(derived or cached_path(spec))})
+    pairs = [{"name": p.name, "target": p.target, "draft": p.draft, "note": p.note,
+              "default": p.name == reg.default_pair} for p in reg.pairs.values()]
+    if as_json:
+        click.echo(json.dumps({"models": rows, "pairs": pairs}, indent=1))
+        return
+    from tabulate import tabulate
+    click.echo(tabulate([[r["name"], r["repo"] + "/" + r["file"],
+                          f"{r['size_bytes'] / 1e6:.0f} MB" if r["size_bytes"] else "?",
+                          "pinned" if r["sha256"] else "unpinned",
+                          "yes" if r["mirror"] else "no",
+                          "yes" if r["cached"] else "derived" if r["derived"] else "no"]
+                         for r in rows],
+                        headers=["model", "hub file", "size", "sha256", "PyPI mirror",
+                                 "cached"]))
+    click.echo("")
+    click.echo(tabulate([[p["name"] + (" (default)" if p["default"] else ""), p["target"],
+                          p["draft"], p["note"]] for p in pairs],
+                        headers=["pair", "target", "draft", "note"]))
+
+
+def _names_to_specs(reg, names):
+    specs = []
+    for name in names or [reg.default_pair]:
+        if name in reg.pairs:
+            specs += [reg.model(reg.pairs[name].target), reg.model(reg.pairs[name].draft)]
+        elif name in reg.models:
+            specs.append(reg.models[name])
+        else:
+            raise click.ClickException(f"unknown model or pair {name!r}; see `cpuspec models "
+                                       "list`")
+    return specs
+
+
+@models.command("fetch")
+@click.argument("names", nargs=-1)
+def models_fetch(names):
+    """Fetch models or pairs (default: the default pair) into the cache, verified by sha256."""
+    reg = registry()
+    for spec in _names_to_specs(reg, names):
+        with guarded():
+            try:
+                got = fetch_model(spec, log)
+            except ModelError as exc:
+                raise click.ClickException(str(exc))
+        click.echo(f"{spec.name}: {got.path} ({got.source}, "
+                   f"{'verified' if got.verified else 'UNVERIFIED'})")
+
+
+@models.command("verify")
+@click.argument("names", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models_verify(names, as_json):
+    """Hash cached models (default: every registered one) and compare with their pins.
+
+    \b
+    Examples:
+      cpuspec models verify
+      cpuspec models verify qwen2.5-coder-1.5b
+    """
+    reg = registry()
+    specs = _names_to_specs(reg, names) if names else list(reg.models.values())
+    rows = [verify_cached(spec) for spec in specs]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            click.echo(f"{r['name']}: {r['status']}" + (f" ({r['path']})" if r["status"] !=
+                                                         "not cached" else ""))
+    bad = [r["name"] for r in rows if r["status"] == "MISMATCH"]
+    if bad:
+        raise click.ClickException(f"{', '.join(bad)}: the cached file differs from its sha256 "
+                                   "pin; the next run fetches it again")
+
+
+@models.command("derive")
+@click.argument("name")
+@click.option("--quant", required=True, metavar="TYPE",
+              help="llama.cpp quant type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K_S, "
+                   "Q4_K_M, Q5_K_S, Q5_K_M, Q6_K.")
+@click.option("--force", is_flag=True,
+              help="Write the pure variant even when the source is already of that quant.")
+def models_derive(name, quant, force):
+    """Requantize a model (registered name or GGUF file) to another quant type, cached.
+
+    What `llama-quantize --allow-requantize --pure IN OUT TYPE` writes: every tensor in TYPE,
+    the tied output too. A requantized K-quant has the official file's kernels and speed, not
+    exactly its quality; results record it as derived, with its parent's sha256.
+
+    \b
+    Examples:
+      cpuspec models derive qwen2.5-coder-1.5b-q4km --quant Q4_0
+      cpuspec bench --target "$(cpuspec models derive my.gguf --quant Q4_0)" --draft ...
+    """
+    quant = quant.upper()
+    if quant not in DERIVABLE_QUANTS:
+        raise click.BadParameter(f"{quant} is not one of {', '.join(DERIVABLE_QUANTS)}",
+                                 param_hint="'--quant'")
+    from cpuspec.llama.engine import model_file_type
+    reg = registry()
+    check_model_name(reg, name)
+    with guarded():
+        try:
+            parent = resolve_model(reg, name)
+            if not force and model_file_type(parent.path) == quant:
+                raise click.ClickException(
+                    f"{parent.path.name} is already {quant} (its general.file_type); a pure "
+                    f"requantization would write every tensor in {quant}, a different file "
+                    "from this one. Use the file as it is, or pass --force to write the pure "
+                    "variant anyway")
+            got = derive_model(parent, quant, log)
+        except ModelError as exc:
+            raise click.ClickException(str(exc))
+    log(f"{got.spec.name}: derived from {parent.path.name} (sha256 {parent.sha256[:12]}…); "
+         f"{got.derived['note']}")
+    click.echo(str(got.path))
+
+
+@models.command("path")
+@click.argument("name")
+def models_path(name):
+    """Print the cached file of a model; nothing is fetched or built (`cpuspec models fetch
+    NAME` does that).
+
+    \b
+    Examples:
+      cpuspec models path qwen2.5-coder-1.5b-q4km
+      cpuspec bench --target "$(cpuspec models path qwen2.5-coder-1.5b-q4_0)" ...
+    """
+    reg = registry()
+    try:
+        got = cached_model(reg, reg.model(name), log)
+    except ModelError as exc:
+        raise click.ClickException(str(exc))
+    if got is None:
+        raise click.ClickException(f"{name} is not in the cache (or its cached file no longer "
+                                   f"matches its pin); `cpuspec models fetch {name}` fetches "
+                                   "or derives it")
+    click.echo(str(got))

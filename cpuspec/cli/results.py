@@ -1,0 +1,261 @@
+"""The commands that read results files: advise, report, compare, plot, runs."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import click
+
+from cpuspec.report.advice import advise as advise_results, render_advice
+from cpuspec.cli.util import load_results, log, print_bench, reads_results, run_names
+from cpuspec.report.compare import mismatches, render_compare
+from cpuspec.report.paths import how_to_run, render_paths
+from cpuspec.report.plots import PLOT_HINT, PlotError, render
+from cpuspec.report.tables import (PER_PROMPT_HEADERS, per_prompt_rows, render_csv, render_rows_json, render_trace,
+                     sweep_rows)
+from cpuspec.results.schema import ResultsError, read_bench
+from cpuspec.results.store import OutputError, results_dir, run_listing, saved_runs
+from cpuspec.analysis.summary import summarize
+from cpuspec.harness.sweep import headline, render_sweep
+from cpuspec.report.tune import render_tune
+
+
+@click.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@reads_results
+def advise(run, as_json):
+    """Per task: turn SD on (with the best k) or off (with the acceptance it would need).
+
+    RUN is a results file of `cpuspec bench` (static policy) or a saved run's id (`cpuspec
+    runs`). The per-position acceptance measured at k, and the bench's probe of the draft's cost
+    and of the target's decode time for 1..k+1 tokens, give the predicted speedup for every k up
+    to the measured one.
+
+    \b
+    Examples:
+      cpuspec bench --json run.json && cpuspec advise run.json
+      cpuspec advise 20261130T0541 --json
+    """
+    results, path = load_results(run)
+    try:
+        advice = advise_results(results)
+    except ResultsError as exc:
+        raise click.ClickException(str(exc))
+    if not advice:
+        raise click.ClickException(f"{path}: no static SD runs to advise from (run "
+                                   "the bench with --policy static)")
+    if as_json:
+        click.echo(json.dumps(advice, indent=1))
+        return
+    click.echo(render_advice(advice, results["settings"]["k"]))
+    models, settings = results.get("models") or {}, results["settings"]
+    target = (models.get("target") or {}).get("path")
+    draft = (models.get("draft") or {}).get("path")
+    on = {task: a["k_best"] for task, a in advice.items() if a["verdict"] == "ON"}
+    if target and on:
+        for k_best in sorted(set(on.values())):
+            tasks = ", ".join(t for t, k in on.items() if k == k_best)
+            click.echo(f"\nTo run it ({tasks}; k = {k_best}) outside cpuspec:")
+            click.echo("\n".join(how_to_run(target, draft, k_best,
+                                             settings.get("drafter", "model"),
+                                             settings["threads"], indent="  ",
+                                             meta=results.get("meta"))))
+
+
+@click.command()
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
+              default="text", show_default=True)
+@click.option("--details", is_flag=True, help="A bench file: everything measured, not only the "
+              "one-screen verdict.")
+@click.option("--per-prompt", is_flag=True, help="A bench file: one line per generation (its "
+              "prefills, decode, rounds and speed against raw on the same prompt).")
+@click.option("--tasks", "task_filter", help="With --per-prompt: only these tasks (comma list).")
+@click.option("--trace", is_flag=True,
+              help="Also print, per adaptive generation, where the policy changed its mind.")
+@reads_results
+def report(run, fmt, details, per_prompt, task_filter, trace):
+    """Print the summary of a results file or saved run (`cpuspec runs` lists them).
+
+    \b
+    Examples:
+      cpuspec report results.json --format markdown
+      cpuspec report 20261130T0541
+    """
+    results, path = load_results(run, bench_only=False)
+    if results.get("complete") is False:
+        kept = (f"{len(results.get('rows') or [])} sweep points" if results.get("kind") ==
+                "sweep" else f"{len(results.get('runs') or [])} generations of "
+                f"{len(results.get('prompts') or [])} prompts × modes")
+        ended = results.get("ended")
+        how = (ended if isinstance(ended, str) and ended.startswith("failed") else
+               "it was interrupted")
+        note = f"(incomplete run: {how}; {kept} kept)"
+        # on stderr for csv and json, whose stdout a program reads; above the table otherwise
+        click.echo(note, err=fmt in ("csv", "json"))
+    if results.get("kind") == "tune":
+        if not isinstance(results.get("recommendations"), dict):
+            raise click.ClickException(f"{path}: a damaged tune file (no recommendations)")
+        click.echo(render_tune(results))
+        return
+    if results.get("kind") == "sweep":
+        if not isinstance(results.get("rows"), list) or not isinstance(results.get("axes"), list):
+            raise click.ClickException(f"{path}: a damaged sweep file (no rows or axes)")
+        rows = sweep_rows(results)
+        click.echo(render_sweep(rows, results["axes"],
+                                "github" if fmt == "markdown" else "simple"))
+        line = headline(rows)
+        if line:
+            click.echo(line)
+        return
+    if results.get("kind") == "paths":
+        if not isinstance(results.get("runs"), list) or "settings" not in results:
+            raise click.ClickException(f"{path}: a damaged paths file (no runs or settings)")
+        click.echo(render_paths(results))
+        return
+    if results.get("kind") != "bench":
+        raise click.ClickException(f"{path}: a {results.get('kind')} results file; report "
+                                   "prints bench, sweep, tune and paths files")
+    if per_prompt:
+        _print_per_prompt(results, path, task_filter, fmt)
+        return
+    s = summarize(results)
+    if fmt == "json":
+        click.echo(render_rows_json(s))
+    elif fmt == "csv":
+        click.echo(render_csv(s), nl=False)
+    else:
+        print_bench(results, fmt, details or trace, run)
+        if trace:
+            click.echo("\nAdaptive decisions per generation:")
+            click.echo(render_trace(results["runs"]))
+
+
+def _print_per_prompt(results: dict, path, task_filter: str | None, fmt: str) -> None:
+    tasks = [t for t in (task_filter or "").split(",") if t] or None
+    rows = per_prompt_rows(results, tasks)
+    if not rows:
+        raise click.ClickException(f"{path}: no generations of {task_filter}")
+    from tabulate import tabulate
+    click.echo(tabulate(rows, headers=PER_PROMPT_HEADERS, disable_numparse=True,
+                        tablefmt="github" if fmt == "markdown" else "simple"))
+
+
+@click.command()
+@click.argument("runs", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
+              default="text", show_default=True)
+@click.option("--force", is_flag=True, help="Compare runs whose workload differs.")
+@reads_results
+def compare(runs, fmt, force):
+    """Bench runs side by side, from any machines: files or saved-run ids.
+
+    One column per run, labelled by its machine (CPU, ISA, threads); per task the end-to-end
+    speeds and speedup with its 95 % interval, a, c, β, 1 + α + β, p99 latencies, and run 2 ÷
+    run 1 for two runs. Runs of different workloads (models, k, prompts, max tokens,
+    temperature, drafter) are refused, naming the difference, unless --force.
+
+    \b
+    Examples:
+      cpuspec compare bench/results/avx2-build/bench_2threads.json bench/results/bench_2threads.json
+      cpuspec compare 20261130T0541 20261201T0900 --format markdown
+    """
+    if len(runs) < 2:
+        raise click.UsageError("give two or more results files or run ids")
+    loaded = [load_results(r) for r in runs]
+    results = [res for res, _ in loaded]
+    diff = mismatches(results)
+    if diff and not force:
+        raise click.ClickException("these runs measured different workloads, so their numbers "
+                                   "are not comparable: " + "; ".join(diff)
+                                   + " (--force compares them anyway)")
+    if diff:
+        log("WARNING: comparing different workloads: " + "; ".join(diff))
+    names = run_names([path for _, path in loaded])
+    click.echo(render_compare(results, names, fmt))
+
+
+@click.command()
+@click.argument("runs", nargs=-1)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Folder for the PNG and SVG files (created if missing).")
+@click.option("--title", help="A first caption line for every figure, e.g. the machine in "
+                              "words ('2-core AMD EPYC (Zen 4) VM').")
+@reads_results
+def plot(runs, out_dir, title):
+    """Figures for bench, costs and sweep runs (files or saved-run ids): PNG and SVG.
+
+    speedup per task with 95 % intervals; a against 1 + α + β (break-even); the verify-cost
+    curve V(n)/V(1); sweeps; per-token latency CDFs. Each carries a caption line with the
+    machine, models, k and threads. Needs the optional extra: pip install 'cpuspec[plot]'.
+
+    \b
+    Examples:
+      cpuspec plot bench/results/bench_2threads.json bench/results/costs_q4_0.json --out figs
+    """
+    if importlib.util.find_spec("matplotlib") is None:
+        raise click.ClickException(PLOT_HINT)
+    if not runs:
+        raise click.UsageError("give one or more results files or run ids")
+    loaded = [load_results(r, bench_only=False) for r in runs]
+    if out_dir.exists() and not out_dir.is_dir():
+        raise click.ClickException(f"--out {out_dir} is a file, not a folder")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        files = render([res for res, _ in loaded], run_names([p for _, p in loaded]),
+                       out_dir, title)
+    except PlotError as exc:
+        raise click.ClickException(str(exc))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write figures to {out_dir}: {exc}")
+    for f in files:
+        click.echo(str(f))
+
+
+def _with_speedups(row: dict) -> dict:
+    """A bench run's listing with its SD ×raw per task, computed from its runs as `report`
+    computes them; a file that does not validate is listed as damaged, with the reason."""
+    if row.get("kind") != "bench":
+        return row
+    try:
+        summary = summarize(read_bench(Path(row["path"])))
+    except ResultsError as exc:
+        return row | {"kind": "damaged", "problem": str(exc).split(": ", 1)[-1]}
+    row["speedups"] = " ".join(f"{t} {s['sd_speedup']:.2f}" for t, s in summary.items()
+                               if isinstance(s.get("sd_speedup"), float)
+                               and s["sd_speedup"] == s["sd_speedup"])
+    return row
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runs(as_json):
+    """List the saved runs under $CPUSPEC_HOME/results, newest last.
+
+    \b
+    Examples:
+      cpuspec runs
+      cpuspec report $(cpuspec runs --json | jq -r '.[-1].id')
+    """
+    try:
+        rows = [_with_speedups(run_listing(p)) for p in saved_runs()]
+    except OutputError as exc:
+        raise click.ClickException(str(exc))
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        click.echo(f"no saved runs yet in {results_dir()} (cpuspec bench saves every run "
+                   "unless --no-save)")
+        return
+    from tabulate import tabulate
+    status = any(not r.get("complete", True) for r in rows)  # the column only when it says
+    click.echo(tabulate([[r["id"], r.get("kind"), r.get("date", ""), r.get("machine", ""),
+                          r.get("threads") or "", r.get("pair") or "", r.get("tasks", ""),
+                          r.get("speedups") or r.get("problem", "")]
+                         + ([r.get("status", "")] if status else [])
+                         for r in rows],
+                        headers=["id", "kind", "date", "machine", "threads", "pair", "tasks",
+                                 "SD ×raw e2e"] + (["status"] if status else [])))

@@ -1,0 +1,54 @@
+"""How the configuration cpuspec measured is written for llama.cpp's server and CLI and for
+llama-cpp-python: pure functions of the configuration (no program is run here; native.py runs
+them and checks the flags against the binaries' --help)."""
+from __future__ import annotations
+
+import shlex
+from typing import Sequence
+
+from cpuspec.core.drafters import DRAFTERS
+
+SERVER = "llama-server"
+CLI = "llama-cli"
+
+
+def spec_flags(draft: str | None, k: int, drafter: str) -> list[str]:
+    """llama.cpp's speculative flags for a cpuspec configuration. p-min 0 and n-min 0: draft
+    k tokens every round, as cpuspec does (llama.cpp's own defaults: n-max 3, p-min 0).
+    lookup and the hybrid map to llama.cpp's ngram-simple drafter, which matches one n-gram
+    length (cpuspec's lookup tries 6 down to 2): the nearest equivalent, not the same drafter."""
+    spec = DRAFTERS[drafter]
+    flags = ["--spec-type", ",".join(spec.llama_cpp_types)]
+    if spec.ngram_size is not None:
+        flags += ["--spec-ngram-simple-size-n", str(spec.ngram_size),
+                  "--spec-ngram-simple-size-m", str(k)]
+    if spec.uses_model:
+        flags += ["-md", str(draft), "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+                  "--spec-draft-p-min", "0"]
+    return flags
+
+
+def invocations(target: str, draft: str | None, k: int, drafter: str, threads: int,
+                n_ctx: int = 4096) -> dict[str, list[str]]:
+    """The command lines (argv) that run this configuration in llama.cpp's server and CLI.
+    Greedy (temperature 0) is what cpuspec measured; the server takes the temperature per
+    request."""
+    common = ["-m", str(target), *spec_flags(draft, k, drafter), "-t", str(threads),
+              "-c", str(n_ctx)]
+    if drafter != "lookup":
+        common += ["-td", str(threads)]
+    return {SERVER: [SERVER, *common],
+            CLI: [CLI, *common, "--temp", "0"]}
+
+
+def python_snippet(target: str, draft: str | None, k: int, drafter: str, threads: int,
+                   n_ctx: int = 4096) -> str:
+    """The same configuration in llama-cpp-python, with cpuspec's DraftModel."""
+    drafter_arg = "" if drafter == "model" else f", drafter={drafter!r}"
+    return (f"Llama(model_path={str(target)!r}, n_ctx={n_ctx}, n_threads={threads}, "
+            f"draft_model=cpuspec.DraftModel({str(draft) if draft else None!r}, k={k}"
+            f"{drafter_arg}, n_threads={threads}))")
+
+
+def shell(argv: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,129 @@
+"""Why the draft is not free on a CPU: bandwidth, rooflines and contention, measured.
+
+1. STREAM-style bandwidth on the chosen cores, single- and multi-threaded.
+2. Per model, weight bytes read per token and the roofline bound (bandwidth ÷ bytes per token);
+   each phase's tok/s as a fraction of it ("bandwidth achieved").
+3. A contention curve: target and draft decode tok/s alone, then with 1..n background streams
+   on the other chosen cores.
+4. psutil sampling during each phase (raw decode, draft decode, (k+1)-token verify).
+5. c measured (draft time per token ÷ target time per token) beside c from bytes alone (draft
+   bytes ÷ target bytes): the gap is what the draft costs beyond its share of the bus.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from cpuspec.machine.hardware import CorePinner
+from cpuspec.harness.measure import time_decode_tok_s, verify_tok_s
+from cpuspec.machine.membw import BackgroundStreams, Sampler, probe_bandwidth
+from cpuspec.results.schema import SCHEMA_VERSION
+
+
+@dataclass
+class ContentionConfig:
+    target_path: Path
+    draft_path: Path
+    cpus: list[int]            # llama.cpp runs on the first `threads` of these
+    threads: int
+    k: int = 4
+    n_tokens: int = 32
+    max_streams: int | None = None
+
+
+def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _: None) -> dict:
+    from cpuspec.llama.engine import Model, Session
+    llama_cpus = cfg.cpus[:cfg.threads]
+    stream_cpus = [c for c in cfg.cpus if c not in llama_cpus]
+    if cfg.max_streams is not None:
+        stream_cpus = stream_cpus[:cfg.max_streams]
+    out: dict = {"schema_version": SCHEMA_VERSION, "kind": "contention",
+                 "measured_at": "decodes from KV position 1 (llama-bench's tg), verifies of "
+                                f"k + 1 = {cfg.k + 1} tokens with all rows at position 1",
+                 "llama_cpus": llama_cpus, "stream_cpus": stream_cpus, "threads": cfg.threads,
+                 "k": cfg.k, "n_tokens": cfg.n_tokens}
+    log(f"bandwidth probe on CPUs {cfg.cpus[:1]} and {cfg.cpus}")
+    out["bandwidth"] = {"single": probe_bandwidth(cfg.cpus[:1]).to_dict(),
+                        "multi": probe_bandwidth(cfg.cpus).to_dict()}
+    bw_multi = out["bandwidth"]["multi"]["gbps"]["copy"] * 1e9
+    bw_llama = probe_bandwidth(llama_cpus).gbps["copy"] * 1e9
+    out["bandwidth"]["llama_cpus_copy_gbps"] = bw_llama / 1e9
+    CorePinner().pin(llama_cpus)
+    with Model(cfg.target_path) as tm, Model(cfg.draft_path) as dm, \
+            Session(tm, 256, cfg.threads) as target, Session(dm, 256, cfg.threads) as draft:
+        models = {"target": (tm, target), "draft": (dm, draft)}
+        out["models"] = {name: {"file": m.path.name, "weight_bytes": m.size_bytes,
+                                "roofline_tok_s": bw_llama / m.size_bytes}
+                         for name, (m, _) in models.items()}
+        time_decode_tok_s(target, 4)  # warm-up: page in the weights
+        time_decode_tok_s(draft, 4)
+        phases = {}
+        for phase, fn in (("raw", lambda: time_decode_tok_s(target, cfg.n_tokens)),
+                          ("draft", lambda: time_decode_tok_s(draft, cfg.n_tokens)),
+                          ("verify", lambda: verify_tok_s(target, cfg.k + 1,
+                                                        max(1, cfg.n_tokens // 2)))):
+            log(f"phase {phase}")
+            with Sampler() as s:
+                tok_s = fn()
+            model = "draft" if phase == "draft" else "target"
+            weight = out["models"][model]["weight_bytes"]
+            # A verify reads the weights once per batch of k+1 tokens.
+            reads_per_s = tok_s / (cfg.k + 1) if phase == "verify" else tok_s
+            phases[phase] = {"tok_s": tok_s, "bandwidth_gbps": reads_per_s * weight / 1e9,
+                             "roofline_fraction": reads_per_s * weight / bw_llama,
+                             "psutil": s.summary()}
+        out["phases"] = phases
+        tb, db = (out["models"][m]["weight_bytes"] for m in ("target", "draft"))
+        out["c_measured"] = phases["raw"]["tok_s"] / phases["draft"]["tok_s"]
+        out["c_bytes"] = db / tb
+        out["beta_measured"] = (cfg.k + 1) / phases["verify"]["tok_s"] * \
+            phases["raw"]["tok_s"] - 1
+        curve = []
+        for n in range(len(stream_cpus) + 1):
+            log(f"contention: {n} background stream(s)")
+            with BackgroundStreams(stream_cpus[:n]):
+                curve.append({"streams": n,
+                              "target_tok_s": time_decode_tok_s(target, cfg.n_tokens),
+                              "draft_tok_s": time_decode_tok_s(draft, cfg.n_tokens)})
+        for row in curve:
+            row["target_vs_alone"] = row["target_tok_s"] / curve[0]["target_tok_s"]
+            row["draft_vs_alone"] = row["draft_tok_s"] / curve[0]["draft_tok_s"]
+        out["curve"] = curve
+    out["multi_thread_copy_gbps"] = bw_multi / 1e9
+    return out
+
+
+def render_contention(res: dict) -> str:
+    from tabulate import tabulate
+    bw = res["bandwidth"]
+    lines = [f"STREAM (GB/s, best of {len(bw['single']['samples_s']['copy'])}, arrays "
+             f"{bw['single']['array_bytes'] / 2**20:.0f} MiB): "
+             + "; ".join(f"{kind} {', '.join(f'{k} {v:.1f}' for k, v in bw[kind]['gbps'].items())}"
+                         f" on CPUs {','.join(map(str, bw[kind]['cpus']))}"
+                         for kind in ("single", "multi")),
+             f"llama.cpp CPUs {','.join(map(str, res['llama_cpus']))}: copy "
+             f"{bw['llama_cpus_copy_gbps']:.1f} GB/s"]
+    rows = []
+    for phase, p in res["phases"].items():
+        model = "draft" if phase == "draft" else "target"
+        m = res["models"][model]
+        rows.append([phase, m["file"], f"{m['weight_bytes'] / 1e6:.0f}", f"{p['tok_s']:.1f}",
+                     f"{m['roofline_tok_s']:.1f}", f"{p['bandwidth_gbps']:.1f}",
+                     f"{100 * p['roofline_fraction']:.0f}%",
+                     " ".join(f"{c:.0f}" for c in p["psutil"]["cpu_percent_mean"]),
+                     p["psutil"]["involuntary_ctx_switches"]])
+    lines.append(tabulate(rows, headers=["phase", "model", "MB/token", "tok/s",
+                                         "roofline tok/s", "GB/s achieved", "of roofline",
+                                         "CPU % per core", "invol. ctx sw"]))
+    lines.append(f"c measured = {res['c_measured']:.2f} (draft time per token ÷ target's) vs "
+                 f"c from bytes alone = {res['c_bytes']:.2f}; β measured at k = {res['k']}: "
+                 f"{res['beta_measured']:.2f}")
+    lines.append(tabulate([[r["streams"], f"{r['target_tok_s']:.1f}",
+                            f"{r['target_vs_alone']:.2f}", f"{r['draft_tok_s']:.1f}",
+                            f"{r['draft_vs_alone']:.2f}"] for r in res["curve"]],
+                          headers=["background streams", "target tok/s", "× alone",
+                                   "draft tok/s", "× alone"]))
+    if not res["stream_cpus"]:
+        lines.append("(no CPUs left for background streams: use fewer --threads than cores)")
+    return "\n".join(lines)

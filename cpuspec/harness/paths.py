@@ -1,0 +1,213 @@
+"""Does the speedup reach the user's stack? One configuration (target, draft, k, drafter) through
+several paths, each against its own raw decoding, on the same prompts, files and threads:
+
+  cpuspec            cpuspec's loop on llama-cpp-python's low-level API (what bench measures)
+  cpuspec+redecode   the same loop, plus what llama.cpp's draft-simple does each round: the
+                     draft decodes the whole verify batch [last, d1..dk] again (draft model only)
+  llama-cpp-python   Llama.create_completion, raw and with draft_model=cpuspec.DraftModel
+  llama.cpp          llama-completion (raw) and llama-speculative-simple (SD), when the
+                     binaries are there (native.find_bin_dir)
+
+Every window is end to end (the prompt's prefill, the draft's too, and every token). The order
+of the paths alternates from prompt to prompt. No printing: progress goes to `log`, the document
+to `on_update` after each prompt (a results file that grows). What a run shows: paths_report.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from cpuspec.llama import native
+from cpuspec.core.drafters import DRAFTERS
+from cpuspec.core.speculative import Decoder, generate_raw, generate_speculative, verify_greedy
+from cpuspec.results.schema import ALL_PATHS, CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, REDECODE  # noqa: F401
+from cpuspec.inputs.tasks import Prompt
+
+CTX_SLACK = 64
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    target: Path
+    draft: Path | None
+    k: int
+    drafter: str                 # model | hybrid | lookup
+    prompts: list[Prompt]
+    max_tokens: int
+    threads: int
+    paths: tuple[str, ...]
+    bin_dir: Path | None = None  # llama.cpp's programs, for the llama.cpp path
+    native_rounds: bool = False  # also run llama.cpp's SD once more, untimed, per round
+
+
+def verify_redecode(target: Decoder, draft: Decoder, last: int, drafts: list[int], pos: int):
+    """Greedy verification, then llama.cpp's draft-simple bookkeeping
+    (common_speculative_process): the draft decodes the whole verify batch [last, *drafts] at
+    pos again, one logit row, over the KV it wrote while drafting. The draft ends where it
+    would have ended, so the loop goes on unchanged; only the extra decode's time is added."""
+    n_accepted, next_token = verify_greedy(target, draft, last, drafts, pos)
+    if drafts:
+        draft.truncate(pos)
+        draft.eval([last, *drafts], pos, 1)
+        draft.truncate(pos + len(drafts))
+    return n_accepted, next_token
+
+
+def _record(prompt: Prompt, path: str, mode: str, n_tokens: int, e2e_s: float, text: str,
+            **extra) -> dict:
+    return {"path": path, "task": prompt.task, "prompt_id": prompt.prompt_id, "repetition": 0,
+            "mode": mode, "n_tokens": n_tokens, "e2e_s": e2e_s, "text": text, **extra}
+
+
+def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None],
+                  on_update: Callable[[dict], None] | None = None) -> dict:
+    from llama_cpp import Llama
+
+    from cpuspec.llama.engine import Model, Session, check_same_tokenizer
+    from cpuspec.llama.draft_model import DraftModel
+    if REDECODE in cfg.paths and cfg.drafter != "model":
+        raise ValueError(f"the {REDECODE} path imitates llama.cpp's draft model; it needs "
+                         f"--drafter model")
+    if LLAMA_CPP in cfg.paths and cfg.bin_dir is None:
+        raise ValueError("the llama.cpp path needs llama.cpp's programs (bin_dir)")
+    doc = {"kind": "paths", "complete": False, "meta": environment,
+           "settings": {"target": str(cfg.target), "draft": str(cfg.draft) if cfg.draft else None,
+                        "k": cfg.k, "drafter": cfg.drafter, "max_tokens": cfg.max_tokens,
+                        "threads": cfg.threads, "paths": list(cfg.paths),
+                        "prompts": [p.prompt_id for p in cfg.prompts],
+                        "llama_bin": str(cfg.bin_dir) if cfg.bin_dir else None,
+                        "native_window": native.WINDOW if LLAMA_CPP in cfg.paths else None},
+           "windows": "end to end: the prompt's prefill (the draft's too) and every token",
+           "runs": []}
+    with Model(cfg.target) as target_m:
+        draft_m = Model(cfg.draft) if cfg.draft is not None else None
+        try:
+            if draft_m is not None:
+                check_same_tokenizer(target_m, draft_m)
+            texts = {p.prompt_id: target_m.format_chat(p.text) for p in cfg.prompts}
+            encoded = {pid: target_m.tokenize(t) for pid, t in texts.items()}
+            n_ctx = max(map(len, encoded.values())) + cfg.max_tokens + cfg.k + CTX_SLACK
+            with contextlib.ExitStack() as stack:
+                target = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
+                dsess = stack.enter_context(Session(draft_m, n_ctx, cfg.threads)) \
+                    if draft_m else None
+                draft = DRAFTERS[cfg.drafter].make(dsess, target_m.is_eog)
+                runners = _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama,
+                                   DraftModel, stack)
+                log("warm-up (not kept)")
+                first = cfg.prompts[0]
+                for run in runners.values():
+                    for mode in ("raw", "static"):
+                        run(first, mode, 8)
+                for i, p in enumerate(cfg.prompts):
+                    steps = [(path, mode) for path in cfg.paths for mode in ("raw", "static")
+                             if not (path == REDECODE and mode == "raw")]
+                    if i % 2:
+                        steps.reverse()
+                    for path, mode in steps:
+                        doc["runs"].append(runners[path](p, mode, cfg.max_tokens))
+                    log(f"[{i + 1}/{len(cfg.prompts)}] {p.prompt_id}: " + ", ".join(
+                        f"{r['path']} {r['mode']} {r['n_tokens'] / r['e2e_s']:.1f} t/s"
+                        for r in doc["runs"][-len(steps):]))
+                    if on_update:
+                        on_update(doc)
+        finally:
+            if draft_m is not None:
+                draft_m.close()
+    doc["complete"] = True
+    return doc
+
+
+def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftModel,
+             stack: contextlib.ExitStack) -> dict:
+    """One function per path: (prompt, mode, max_tokens) -> record. What they load is closed
+    by `stack`."""
+    runners = {}
+
+    def loop(path, verify):
+        def run(p, mode, n):
+            toks = encoded[p.prompt_id]
+            g = generate_raw(target, toks, n) if mode == "raw" else \
+                generate_speculative(target, draft, toks, n, cfg.k, verify=verify)
+            drafted = sum(r.k for r in g.rounds)
+            return _record(p, path, mode, len(g.tokens), g.e2e_s,
+                           target_m.detokenize(g.tokens), tokens=g.tokens,
+                           rounds=[[r.n_accepted, r.k] for r in g.rounds],
+                           drafted=drafted, accepted=sum(r.n_accepted for r in g.rounds),
+                           prefill_s=g.prefill_s + g.draft_prefill_s,
+                           draft_s=sum(r.draft_s for r in g.rounds),
+                           verify_s=sum(r.verify_s for r in g.rounds), decode_s=g.decode_s)
+        return run
+
+    if CPUSPEC in cfg.paths:
+        runners[CPUSPEC] = loop(CPUSPEC, verify_greedy)
+    if REDECODE in cfg.paths:
+        runners[REDECODE] = loop(REDECODE, verify_redecode)
+    if LLAMA_CPP_PYTHON in cfg.paths:
+        kw = dict(model_path=str(cfg.target), n_ctx=n_ctx, n_threads=cfg.threads,
+                  n_threads_batch=cfg.threads, verbose=False)
+        plain = Llama(**kw)
+        stack.callback(plain.close)
+        drafter = DraftModel(str(cfg.draft) if cfg.draft else None, k=cfg.k,
+                             drafter=cfg.drafter, n_ctx=n_ctx, n_threads=cfg.threads)
+        stack.callback(drafter.close)
+        spec = Llama(**kw, draft_model=drafter)
+        stack.callback(spec.close)
+
+        def high_level(p, mode, n):
+            llm = plain if mode == "raw" else spec
+            llm.reset()   # no prompt cache across calls: each reads its prompt, as ours do
+            before = dict(drafter.stats)
+            # streamed, as a chat front end takes it: the first chunk's time is the prompt's
+            # prefill (with draft_model=, llama-cpp-python computes logits for every prompt
+            # row: logits_all) and the first token
+            t0 = time.perf_counter()
+            first, chunks = None, []
+            for chunk in llm.create_completion(texts[p.prompt_id], max_tokens=n,
+                                               temperature=0.0, top_k=1, repeat_penalty=1.0,
+                                               stream=True):
+                if first is None:
+                    first = time.perf_counter() - t0
+                chunks.append(chunk["choices"][0]["text"])
+            e2e = time.perf_counter() - t0
+            extra = {} if mode == "raw" else {
+                "draft_calls": drafter.stats["calls"] - before["calls"],
+                "drafted": drafter.stats["drafts"] - before["drafts"]}
+            # one chunk per token, except a token that ends inside a UTF-8 character, which
+            # waits for the next: both modes stream the same text, so SD ×raw holds
+            return _record(p, LLAMA_CPP_PYTHON, mode, len(chunks), e2e, "".join(chunks),
+                           first_chunk_s=first, **extra)
+        runners[LLAMA_CPP_PYTHON] = high_level
+    if LLAMA_CPP in cfg.paths:
+        def llama_cpp(p, mode, n):
+            text = texts[p.prompt_id]
+            if mode == "raw":
+                r = native.run_completion(cfg.bin_dir, str(cfg.target), text, n, cfg.threads,
+                                          n_ctx)
+                return _record(p, LLAMA_CPP, mode, r.tokens, r.e2e_s, r.text,
+                               prefill_s=r.prefill_s, sampling_ms=r.sampling_ms,
+                               total_ms=r.total_ms, target_eval_ms=r.target_eval_ms,
+                               prompt_eval_ms=r.prompt_eval_ms,
+                               prompt_eval_tokens=r.prompt_eval_tokens)
+            r = native.run_speculative(cfg.bin_dir, str(cfg.target),
+                                       str(cfg.draft) if cfg.draft else None, text, n, cfg.k,
+                                       cfg.threads, n_ctx, cfg.drafter)
+            rounds, phases = [], []
+            if cfg.native_rounds:   # untimed: debug logging slows the program
+                detail = native.run_speculative(
+                    cfg.bin_dir, str(cfg.target), str(cfg.draft) if cfg.draft else None, text,
+                    n, cfg.k, cfg.threads, n_ctx, cfg.drafter, per_round=True)
+                rounds, phases = detail.rounds, detail.round_phases_ms
+            return _record(p, LLAMA_CPP, mode, r.tokens, r.e2e_s, r.text, prefill_s=r.prefill_s,
+                           decode_s=r.decode_s, drafted=r.drafted, accepted=r.accepted,
+                           rounds=[[a, d] for a, d in rounds], draft_calls=r.draft_calls,
+                           round_phases_ms=[list(x) for x in phases],
+                           target_eval_ms=r.target_eval_ms, target_eval_runs=r.target_eval_runs,
+                           prompt_eval_ms=r.prompt_eval_ms,
+                           prompt_eval_tokens=r.prompt_eval_tokens, sampling_ms=r.sampling_ms,
+                           draft_gen_ms=r.draft_gen_ms, acc_rate_pos=r.acc_rate_pos)
+        runners[LLAMA_CPP] = llama_cpp
+    return runners

@@ -1,0 +1,303 @@
+"""llama-bench-style sweeps: comma lists and ranges expand to a cartesian product of points,
+ordered so each model pair loads as rarely as possible; every finished point is handed to a
+callback at once (the CLI prints its row and rewrites the JSON), so an interrupted sweep keeps
+what it measured.
+
+Value syntax (as llama-bench): `4`, `1,2,4`, `1-8` (1..8), `1-8+2` (1,3,5,7), `1-16*2`
+(1,2,4,8,16), and comma lists of those.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from cpuspec.harness.bench import BenchConfig, load_pair, resolve_models, run_bench
+from cpuspec.machine.hardware import CorePinner, check_cpus, current_affinity, select_cpus, split_for_parallel
+from cpuspec.inputs.models import derive_model
+from cpuspec.report.tables import (FIELDS, IN_SPEEDUP_CELL, SWEEP_METRICS, csv_text, speedup_cell,
+                     sweep_figures)
+from cpuspec.results.schema import SCHEMA_VERSION
+
+_RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
+GPU_SKIP_REASON = "skipped: this llama-cpp-python build has no GPU offload"
+# Axes in loading order: the quants and GPU layers decide which models are loaded, cores are
+# re-pinned, threads, k and the depth change only the contexts.
+AXES = ("target_quant", "draft_quant", "n_gpu_layers", "draft_gpu_layers", "p_cores",
+        "e_cores", "threads", "k", "depth")
+# The quant axes take quant types ("" = the file as given); the others, integers.
+QUANT_AXES = ("target_quant", "draft_quant")
+
+
+# Values one list may expand to (a sweep's size is checked against MAX_SWEEP_POINTS later; this
+# only keeps `1-1000000000` from filling memory before that check).
+MAX_VALUES = 10_000
+
+
+class SweepError(ValueError):
+    """A value list cannot be parsed; the message quotes it."""
+
+
+def parse_values(text: str, minimum: int = 1, name: str = "value") -> list[int]:
+    out: list[int] = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if re.fullmatch(r"-\d+", item):
+            raise SweepError(f"{name}: {item}: must be at least {minimum}")
+        if item.isdigit():
+            values = [int(item)]
+        else:
+            m = _RANGE.match(item)
+            if not m:
+                raise SweepError(f"{name}: {item!r} is not a number or a range like 1-8, "
+                                 "1-8+2 or 1-16*2")
+            lo, hi, op, step = int(m[1]), int(m[2]), m[3], int(m[4] or 1)
+            if hi < lo:
+                raise SweepError(f"{name}: range {item!r} runs backwards")
+            if op == "*":
+                if lo < 1 or step < 2:
+                    raise SweepError(f"{name}: {item!r}: a *-range needs a start ≥ 1 and a "
+                                     "factor ≥ 2")
+                values, v = [], lo
+                while v <= hi:
+                    values.append(v)
+                    v *= step
+            else:
+                if step < 1:
+                    raise SweepError(f"{name}: {item!r}: the step must be ≥ 1")
+                if (hi - lo) // step + 1 > MAX_VALUES:
+                    raise SweepError(f"{name}: {item!r} has {(hi - lo) // step + 1} values, "
+                                     f"more than {MAX_VALUES}")
+                values = list(range(lo, hi + 1, step))
+        for v in values:
+            if v < minimum:
+                raise SweepError(f"{name}: {v}: must be at least {minimum}")
+        out += values
+    return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class Point:
+    target_quant: str = ""   # a derived variant of the target in this quant ("" = as given)
+    draft_quant: str = ""
+    n_gpu_layers: int = 0
+    draft_gpu_layers: int = 0
+    p_cores: int = 0
+    e_cores: int = 0
+    threads: int = 0
+    k: int = 4
+    depth: int = 0           # tokens of context held before each prompt (bench --depth)
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, a) for a in AXES)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def label(self) -> str:
+        """`threads=2, k=4` for progress lines: the axes set away from their defaults (a
+        quant of "" is the file as given; 0 threads, GPU layers or cores, the default)."""
+        return ", ".join(f"{a}={v}" for a, v in self.as_dict().items() if v)
+
+
+def expand(axes: dict[str, list[int]]) -> list[Point]:
+    """Cartesian product, ordered by AXES (GPU layers outermost: one model load per pair)."""
+    names = [a for a in AXES if a in axes]
+    points = [Point(**dict(zip(names, combo)))
+              for combo in itertools.product(*(axes[a] for a in names))]
+    return sorted(points, key=Point.key)
+
+
+def varying(points: list[Point]) -> list[str]:
+    return [a for a in AXES if len({getattr(p, a) for p in points}) > 1]
+
+
+@dataclass
+class Plan:
+    """Where every point runs, checked before anything runs: its CPUs per (P-cores, E-cores)
+    choice (None: not pinned), the draft's own CPUs, and what the plan decided by itself."""
+    points: list[Point]
+    cpus_of: dict[tuple[int, int], list[int] | None]
+    draft_cpus: list[int] | None
+    notes: list[str]
+
+    @property
+    def is_sweep(self) -> bool:
+        p = self.points[0]
+        return len(self.points) > 1 or bool(p.n_gpu_layers or p.draft_gpu_layers
+                                            or p.target_quant or p.draft_quant)
+
+
+def plan(hw, axes: dict[str, list], smt: bool, draft_cpus: list[int] | None,
+         schedule: str) -> Plan:
+    """Expand the axes and choose every point's CPUs (hardware.select_cpus); the parallel
+    schedule without --draft-cores splits a hybrid CPU's P-cores (target) from its E-cores
+    (draft). Raises HardwareError or SweepError."""
+    points = expand(axes)
+    cpus_of = {(p.p_cores, p.e_cores): select_cpus(hw, p.p_cores, p.e_cores, smt)
+               if (p.p_cores or p.e_cores) else None for p in points}
+    notes = []
+    if draft_cpus:
+        draft_cpus = check_cpus(hw, draft_cpus)
+    elif schedule == "parallel":
+        if len(points) > 1 or hw.hybrid == "not hybrid":
+            raise SweepError("--schedule parallel needs --draft-cores (the draft's own CPUs); "
+                             "on a hybrid CPU, --p-cores N --e-cores M puts the target on P "
+                             "and the draft on E")
+        p0 = points[0]
+        target_cpus, draft_cpus = split_for_parallel(hw, p0.p_cores, p0.e_cores, smt)
+        cpus_of[(p0.p_cores, p0.e_cores)] = target_cpus
+        notes.append(f"parallel schedule: target on P-cores {target_cpus}, draft on E-cores "
+                     f"{draft_cpus}")
+    return Plan(points, cpus_of, draft_cpus, notes)
+
+
+def point_config(base: BenchConfig, p: Point, plan: Plan, default_threads: int,
+                 warn: Callable[[str], None]) -> BenchConfig:
+    """One point's bench configuration: its k, its CPUs and its threads (default: one per
+    chosen CPU, else default_threads), warning when the threads outnumber the CPUs."""
+    cpus = plan.cpus_of[(p.p_cores, p.e_cores)]
+    n_cpus = len(cpus or current_affinity())
+    n_threads = p.threads or (len(cpus) if cpus else default_threads)
+    if n_threads > n_cpus:
+        warn(f"WARNING: --threads {n_threads} is more than the {n_cpus} CPUs this process "
+             f"may use; threads will share cores and decode slower (try --threads {n_cpus})")
+    return dataclasses.replace(base, threads=n_threads, k=p.k, cpus=cpus, depth=p.depth)
+
+
+def sweep_document(points: list[Point], meta: dict, argv: list[str], gpu_ok: bool) -> dict:
+    """A sweep's results file before its first point: rows and points are added as they end."""
+    return {"schema_version": SCHEMA_VERSION, "kind": "sweep", "complete": False,
+            "axes": varying(points) or ["threads"], "meta": meta, "settings": {"argv": argv},
+            "gpu_offload_supported": gpu_ok, "rows": [], "points": []}
+
+
+def add_point(doc: dict, point: Point, results: dict | None, skip: str | None) -> dict:
+    """Record one finished (or skipped) point in the sweep's document: its coordinates (and
+    why it was skipped) in "rows", its raw runs in "points"; returns its row with the figures,
+    computed as every reader computes them (sweep_rows)."""
+    doc["rows"].append(point.as_dict() | ({"skipped": skip} if skip else
+                                          {"threads": results["settings"]["threads"]}))
+    doc["points"].append(results or {"point": point.as_dict(), "skipped": skip})
+    return sweep_row(point, results, skip)
+
+
+def sweep_csv(rows: list[dict]) -> str:
+    """Every row's every field, through report's one CSV writer."""
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    return csv_text(fields, [[r.get(f) for f in fields] for r in rows])
+
+
+def run_sweep(base: BenchConfig, points: list[Point],
+              point_cfg: Callable[[BenchConfig, Point], BenchConfig],
+              on_point: Callable[[Point, dict | None, str | None], None],
+              gpu_ok: bool, log: Callable[[str], None] = lambda _: None) -> None:
+    """Run every point; on_point(point, results, skip_reason) after each one."""
+    fetched = resolve_models(base, log)
+    initial_cpus = sorted(os.sched_getaffinity(0))
+    pinner = CorePinner()
+    for (tq, dq, ngl, dgl), group in itertools.groupby(
+            points, lambda p: (p.target_quant, p.draft_quant, p.n_gpu_layers,
+                               p.draft_gpu_layers)):
+        group = list(group)
+        if (ngl or dgl) and not gpu_ok:
+            for p in group:
+                on_point(p, None, GPU_SKIP_REASON)
+            continue
+        load_cfg = dataclasses.replace(base, n_gpu_layers=ngl, draft_gpu_layers=dgl)
+        with load_pair(load_cfg, log, quantized(fetched, tq, dq, log)) as loaded:
+            for p in group:
+                cfg = point_cfg(load_cfg, p)
+                # A point without pinning runs where the sweep started, not on the CPUs of
+                # the pinned point before it.
+                pinner.pin(cfg.cpus or initial_cpus)
+                log(f"measuring point {p.label()}")
+                on_point(p, run_bench(cfg, log, loaded), None)
+
+
+
+def quantized(fetched: tuple, target_quant: str, draft_quant: str,
+              log: Callable[[str], None]) -> tuple:
+    """The fetched (target, draft, pair name) with each model replaced by its derived variant
+    in the quant asked for (models.derive_model: requantized, cached, labelled derived)."""
+    if not (target_quant or draft_quant):
+        return fetched
+    target, draft, pair = fetched
+    if target_quant:
+        target = derive_model(target, target_quant, log)
+    if draft_quant and draft is not None:
+        draft = derive_model(draft, draft_quant, log)
+    return target, draft, pair
+
+
+def sweep_row(point: Point, results: dict | None, skip: str | None) -> dict:
+    """One row per point: its coordinates and the overall figures (or why it was skipped)."""
+    row = point.as_dict()
+    if skip:
+        return row | {"skipped": skip}
+    return row | {"threads": results["settings"]["threads"]} | sweep_figures(results)
+
+
+def _upgrade_row(row: dict) -> dict:
+    """Sweep rows of schema 1 called the decode-only speedup measured_speedup."""
+    if "measured_speedup" in row and "sd_speedup" not in row:
+        row = dict(row, sd_speedup=row["measured_speedup"])
+    return row
+
+
+def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") -> str:
+    """Markdown table: the axes that vary, then the metrics; with GPU points, each point's raw
+    tok/s relative to the CPU-only point of the same threads/k/cores."""
+    from tabulate import tabulate
+    rows = [_upgrade_row(r) for r in rows]
+    fields = {f.name: f for f in FIELDS}
+    shown = [m for m in SWEEP_METRICS if not m.startswith(IN_SPEEDUP_CELL)]
+    gpu = any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows)
+    cpu_raw = {(r["p_cores"], r["e_cores"], r["threads"], r["k"]): r.get("raw_tok_s")
+               for r in rows if not r["n_gpu_layers"] and not r["draft_gpu_layers"]}
+    headers = list(axes) + [fields[m].header for m in shown] + ["SD"] \
+        + (["raw ×CPU"] if gpu else [])
+    out = []
+    for r in rows:
+        line = [r[a] for a in axes]
+        if "skipped" in r:
+            out.append(line + [r["skipped"]] + [""] * (len(headers) - len(line) - 1))
+            continue
+        for m in shown:
+            if m == "sd_speedup":
+                ci = [r.get("sd_speedup_ci_low"), r.get("sd_speedup_ci_high")]
+                rng = [r.get("sd_speedup_range_low"), r.get("sd_speedup_range_high")]
+                line.append(speedup_cell({
+                    "sd_speedup": r.get(m), "sd_speedup_ci": ci if None not in ci else None,
+                    "sd_speedup_range": rng if None not in rng else None,
+                    "sd_speedup_units": r.get("sd_speedup_units")}) or "-")
+            else:
+                line.append("-" if r.get(m) is None else format(r[m], fields[m].fmt))
+        line.append(r.get("verdict") or "-")
+        if gpu:
+            base = cpu_raw.get((r["p_cores"], r["e_cores"], r["threads"], r["k"]))
+            line.append(f"{r['raw_tok_s'] / base:.2f}" if base else "-")
+        out.append(line)
+    return tabulate(out, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def headline(rows: list[dict]) -> str | None:
+    """Where SD flips from OFF on the CPU to ON with offload, and why (c and β)."""
+    cpu = [r for r in rows if "skipped" not in r and not r["n_gpu_layers"]
+           and not r["draft_gpu_layers"]]
+    gpu = [r for r in rows if "skipped" not in r and (r["n_gpu_layers"] or
+                                                      r["draft_gpu_layers"])]
+    if not cpu or not gpu:
+        return None
+    lines = []
+    for g in gpu:
+        for c in cpu:
+            if (c["threads"], c["k"]) == (g["threads"], g["k"]) and c["verdict"] != g["verdict"]:
+                lines.append(f"SD flips {c['verdict']} → {g['verdict']} with target/draft GPU "
+                             f"layers {g['n_gpu_layers']}/{g['draft_gpu_layers']} (k = {g['k']}):"
+                             f" c {c['c']:.2f} → {g['c']:.2f}, β {c['beta']:.2f} → "
+                             f"{g['beta']:.2f}")
+    return "\n".join(lines) or "SD's verdict is the same on the CPU and with offload."

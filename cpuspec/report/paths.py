@@ -1,0 +1,273 @@
+"""What a run of `cpuspec paths` shows: per task and path, SD ×raw end to end and each path's
+share of cpuspec's gain, the round budget that explains the difference, and the command that
+runs a measured configuration in the user's own stack (`how_to_run`, which bench's and tune's
+reports print too)."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from cpuspec.core import commands
+from cpuspec.results.schema import CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, REDECODE
+from cpuspec.results.records import Machine
+from cpuspec.report.tables import fmt_value, speedup_cell
+from cpuspec.analysis.stats import e2e_tok_s, speedup_stats
+from cpuspec.results.store import OutputError, saved_runs
+from cpuspec.analysis.summary import OVERALL
+
+PATH_NOTES = {
+    CPUSPEC: "cpuspec's loop (bench)",
+    REDECODE: "cpuspec's loop + llama.cpp's draft re-decode of each verify batch",
+    LLAMA_CPP_PYTHON: "Llama.create_completion, draft_model=cpuspec.DraftModel",
+    LLAMA_CPP: "llama-completion / llama-speculative-simple",
+}
+
+
+def _acceptance(runs: list[dict]) -> float | None:
+    drafted = sum(r.get("drafted", 0) for r in runs)
+    if not drafted or any("accepted" not in r for r in runs):
+        return None
+    return 100.0 * sum(r["accepted"] for r in runs) / drafted
+
+
+def _same_output(raw: list[dict], sd: list[dict]) -> str:
+    """How many SD texts equal the raw text of the same prompt. llama.cpp's programs do not
+    stop at the same token (llama-completion ends with a newline, llama-speculative-simple's
+    last round may go past -n): for them, the shorter text must begin the longer one."""
+    by_prompt = {r["prompt_id"]: r["text"] for r in raw}
+    pairs = [(by_prompt[s["prompt_id"]], s["text"], s["path"]) for s in sd
+             if s["prompt_id"] in by_prompt]
+    return f"{sum(_same(a, b, path == LLAMA_CPP) for a, b, path in pairs)}/{len(pairs)}"
+
+
+def _same(a: str, b: str, prefix: bool) -> bool:
+    if not prefix:
+        return a == b
+    a, b = a.rstrip("\n"), b.rstrip("\n")
+    return a.startswith(b) if len(a) >= len(b) else b.startswith(a)
+
+
+def summarize_paths(doc: dict) -> dict:
+    """Per task and overall, per path: SD ×raw end to end (paired by prompt, interval from
+    MIN_CI_UNITS prompts, else range), raw and SD t/s, acceptance where the path counts it,
+    and how many SD outputs equal the same path's raw output; and each path's SD ×raw over
+    cpuspec's."""
+    runs = doc["runs"]
+    tasks = list(dict.fromkeys(r["task"] for r in runs))
+    out = {}
+    for task in [*tasks, OVERALL]:
+        sel = [r for r in runs if task == OVERALL or r["task"] == task]
+        row = {}
+        for path in doc["settings"]["paths"]:
+            mine = [r for r in sel if r["path"] == path]
+            # the redecode path is the same loop as cpuspec's: its raw runs are cpuspec's
+            raw = [r for r in sel if r["path"] == (CPUSPEC if path == REDECODE else path)
+                   and r["mode"] == "raw"]
+            sd = [r for r in mine if r["mode"] == "static"]
+            if not raw or not sd:
+                continue
+            row[path] = {**speedup_stats(raw, sd), "raw_tok_s": e2e_tok_s(raw),
+                         "sd_tok_s": e2e_tok_s(sd), "acceptance_pct": _acceptance(sd),
+                         "same_output": _same_output(raw, sd)}
+        base = row.get(CPUSPEC, {}).get("speedup")
+        for path, st in row.items():
+            st["over_cpuspec"] = st["speedup"] / base if base else None
+        out[task] = row
+    return out
+
+
+def round_budget(doc: dict) -> dict[str, dict]:
+    """Where an SD round's time goes, per path, over every SD generation (ms per round).
+    cpuspec's loop times its draft and verify phases itself; "other" is the rest of the round
+    (for cpuspec+redecode the verify phase holds the draft's re-decode, shown apart as the
+    difference from cpuspec's verify). llama.cpp's programs print their totals: drafting is
+    the drafter's draft() time; verify is the target's batch time (llama_perf's "prompt eval")
+    less the prompt's own prefill (llama-completion's, same prompt), and it holds the draft's
+    re-decode of the batch too: llama.cpp times a decode up to the context's next
+    synchronize, which comes after common_speculative_process (seen in its debug log's
+    timestamps); "other" is the rest of the decode window."""
+    out: dict[str, dict] = {}
+    sd = [r for r in doc["runs"] if r["mode"] == "static"]
+    for path in doc["settings"]["paths"]:
+        runs = [r for r in sd if r["path"] == path]
+        if path in (CPUSPEC, REDECODE):
+            runs = [r for r in runs if "verify_s" in r and r["rounds"]]
+            n = sum(len(r["rounds"]) for r in runs)
+            if not n:
+                continue
+            draft = sum(r["draft_s"] for r in runs)
+            verify = sum(r["verify_s"] for r in runs)
+            decode = sum(r["decode_s"] for r in runs)
+            out[path] = {"rounds": n, "tokens_per_round": sum(a + 1 for r in runs
+                                                              for a, _ in r["rounds"]) / n,
+                         "draft_ms": 1e3 * draft / n, "verify_ms": 1e3 * verify / n,
+                         "sampling_ms": None, "other_ms": 1e3 * (decode - draft - verify) / n,
+                         "round_ms": 1e3 * decode / n}
+        elif path == LLAMA_CPP:
+            raw = {r["prompt_id"]: r for r in doc["runs"]
+                   if r["path"] == LLAMA_CPP and r["mode"] == "raw"}
+            runs = [r for r in runs if r.get("draft_calls") and r.get("prompt_eval_ms")
+                    is not None and r["prompt_id"] in raw]
+            n = sum(r["draft_calls"] for r in runs)
+            if not n:
+                continue
+            verify = sum(r["prompt_eval_ms"] - raw[r["prompt_id"]]["prompt_eval_ms"]
+                         for r in runs)
+            draft = sum(r["draft_gen_ms"] or 0.0 for r in runs)
+            sampling = sum(r["sampling_ms"] or 0.0 for r in runs)
+            decode = 1e3 * sum(r["decode_s"] for r in runs)
+            out[path] = {"rounds": n, "tokens_per_round": sum(r["n_tokens"] for r in runs) / n,
+                         "draft_ms": draft / n, "verify_ms": verify / n,
+                         "redecode_in_verify": True, "sampling_ms": sampling / n,
+                         "other_ms": (decode - draft - verify - sampling) / n,
+                         "round_ms": decode / n}
+    for path, b in out.items():   # generations whose first round kept none of its drafts
+        firsts = [r["rounds"][0] for r in sd if r["path"] == path and r.get("rounds")]
+        b["first_round_none"] = (f"{sum(1 for a, d in firsts if d and not a)}/{len(firsts)}"
+                                 if firsts else None)
+    if CPUSPEC in out and REDECODE in out:
+        extra = out[REDECODE]["verify_ms"] - out[CPUSPEC]["verify_ms"]
+        out[REDECODE]["verify_ms"] -= extra
+        out[REDECODE]["redecode_ms"] = extra
+    return out
+
+
+def _ms(value: float | None) -> str:
+    """A round budget's share in ms; a difference of noisy totals below zero reads ≈0."""
+    return "≈0" if value is not None and value < 0 else fmt_value(value, ".1f")
+
+
+def render_paths(doc: dict) -> str:
+    from tabulate import tabulate
+
+    s = doc["settings"]
+    summary = summarize_paths(doc)
+    lines = [f"{Path(s['target']).name} + "
+             f"{Path(s['draft']).name if s['draft'] else 'no draft model'}, drafter "
+             f"{s['drafter']}, k = {s['k']}, {s['threads']} threads, {s['max_tokens']} tokens; "
+             f"end to end (prefills + every token), paired by prompt"]
+    for task, row in summary.items():
+        table = []
+        for path, st in row.items():
+            cell = speedup_cell({"sd_speedup": st["speedup"], "sd_speedup_ci": st["ci"],
+                                 "sd_speedup_range": st["range"],
+                                 "sd_speedup_units": st["units"]})
+            table.append([path, fmt_value(st["raw_tok_s"], ".1f"),
+                          fmt_value(st["sd_tok_s"], ".1f"), cell,
+                          fmt_value(st["over_cpuspec"], ".2f"),
+                          fmt_value(st["acceptance_pct"], ".1f"), st["same_output"]])
+        lines += ["", f"{task}:", tabulate(
+            table, headers=["path", "raw t/s", "SD t/s", "SD ×raw [95% CI]", "÷ cpuspec",
+                            "accept %", "SD = raw output"], tablefmt="simple",
+            disable_numparse=True)]
+    budget = round_budget(doc)
+    if budget:
+        lines += ["", "Where an SD round's time goes (ms per round, every SD generation):",
+                  tabulate([[p, b["rounds"], fmt_value(b["tokens_per_round"], ".2f"),
+                             _ms(b["draft_ms"]), _ms(b["verify_ms"]),
+                             "in verify" if b.get("redecode_in_verify") else
+                             _ms(b.get("redecode_ms")),
+                             _ms(b["sampling_ms"]), _ms(b["other_ms"]),
+                             _ms(b["round_ms"]), b["first_round_none"] or "-"]
+                            for p, b in budget.items()],
+                           headers=["path", "rounds", "tokens/round", "draft", "verify",
+                                    "draft re-decode", "sampling", "other", "round",
+                                    "1st round kept 0"],
+                           tablefmt="simple", disable_numparse=True),
+                  "llama.cpp's verify is its target's batch time less the prompt's prefill; "
+                  "llama.cpp times a decode up to the next synchronize, so it holds the "
+                  "draft's re-decode of the batch too."]
+        if any(v is not None and v < 0 for b in budget.values() for v in b.values()
+               if isinstance(v, float)):
+            lines.append("≈0: a difference of two measured totals that came out below zero, "
+                         "i.e. smaller than their noise")
+    phases = [x for r in doc["runs"] if r["path"] == LLAMA_CPP for x in
+              r.get("round_phases_ms") or []]
+    if phases:
+        import statistics
+        lines += [f"llama.cpp's debug log (untimed runs, {len(phases)} rounds), median per "
+                  f"round: drafting {statistics.median(x[0] for x in phases):.0f} ms, verify + "
+                  f"the draft's re-decode + sampling "
+                  f"{statistics.median(x[1] for x in phases):.0f} ms"]
+    first = {mode: [r["first_chunk_s"] for r in doc["runs"] if r["path"] == LLAMA_CPP_PYTHON
+                    and r["mode"] == mode and r.get("first_chunk_s") is not None]
+             for mode in ("raw", "static")}
+    if first["raw"] and first["static"]:
+        raw_s, sd_s = (sum(v) / len(v) for v in (first["raw"], first["static"]))
+        lines += ["", f"llama-cpp-python's first token (the prompt's prefill), mean: raw "
+                      f"{1e3 * raw_s:.0f} ms, with draft_model= {1e3 * sd_s:.0f} ms "
+                      f"(+{1e3 * (sd_s - raw_s):.0f} ms: it then computes logits for every "
+                      "prompt row, logits_all)"]
+    lines += ["", "paths: " + "; ".join(f"{p}: {PATH_NOTES[p]}" for p in s["paths"])]
+    if LLAMA_CPP in s["paths"]:
+        lines.append(f"llama.cpp's raw and SD: {s['native_window']}" if s.get("native_window")
+                     else "llama.cpp's raw and SD were timed in different windows in this "
+                     "recording (raw: llama_perf's timers, no warm-up; SD: wall clock after "
+                     "warm-up); re-run `cpuspec paths` for a comparable llama.cpp SD ×raw")
+    if not doc.get("complete", True):
+        ended = doc.get("ended")
+        lines.append(f"FAILED ({ended.removeprefix('failed: ')}): the prompts that finished "
+                     "are shown" if isinstance(ended, str) and ended.startswith("failed") else
+                     "INTERRUPTED: the prompts that finished are shown")
+    info = doc.get("meta", {}).get("llama_system_info")
+    if info:
+        lines.append(f"llama.cpp: {info}")
+    return "\n".join(lines)
+
+
+# --- what a saved paths run says about a configuration, printed under tune and advise ---
+
+def measured_paths(target: str, draft: str | None, k: int, drafter: str,
+                   meta: dict | None = None) -> tuple[dict, Path] | None:
+    """The newest complete saved `cpuspec paths` run of this configuration (same target and
+    draft files by name, k and drafter); with `meta` (the environment of the file being
+    printed), only one from the same machine (CPU model and llama.cpp's system info): a
+    recorded file from elsewhere is not answered with this machine's runs."""
+    import json
+
+    try:
+        runs = saved_runs()
+    except OutputError:
+        return None
+    for path in reversed(runs):
+        if not path.stem.endswith("-paths"):
+            continue
+        try:
+            doc = json.loads(path.read_text())
+            s = doc["settings"]
+            same = (Path(s["target"]).name == Path(target).name
+                    and (Path(s["draft"]).name if s.get("draft") else None)
+                    == (Path(draft).name if draft else None)
+                    and s["k"] == k and s["drafter"] == drafter)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if same and doc.get("complete") and (
+                meta is None or Machine.of(doc).same_as(Machine.of({"meta": meta}))):
+            return doc, path
+    return None
+
+
+def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,
+               indent: str = "    ", meta: dict | None = None) -> list[str]:
+    """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
+    command lines, the llama-cpp-python call, and how much of cpuspec's gain each kept when
+    `cpuspec paths` measured it here (or the command that measures it)."""
+    lines = [f"{indent}{tool}: {commands.shell(argv)}"
+             for tool, argv in commands.invocations(target, draft, k, drafter, threads).items()]
+    lines.append(f"{indent}llama-cpp-python: "
+                 f"{commands.python_snippet(target, draft, k, drafter, threads)}")
+    found = measured_paths(target, draft, k, drafter, meta)
+    if found is None:
+        lines.append(f"{indent}how much of the gain each keeps: cpuspec paths --target "
+                     f"{shlex.quote(str(target))}"
+                     + (f" --draft {shlex.quote(str(draft))}" if draft else "")
+                     + f" -k {k}" + (f" --drafter {drafter}" if drafter != "model" else ""))
+        return lines
+    row = summarize_paths(found[0]).get(OVERALL, {})
+    kept = [f"{p} SD ×raw {row[p]['speedup']:.2f} = {row[p]['over_cpuspec']:.2f} of "
+            f"cpuspec's {row['cpuspec']['speedup']:.2f}"
+            for p in (LLAMA_CPP, LLAMA_CPP_PYTHON) if p in row and "cpuspec" in row
+            and row[p].get("over_cpuspec")]
+    if kept:
+        lines.append(f"{indent}measured here ({found[1].stem}): " + "; ".join(kept))
+    return lines

@@ -1,0 +1,388 @@
+"""`cpuspec plot`: one question per figure, PNG and SVG, a caption line saying where it came
+from. The data behind each figure is computed here without matplotlib (tests check it); only
+`render` imports matplotlib (the optional extra `cpuspec[plot]`), on the Agg backend.
+
+Figures:
+  speedup     does SD pay, per task and run? end-to-end speedup with its 95 % interval, 1.0 line
+  breakeven   a against 1 + α + β per task: points below the diagonal a = 1 + α + β lose
+  verify_cost V(n)/V(1) per run: how a verify's cost grows with the batch (flat on a GPU)
+  sweep       t/s against the swept axis, raw and SD, with the points where SD turns ON marked
+  depth       SD ÷ raw against the context depth (a sweep over --depth, joined by single-depth
+              runs of the same workload), measured with its interval and predicted, per value
+              of the other axes; the 1.0 line is break-even
+  latency     per-token latency CDF, raw against SD, with p50/p95/p99 marked
+  adaptive    the adaptive policy's k round by round, with its switch-offs and re-entries
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cpuspec.report.compare import mismatches
+from cpuspec.results.records import CostProbe, Machine, RecordError
+from cpuspec.report.tables import sweep_rows, table_rows
+from cpuspec.analysis.stats import percentile
+from cpuspec.analysis.summary import OVERALL, policy_events, summarize
+
+PLOT_HINT = "plots need matplotlib: pip install 'cpuspec[plot]'"
+
+
+class PlotError(RuntimeError):
+    """A figure cannot be drawn; the message says why."""
+
+
+def caption(results: dict) -> str:
+    s, m = results.get("settings", {}), results.get("models", {})
+    if results.get("kind") == "sweep":
+        return f"{Machine.of(results).label()}; {' '.join(s.get('argv', []))}"
+    target = (m.get("target") or {}).get("file", "?")
+    draft = (m.get("draft") or {}).get("file") or (m.get("draft") or {}).get("drafter", "?")
+    short = [str(f).removesuffix(".gguf").replace("-instruct", "") for f in (target, draft)]
+    when = str(results.get("meta", {}).get("started_at", ""))[:10]
+    return (f"{Machine.of(results).label()}; {short[0]} / {short[1]}; k = {s.get('k')}, "
+            f"{s.get('max_tokens')} tokens; {when}")
+
+
+# Caption characters per inch of figure width at the caption's 7-point font.
+CAPTION_CHARS_PER_INCH = 17
+# Point labels that would meet are moved up or down by this many points at a time.
+LABEL_STEP_PT = 8
+
+
+def wrap_caption(text: str, width_in: float) -> str:
+    """Each caption line wrapped to the figure's width (a long command line is cut at the
+    right edge otherwise)."""
+    import textwrap
+    width = max(int(width_in * CAPTION_CHARS_PER_INCH), 20)
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False, subsequent_indent="  ")
+                     for line in text.splitlines())
+
+
+def label_offsets(xy: list[tuple[float, float]], texts: list[str],
+                  span: tuple[float, float], axes_pt: tuple[float, float]) -> list[int]:
+    """A vertical offset (in LABEL_STEP_PT steps, up or down) per point label so that no two
+    labels' boxes meet: the break-even figure stacked five runs' labels on one another. Boxes
+    are estimated from the 6-point font (3.3 points per character, 8 tall with spacing) and the axes' size
+    in points (`axes_pt`, taken on the small side, so an estimate errs towards more room)."""
+    sx, sy = axes_pt[0] / span[0], axes_pt[1] / span[1]
+    placed: list[tuple[float, float, float, float]] = []
+    out = []
+    for (x, y), text in zip(xy, texts):
+        x0, w = x * sx + 3, 3.3 * len(text) + 2
+        for slot in (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5, 6, -6):
+            y0 = y * sy + 2 + LABEL_STEP_PT * slot
+            if not any(x0 < px + pw and px < x0 + w and y0 < py + 8 and py < y0 + 8
+                       for px, py, pw, _ in placed):
+                break
+        placed.append((x0, y0, w, 8))
+        out.append(slot)
+    return out
+
+
+def speedup_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
+    series = []
+    for r, name in zip(runs, names):
+        summ = summarize(r)
+        tasks = [t for t in summ if t != OVERALL]
+        series.append({"name": f"{Machine.of(r).label()} ({name})", "tasks": tasks,
+                       "speedup": [summ[t]["sd_speedup"] for t in tasks],
+                       "ci": [summ[t].get("sd_speedup_ci") for t in tasks]})
+    return {"series": series, "reference": 1.0}
+
+
+def breakeven_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
+    points = []
+    for r, name in zip(runs, names):
+        for task, s in summarize(r).items():
+            if task != OVERALL and "cost" in s:
+                points.append({"run": name, "task": task, "a": s["a"],
+                               "break_even": s["cost"]["break_even_a"],
+                               "pays": s["a"] > s["cost"]["break_even_a"]})
+    return {"points": points}
+
+
+def verify_cost_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
+    curves = []
+    for r, name in zip(runs, names):
+        try:
+            verify = CostProbe.of(r.get("cost_probe")).verify_s
+        except RecordError:     # no probe (an older file, a sweep): no curve
+            continue
+        if verify:
+            ns = sorted(verify)
+            target = (r.get("models", {}).get("target") or {}).get("desc", "")
+            curves.append({"name": f"{Machine.of(r).label()} {target} ({name})", "n": ns,
+                           "ratio": [verify[n] / verify[1] for n in ns]})
+    return {"curves": curves}
+
+
+def sweep_data(sweep: dict) -> dict[str, Any]:
+    rows = [r for r in sweep.get("rows", []) if "skipped" not in r]
+    axes = sweep.get("axes") or ["threads"]
+    axis = axes[-1]
+    x = [r[axis] for r in rows]
+    return {"axis": axis, "x": x, "raw": [r.get("raw_tok_s") for r in rows],
+            "sd": [r.get("sd_tok_s") for r in rows],
+            "on": [x_ for x_, r in zip(x, rows) if r.get("verdict") == "ON"],
+            "other_axes": [a for a in axes if a != axis]}
+
+
+def depth_data(sweep: dict) -> dict[str, Any] | None:
+    """A sweep over depth: per combination of its other axes, SD ÷ raw (with its interval)
+    and the prediction beside it, against the depth."""
+    axes = sweep.get("axes") or []
+    if "depth" not in axes:
+        return None
+    others = [a for a in axes if a != "depth"]
+    lines: dict[str, dict] = {}
+    for r in sweep_rows(sweep):
+        if "skipped" in r:
+            continue
+        name = ", ".join(f"{a}={r[a]}" for a in others) or "SD"
+        line = lines.setdefault(name, {"depth": [], "speedup": [], "low": [], "high": [],
+                                       "predicted": []})
+        line["depth"].append(r["depth"])
+        line["speedup"].append(r.get("sd_speedup"))
+        line["low"].append(r.get("sd_speedup_ci_low"))
+        line["high"].append(r.get("sd_speedup_ci_high"))
+        line["predicted"].append(r.get("predicted_speedup"))
+    return {"lines": lines, "reference": 1.0}
+
+
+def depth_point(results: dict) -> dict | None:
+    """A bench run at one depth (`bench --depth N`, no sweep) as a row like a sweep's."""
+    depth = (results.get("settings") or {}).get("depth")
+    summary = summarize(results).get(OVERALL) if depth else None
+    if not summary:
+        return None
+    row = table_rows({OVERALL: summary})[0]
+    return {"depth": depth, **{m: row.get(m) for m in (
+        "sd_speedup", "sd_speedup_ci_low", "sd_speedup_ci_high", "predicted_speedup")}}
+
+
+def depth_lines(sweeps: list[tuple[dict, str]], points: list[tuple[dict, str]]
+                ) -> tuple[dict[str, dict], list[str]]:
+    """One line per depth sweep (and per value of its other axes); a single-depth bench run
+    joins the line of a sweep over depth alone with the same workload (compare.mismatches:
+    files, k, drafter, tokens, prompts), else it is a line of its own. Also the runs drawn."""
+    lines, drawn = {}, []
+    for r, n in sweeps:
+        d = depth_data(r)
+        if not d:
+            continue
+        drawn.append(n)
+        for line, v in d["lines"].items():
+            lines[f"{n}: {line}" if line != "SD" else n] = v
+    for r, n in points:
+        p = depth_point(r)
+        if p is None:
+            continue
+        drawn.append(n)
+        home = next((s_name for s, s_name in sweeps if (s.get("axes") or []) == ["depth"]
+                     and s_name in lines and s.get("points")
+                     and not mismatches([s["points"][0], r])), None)
+        line = lines[home] if home else lines.setdefault(n, {
+            "depth": [], "speedup": [], "low": [], "high": [], "predicted": []})
+        for key, field in (("depth", "depth"), ("speedup", "sd_speedup"),
+                           ("low", "sd_speedup_ci_low"), ("high", "sd_speedup_ci_high"),
+                           ("predicted", "predicted_speedup")):
+            line[key].append(p[field])
+        order = sorted(range(len(line["depth"])), key=line["depth"].__getitem__)
+        for key in line:
+            line[key] = [line[key][i] for i in order]
+    return lines, drawn
+
+
+def latency_data(results: dict) -> dict[str, Any]:
+    out = {}
+    for mode in ("raw", "static"):
+        lat = sorted(1e3 * x for r in results["runs"] if r["mode"] == mode
+                     for x in r["token_latencies_s"])
+        if lat:
+            out[mode] = {"ms": lat, "cdf": list(np.arange(1, len(lat) + 1) / len(lat)),
+                         "p50": percentile(lat, 50), "p95": percentile(lat, 95),
+                         "p99": percentile(lat, 99)}
+    return out
+
+
+def adaptive_data(results: dict) -> dict[str, Any]:
+    """Per task, the adaptive policy's k round by round across its prompts, and the rounds
+    where it switched off, on or re-entered (from the runs' policy_trace)."""
+    out: dict[str, Any] = {}
+    for r in results["runs"]:
+        if r["mode"] != "adaptive" or not r.get("policy_trace"):
+            continue
+        d = out.setdefault(r["task"], {"k": [], "events": [], "prompt_starts": []})
+        start = len(d["k"])
+        d["prompt_starts"].append(start)
+        d["events"] += [{"round": start + e["round"], "why": e["why"]}
+                        for e in policy_events(r)]
+        d["k"] += [t[0] for t in r["policy_trace"]]
+    return out
+
+
+def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
+    """Every figure's data for these results files (bench runs, costs runs, sweeps)."""
+    bench = [(r, n) for r, n in zip(runs, names) if r.get("kind") == "bench"]
+    probes = [(r, n) for r, n in zip(runs, names) if r.get("cost_probe")]
+    sweeps = [(r, n) for r, n in zip(runs, names) if r.get("kind") == "sweep"]
+    out: dict[str, Any] = {}
+    if bench:
+        rs, ns = zip(*bench)
+        out["speedup"] = speedup_data(list(rs), list(ns))
+        out["breakeven"] = breakeven_data(list(rs), list(ns))
+        out["latency"] = {n: latency_data(r) for r, n in bench}
+        out["adaptive"] = {n: d for r, n in bench if (d := adaptive_data(r))}
+    if probes:
+        rs, ns = zip(*probes)
+        out["verify_cost"] = verify_cost_data(list(rs), list(ns))
+    if sweeps:
+        out["sweep"] = {n: sweep_data(r) for r, n in sweeps}
+    # one figure for every depth sweep given: a line per run (and per other axis value), with
+    # single-depth bench runs of the same workload joining their sweep's line
+    lines, drawn = depth_lines(sweeps, bench)
+    if lines:
+        out["depth"] = {"lines": lines, "reference": 1.0, "runs": drawn}
+    return out
+
+
+def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None = None
+           ) -> list[Path]:
+    """Draw every figure the runs allow into out_dir as PNG and SVG; return the files. `title`
+    (e.g. the machine in words) heads every caption."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the SVG files
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlotError(PLOT_HINT) from None
+    data = figure_data(runs, names)
+    if not data:
+        raise PlotError("nothing to plot: give bench, costs or sweep results files")
+    cap = "\n".join(dict.fromkeys(caption(r) for r in runs))
+    written: list[Path] = []
+
+    by_name = dict(zip(names, runs))
+
+    def save(fig, stem: str, text: str = cap) -> None:
+        text = wrap_caption((f"{title}\n" if title else "") + text, fig.get_figwidth())
+        fig.text(0.01, 0.01, text, fontsize=7, va="bottom", ha="left", color="0.3")
+        # a 7-point line is 0.117 in high (line spacing 1.2); a long caption makes the figure
+        # taller rather than squeezing the axes into it (at most 45 % of the height is caption)
+        needed = 0.05 + 0.12 * (text.count("\n") + 1)
+        fig.set_figheight(max(fig.get_figheight(), needed / 0.45))
+        fig.tight_layout(rect=(0, needed / fig.get_figheight(), 1, 1))
+        for ext in ("png", "svg"):
+            path = out_dir / f"{stem}.{ext}"
+            fig.savefig(path, dpi=120)
+            written.append(path)
+        plt.close(fig)
+
+    if "speedup" in data:
+        d = data["speedup"]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.8 / max(len(d["series"]), 1)
+        for i, s in enumerate(d["series"]):
+            x = np.arange(len(s["tasks"])) + i * width
+            err = np.array([[v - ci[0], ci[1] - v] if ci else [0, 0]
+                            for v, ci in zip(s["speedup"], s["ci"])]).T
+            ax.bar(x, s["speedup"], width, yerr=err, capsize=3, label=s["name"])
+            ax.set_xticks(np.arange(len(s["tasks"])) + 0.4 - width / 2, s["tasks"])
+        ax.axhline(d["reference"], color="k", lw=1, ls="--")
+        ax.set_ylabel("SD ÷ raw, end to end (95 % CI)")
+        ax.set_title("Does speculative decoding pay, per task?")
+        ax.legend(fontsize=7)
+        save(fig, "speedup")
+    if "breakeven" in data and data["breakeven"]["points"]:
+        pts = data["breakeven"]["points"]
+        fig, ax = plt.subplots(figsize=(5, 5))
+        top = max(max(p["a"], p["break_even"]) for p in pts) * 1.1
+        ax.plot([1, top], [1, top], color="k", lw=1, ls="--", label="a = 1 + α + β")
+        labels = [f"{p['task']} ({p['run']})" for p in pts]
+        offsets = label_offsets([(p["break_even"], p["a"]) for p in pts], labels,
+                                (top - 1, top - 1), (250, 250))
+        for p, text, slot in zip(pts, labels, offsets):
+            ax.scatter(p["break_even"], p["a"], color="tab:green" if p["pays"] else "tab:red")
+            ax.annotate(text, (p["break_even"], p["a"]), fontsize=6,
+                        xytext=(3, 2 + LABEL_STEP_PT * slot), textcoords="offset points")
+        ax.set_xlabel("1 + α + β (cost of a round, in target decodes)")
+        ax.set_ylabel("a (tokens per round)")
+        ax.set_title("Break-even: below the diagonal SD loses")
+        ax.legend(fontsize=7)
+        save(fig, "breakeven")
+    if "verify_cost" in data and data["verify_cost"]["curves"]:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for c in data["verify_cost"]["curves"]:
+            ax.plot(c["n"], c["ratio"], marker="o", label=c["name"])
+        top = max(max(c["n"]) for c in data["verify_cost"]["curves"])
+        ax.plot([1, top], [1, 1], color="k", lw=1, ls="--", label="flat (GPU-like)")
+        ax.set_xlabel("tokens in the target decode (n = k + 1)")
+        ax.set_ylabel("V(n) ÷ V(1)")
+        ax.set_title("How a verify's cost grows with the batch")
+        ax.legend(fontsize=6)
+        save(fig, "verify_cost")
+    for name, d in data.get("sweep", {}).items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(d["x"], d["raw"], marker="o", label="raw")
+        ax.plot(d["x"], d["sd"], marker="s", label="SD (static)")
+        for x in d["on"]:
+            ax.axvline(x, color="tab:green", alpha=0.3)
+        ax.set_xlabel(d["axis"] + (f" (also varied: {', '.join(d['other_axes'])})"
+                                   if d["other_axes"] else ""))
+        ax.set_ylabel("tokens/s end to end")
+        ax.set_title("Sweep: where SD turns ON (green)")
+        ax.legend(fontsize=7)
+        save(fig, f"sweep_{name.replace('/', '_')}", caption(by_name[name]))
+    if "depth" in data:
+        d = data["depth"]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for line_name, ln in d["lines"].items():
+            x = np.array(ln["depth"])
+            y = np.array(ln["speedup"], dtype=float)
+            err = np.array([[v - lo, hi - v] if lo is not None and hi is not None else [0, 0]
+                            for v, lo, hi in zip(y, ln["low"], ln["high"])]).T
+            bars = ax.errorbar(x, y, yerr=err, marker="o", capsize=3,
+                               label=f"{line_name}: measured (95 % CI)")
+            if any(p is not None for p in ln["predicted"]):
+                ax.plot(x, [np.nan if p is None else p for p in ln["predicted"]], ls=":",
+                        marker="x", color=bars[0].get_color(),
+                        label=f"{line_name}: predicted (probe + acceptance)")
+        ax.axhline(d["reference"], color="k", lw=1, ls="--", label="break-even (raw speed)")
+        ax.set_xlabel("context depth (tokens held in the KV cache before the prompt)")
+        ax.set_ylabel("SD ÷ raw, end to end")
+        ax.set_title("SD at depth")
+        ax.legend(fontsize=6)
+        save(fig, "depth", "\n".join(caption(by_name[n]) for n in d["runs"]))
+    for name, tasks in data.get("adaptive", {}).items():
+        fig, axes = plt.subplots(len(tasks), 1, figsize=(8, 1.6 * len(tasks) + 0.8),
+                                 squeeze=False, sharex=False)
+        for ax, (task, d) in zip(axes[:, 0], tasks.items()):
+            ax.step(range(len(d["k"])), d["k"], where="post", lw=0.8)
+            for x in d["prompt_starts"]:
+                ax.axvline(x, color="0.8", lw=0.6)
+            for e in d["events"]:
+                color = "tab:red" if "off" in e["why"] else "tab:green"
+                ax.axvline(e["round"], color=color, lw=1)
+            ax.set_ylabel(f"{task}\nk")
+        axes[0, 0].set_title("Adaptive k per round (grey: new prompt, red: off, green: "
+                             "on / re-entry / probe)", fontsize=10)
+        axes[-1, 0].set_xlabel("round, across the task's prompts")
+        save(fig, f"adaptive_{name.replace('/', '_')}", caption(by_name[name]))
+    for name, d in data.get("latency", {}).items():
+        if not d:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for mode, m in d.items():
+            line, = ax.step(m["ms"], m["cdf"], where="post", label=mode)
+            for q in ("p50", "p95", "p99"):
+                ax.axvline(m[q], color=line.get_color(), ls=":", lw=0.8)
+                ax.annotate(q, (m[q], {"p50": 0.5, "p95": 0.95, "p99": 0.99}[q]), fontsize=6)
+        ax.set_xlabel("per-token latency (ms)")
+        ax.set_ylabel("fraction of tokens")
+        ax.set_title("Per-token latency, raw against SD")
+        ax.legend(fontsize=7)
+        save(fig, f"latency_{name.replace('/', '_')}", caption(by_name[name]))
+    return written
