@@ -45,7 +45,7 @@ def test_where_sd_loses_the_screen_says_off_and_next_tune():
     out = report(ROOT / LOSES)
     fits_one_screen(out)
     assert re.search(r"overall\s+0\.62 \[0\.\d\d, 0\.\d\d\]\s+slower", out), out
-    assert out.count("turn SD off") == 3
+    assert "  json, code, story: turn SD off (measured slower)" in out
     assert last_block(out).startswith("Next: cpuspec tune")
 
 
@@ -53,10 +53,45 @@ def test_where_sd_pays_the_screen_ends_with_the_server_command():
     out = report(ROOT / PAYS)
     fits_one_screen(out)
     assert re.search(r"json\s+1\.42 \[1\.31, 1\.55\]\s+faster\s+6\.60 > 4\.32", out), out
-    assert "story: turn SD off" in out and "json: turn SD on with k = 7" in out
+    assert "  story: turn SD off (measured slower)" in out
+    assert "  json, code: turn SD on with k = 7 (measured faster)" in out
     block = last_block(out)
     assert block.startswith("Next: run it where you serve models (json, code; k = 7)")
     assert "llama-server" in block and "--spec-draft-n-max 7" in block
+
+
+def recorded_bench_files():
+    from cpuspec.results.schema import ResultsError, read_json
+    out = []
+    for path in sorted((ROOT / "bench" / "results").rglob("*.json")):
+        try:
+            if read_json(path).get("kind") == "bench":
+                out.append(path)
+        except ResultsError:
+            pass
+    return out
+
+
+def test_every_recorded_bench_file_fits_one_screen_and_its_advice_follows_the_numbers():
+    """92 recorded runs of 4 machines: one screen each; a task is turned on only where the
+    run measured SD faster, and every task measured slower is turned off."""
+    files = recorded_bench_files()
+    assert len(files) > 50
+    for path in files:
+        out = report(path.relative_to(ROOT))   # as a user names it, from the repository
+        fits_one_screen(out)
+        table = out.split("-------", 1)[1].split("\n\n", 1)[0].split("\nAdaptive", 1)[0]
+        verdicts = {line.split()[0]: line for line in table.splitlines()[1:] if line.strip()}
+        advice = out.split("Advice:\n", 1)[1].split("\n\n", 1)[0]
+        for line in advice.splitlines():
+            if ": turn SD on" in line:
+                for task in line.split(":")[0].strip().split(", "):
+                    key = task if len(task) <= 14 else task[:13] + "…"   # the table cuts
+                    assert "faster" in verdicts[key], (path, task, out)
+        for task, row in verdicts.items():
+            if re.search(r"\sslower\*?\s", row) and task != "overall":
+                name = re.escape(task.rstrip("…"))
+                assert re.search(rf"\b{name}[^\n]*: turn SD off", advice), (path, task, out)
 
 
 def test_details_keep_everything_the_wide_report_had():

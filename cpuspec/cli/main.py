@@ -16,7 +16,7 @@ from cpuspec.cli.models import models
 from cpuspec.cli.results import advise, compare, plot, report, runs
 from cpuspec.cli.help import SectionedCommand
 from cpuspec.cli.util import (check_bench_flags, check_depths, check_model_file,
-                      configure_log, check_size, cpu_list, finish_outputs,
+                      configure_log, check_size, cpu_list, finish_outputs, write_text,
                       finite, guarded,
                       log, policy_list, positive, prepare_outputs, print_bench, quant_list,
                       save_options, task_names, values, window_option)
@@ -25,7 +25,7 @@ from cpuspec.machine.hardware import HardwareError, default_threads, detect_hard
 from cpuspec.inputs.registry import ModelError
 from cpuspec.report.tables import render_csv, sweep_rows
 from cpuspec.analysis.summary import summarize
-from cpuspec.results.store import results_dir, write_atomic
+from cpuspec.results.store import results_dir
 from cpuspec.harness.sweep import (GPU_SKIP_REASON, SweepError, add_point, headline, plan, point_config,
                     render_sweep, run_sweep, sweep_csv, sweep_document)
 from cpuspec.inputs.tasks import ALL_TASKS, DEFAULT_TASKS, PromptsFileError, UnknownTaskError, load_prompts
@@ -246,12 +246,8 @@ def _bench_point(base, where, fallback_threads: int, sink, csv_path, details=Fal
     source = (written[0].stem if written and written[0].parent == results_dir() else
               str(written[0]) if written else None)
     print_bench(results, details=details, source=source)
-    try:
-        if csv_path:
-            write_atomic(csv_path, render_csv(summarize(results)))
-            log(f"wrote {csv_path}")
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {csv_path}: {exc}")
+    if csv_path:
+        write_text(sink, csv_path, render_csv(summarize(results)))
     finish_outputs(sink)
 
 
@@ -298,7 +294,7 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
     if line:
         click.echo(line)
     if csv_path:
-        write_atomic(csv_path, sweep_csv(rows))
+        write_text(sink, csv_path, sweep_csv(rows))
     finish_outputs(sink)
 
 for _command in (hw, contention, costs, paths, quality, tune, models, advise, report, compare,

@@ -15,6 +15,8 @@ from typing import TextIO
 import click
 
 COUNTER = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
+# Counter lines that carry news besides the count are also printed in full.
+NEWS = re.compile(r"disturb|differ|busy|warning|again", re.I)
 
 
 class PlainLog:
@@ -39,6 +41,8 @@ class BarLog:
         if not m:
             self._write(msg)
             return
+        if NEWS.search(msg):   # a disturbed, differing or busy prompt: say it above the bar
+            self._write(msg)
         done, total, rest = int(m.group(1)), int(m.group(2)), m.group(3)
         if self.bar is None or self.bar.total != total or done < self.bar.n:
             self.close()
@@ -49,6 +53,8 @@ class BarLog:
                                        "[{elapsed}<{remaining}] {postfix}")
         self.bar.set_postfix_str(rest.split(":", 1)[0][:40], refresh=False)
         self.bar.update(done - self.bar.n)
+        if done >= total:   # finished: nothing may print under a live bar
+            self.close()
 
     def _write(self, msg: str) -> None:
         if self.bar is None:

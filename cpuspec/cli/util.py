@@ -7,6 +7,7 @@ import functools
 import math
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -19,7 +20,8 @@ from cpuspec.cli.progress import PlainLog, make_log
 from cpuspec.inputs.registry import DERIVABLE_QUANTS, ModelError, load_registry
 from cpuspec.report.tables import render_audit, render_details, render_noise, render_table
 from cpuspec.results.schema import ResultsError, read_json, validate, validate_bench
-from cpuspec.results.store import OutputError, ResultsSink, check_outputs, new_run_path, resolve_run
+from cpuspec.results.store import (OutputError, ResultsSink, check_outputs, new_run_path, resolve_run,
+                                   write_atomic)
 from cpuspec.analysis.stats import INTERVAL_LEGEND
 from cpuspec.analysis.summary import noise_report, summarize
 from cpuspec.harness.sweep import SweepError, parse_values
@@ -325,6 +327,16 @@ def guarded(sink=None):
             sink.discard_unwritten()
 
 
+def write_text(sink, path: Path, text: str) -> None:
+    """A side output (--csv) written at the end; a failure is reported with the sink's, by
+    finish_outputs, after the summary was printed."""
+    try:
+        write_atomic(path, text)
+        log(f"wrote {path}")
+    except OSError as exc:
+        sink.failed[Path(path)] = exc.strerror or str(exc)
+
+
 def finish_outputs(sink) -> None:
     """Name the files written; if one could not be (a full disk), say what it holds and
     exit 1, after the summary was printed from what is in memory."""
@@ -341,6 +353,7 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
     """The bench's report, shared by `cpuspec bench` and `cpuspec report`: by default the
     first screen (verdict.render_verdict: verdict, advice, the next command); with details
     (or markdown) the full table, per-task details, audit, advice table, noise and build."""
+    _log.close()   # a progress bar ends before the results are printed
     s = summarize(results)
     if not details and fmt == "text":
         has_static = any(r["mode"] == "static" for r in results["runs"])
@@ -349,8 +362,9 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
         click.echo(render_verdict(results, s, advice, source))
         noise = noise_report(results["runs"])
         if noise["flags"]:
-            click.echo(f"WARNING: noisy measurements in {len(noise['prompts'])} prompt(s); "
-                       "their speedups are not trustworthy (--details says why and what to do)")
+            click.echo(textwrap.fill(
+                f"WARNING: {len(noise['prompts'])} noisy prompt(s): their speedups are not "
+                "trustworthy (--details says why and what to do)", 100))
         return
     k = results["settings"]["k"]
     click.echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "

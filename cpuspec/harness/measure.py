@@ -17,7 +17,6 @@ import os
 import re
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 

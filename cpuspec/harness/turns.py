@@ -78,7 +78,7 @@ def check_trained_context(cfg, prompt_lengths: list[int],
         held = depth_tokens[longest] if depth_tokens else 0
         room = trained - prompt_lengths[longest] - cfg.k
         fixes = ([f"a smaller --depth (it adds {held} tokens)"] if held else []) + \
-            ["a shorter prompt"] + ([f"--max-tokens {room}"] if room >= 2 else [])
+            ["a shorter prompt"] + ([f"--max-tokens {room}"] if room > cfg.k else [])
         raise ValueError(
             f"prompt {cfg.prompts[longest].prompt_id} ({prompt_lengths[longest]} tokens"
             + (f", {held} of them --depth context" if held else "") + f") + --max-tokens "

@@ -39,11 +39,16 @@ class ChildTimeout(RuntimeError):
     """A child process ran past its time limit (it has been killed)."""
 
 
-def _die_with_parent():  # Linux only; elsewhere the child finishes on its own
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+try:   # looked up here, not in the forked child (no dlopen between fork and exec)
+    _PRCTL = ctypes.CDLL(None).prctl
+except (OSError, AttributeError):   # not Linux: the child finishes on its own
+    _PRCTL = None
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def start_child(argv, **kwargs):
@@ -58,38 +63,38 @@ def wait_child(proc, poll_s: float = 0.1, timeout_s: float | None = None) -> int
     """Wait for a child process while honouring a stop request and a time limit: on either,
     or on any other exception, the child's process group is killed (and the child reaped)
     and KeyboardInterrupt, ChildTimeout or the exception raised. Whatever the child left
-    running in its group when it exited is killed too."""
+    running in its group when it exited is killed too: the child is reaped only after that,
+    so its pid (the group's id) cannot have been given to another process meanwhile."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        while True:
-            try:
-                rc = proc.wait(timeout=poll_s)
-                break
-            except subprocess.TimeoutExpired:
-                check()
-                if deadline is not None and time.monotonic() > deadline:
-                    raise ChildTimeout(f"stopped after {timeout_s:g} s") from None
-    except BaseException:
+        while not _exited(proc):
+            time.sleep(poll_s)
+            check()
+            if deadline is not None and time.monotonic() > deadline:
+                raise ChildTimeout(f"stopped after {timeout_s:g} s")
+    finally:
         _kill_group(proc)
-        raise
-    _kill_group(proc)
-    return rc
+    return proc.wait()
+
+
+def _exited(proc) -> bool:
+    """Whether the child has exited, without reaping it (it stays a zombie, holding its pid)."""
+    if not hasattr(os, "waitid"):
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:   # reaped elsewhere already
+        return True
 
 
 def _kill_group(proc) -> None:
+    """SIGKILL the child's process group (its own, from start_child) or the child alone, then
+    reap it."""
     try:
-        if os.getpgid(proc.pid) == proc.pid:   # the child leads a group of its own
+        if proc.returncode is None and os.getpgid(proc.pid) == proc.pid:
             os.killpg(proc.pid, signal.SIGKILL)
-        else:
+        elif proc.returncode is None:
             proc.kill()
-    except (ProcessLookupError, PermissionError):
-        pass  # already gone (a group leader that exited and was reaped: its group may live
-        # on, handled below)
-    else:
-        proc.wait()
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)   # the leader is gone, its children may not be
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()

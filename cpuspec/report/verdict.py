@@ -15,6 +15,7 @@ from cpuspec.analysis.stats import MIN_CI_UNITS
 from cpuspec.analysis.summary import OVERALL
 
 WIDTH = 100
+TASK_WIDTH = 14   # longer task names (a prompts file's) are cut in the table
 VERDICT = {"faster": "faster", "slower": "slower", "not significant": "no difference"}
 
 
@@ -23,7 +24,9 @@ def _verdict(s: dict) -> str:
     sig = s.get("sd_significance")
     if sig in VERDICT:
         return VERDICT[sig]
-    return "too few prompts" if s.get("sd_speedup_range") else "-"
+    if s.get("sd_speedup_range"):
+        return {"faster": "faster*", "slower": "slower*"}.get(_measured(s), "mixed*")
+    return "-"
 
 
 def _speedup(s: dict) -> str:
@@ -52,7 +55,8 @@ def verdict_table(summary: dict) -> str:
         against = (f"{a:.2f} {'>' if a > need else '<'} {need:.2f}"
                    if a is not None and need is not None else fmt_value(a, ".2f"))
         audit = s.get("audit") or {}
-        rows.append([task, _speedup(s), _verdict(s), against,
+        name = task if len(task) <= TASK_WIDTH else task[:TASK_WIDTH - 1] + "…"
+        rows.append([name, _speedup(s), _verdict(s), against,
                      fmt_value(s.get("acceptance_pct"), ".0f"),
                      fmt_value(s.get("zero_accept_pct"), ".0f"), _p99(s),
                      f"{audit.get('identical', 0)}/{audit.get('n', 0)}"])
@@ -68,28 +72,51 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), line("-" * w for w in widths), *map(line, rows)])
 
 
-def _advice_lines(summary: dict, advice: dict | None) -> tuple[list[str], dict[str, int]]:
-    """One line per task, and the tasks to turn SD on for, with their k."""
-    lines, on = [], {}
+def _measured(s: dict) -> str:
+    """What the run itself shows for SD: faster, slower, or unclear (no difference, a range
+    that straddles 1, or nothing measured)."""
+    sig, rng = s.get("sd_significance"), s.get("sd_speedup_range")
+    if sig in ("faster", "slower"):
+        return sig
+    if not s.get("sd_speedup_ci") and rng:
+        return "faster" if rng[0] > 1 else "slower" if rng[1] < 1 else "unclear"
+    return "unclear"
+
+
+def _advice(s: dict, a: dict | None, k: int) -> tuple[str, int | None]:
+    """One task's advice, and the k to turn SD on with (None: keep it off). The measurement
+    decides on or off; the cost model (advise) picks k where SD is on, and says where it
+    predicts a gain that this run did not show."""
+    measured = _measured(s)
+    if s.get("sd_speedup") is None and isinstance(s.get("adaptive_speedup"), float):
+        return (f"static SD not measured; the adaptive policy ran {s['adaptive_speedup']:.2f}× "
+                "raw", None)
+    if measured == "faster":
+        k_on = a["k_best"] if a and a["verdict"] == "ON" else k
+        return f"turn SD on with k = {k_on} (measured faster)", k_on
+    if measured == "slower":
+        return "turn SD off (measured slower)", None
+    if a and a["verdict"] == "ON":
+        return (f"SD may pay with k = {a['k_best']} (predicted, not shown by this run: "
+                "measure more prompts)"), None
+    return "keep SD off (no gain shown)", None
+
+
+def _advice_lines(summary: dict, advice: dict | None, k: int
+                  ) -> tuple[list[str], dict[str, int]]:
+    """The advice, tasks with the same advice on one line, and the tasks to turn SD on for,
+    with their k."""
+    groups: dict[str, list[str]] = {}
+    on = {}
     for task, s in summary.items():
         if task == OVERALL and len(summary) > 1:
             continue
-        a = (advice or {}).get(task)
-        significant_loss = s.get("sd_significance") == "slower"
-        if a and a["verdict"] == "ON" and not significant_loss:
-            on[task] = a["k_best"]
-            lines.append(f"  {task}: turn SD on with k = {a['k_best']} (predicted "
-                         f"{a['predicted_speedup_best']:.2f}× raw in the decode window)")
-        elif a:
-            need = a.get("needed_acceptance_pct")
-            why = (f"it needs ≥ {need:.0f} % acceptance at k = {a['needed_at_k']}, measured "
-                   f"{a['acceptance_pct']:.0f} %" if need is not None and
-                   a.get("break_even_computed") else "no k pays at the measured acceptance")
-            lines.append(f"  {task}: turn SD off ({why})")
-        elif s.get("sd_significance") == "faster":
-            lines.append(f"  {task}: SD pays at the k measured")
-        else:
-            lines.append(f"  {task}: keep SD off (no gain shown)")
+        text, k_on = _advice(s, (advice or {}).get(task), k)
+        groups.setdefault(text, []).append(task)
+        if k_on is not None:
+            on[task] = k_on
+    lines = [line for text, tasks in groups.items()
+             for line in _wrap(f"  {', '.join(tasks)}: {text}", "    ")]
     return lines, on
 
 
@@ -108,39 +135,29 @@ def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
             + [f"  {line} \\" for line in wrapped[:-1]] + [f"  {wrapped[-1]}"])
 
 
-def _build_flags(info: str | None) -> str | None:
-    """llama.cpp's system info, shortened to the CPU features it was built for."""
-    if not info:
-        return None
-    flags = [m for m in re.findall(r"(\w+) = 1", info) if m not in ("LLAMAFILE", "REPACK")]
-    return "llama.cpp built for " + " ".join(flags) if flags else None
-
-
 def render_verdict(results: dict, summary: dict, advice: dict | None,
                    source: str | None = None) -> str:
     """The first screen (see the module's docstring). source: the run's file or id, for the
     commands that read it again."""
     settings = results["settings"]
     n_prompts = len({r["prompt_id"] for r in results["runs"]})
-    lines = [f"SD ×raw end to end over {n_prompts} prompts, 95 % t-interval (a range below "
-             f"{MIN_CI_UNITS}); SD pays when a > 1 + α + β", "", verdict_table(summary)]
+    lines = [f"SD ×raw end to end, {n_prompts} prompts: 95 % t-interval (*: a range, under "
+             f"{MIN_CI_UNITS}); SD pays if a > 1 + α + β", "", verdict_table(summary)]
     adaptive = [f"{task} {s['adaptive_speedup']:.2f}" for task, s in summary.items()
                 if isinstance(s.get("adaptive_speedup"), float)]
     if adaptive:
         lines += _wrap("Adaptive policy, ×raw (drafts only where it predicts a gain): "
                        + ", ".join(adaptive))
-    flags = _build_flags((results.get("meta") or {}).get("llama_system_info"))
-    if flags:
-        lines += _wrap(flags)
-    advice_lines, on = _advice_lines(summary, advice)
+    advice_lines, on = _advice_lines(summary, advice, settings["k"])
     ref = source or "RUN"
     lines += ["", "Advice:", *advice_lines, ""]
-    lines += _wrap(f"Details (acceptance by position, histograms, the audit, adaptive "
-                   f"decisions): cpuspec report {ref} --details")
+    k = max(set(on.values()), key=list(on.values()).count) if on else None
+    head = f"More on this run (RUN = {ref}):"
+    lines += [head] if len(head) <= WIDTH else ["More on this run:", f"  RUN = {ref}"]
+    lines += _wrap("  cpuspec report RUN --details (everything measured)"
+                   + ("; cpuspec advise RUN (llama-cli, llama-cpp-python); cpuspec paths -k "
+                      f"{k} (measured in those stacks)" if on else ""), "    ")
     if on:
-        k = max(set(on.values()), key=list(on.values()).count)
-        lines += _wrap(f"Full paths, llama-cli and llama-cpp-python: cpuspec advise {ref}; "
-                       f"measured in those stacks: cpuspec paths -k {k}")
         lines += _server_lines(results, k, [t for t, kk in on.items() if kk == k])
     else:
         lines += _wrap("Next: cpuspec tune (searches other drafts, quants and k for a "

@@ -243,7 +243,8 @@ class ResultsSink:
         # files created empty to claim a name (the saved run): removed if nothing is written
         self.reserved = [Path(p) for p in reserved]
         self.last: dict | None = None   # what was measured last (in memory, written or not)
-        self.written: dict[Path, dict] = {}   # per file, what it holds now
+        self.written: dict[Path, str] = {}    # per file, what it holds now, in words (the
+        # document itself keeps growing after it was written)
         self.failed: dict[Path, str] = {}     # per file, why the last write failed
         self.log = log
 
@@ -274,7 +275,7 @@ class ResultsSink:
                              "the results are kept in memory")
                 self.failed[p] = exc.strerror or str(exc)
             else:
-                self.written[p] = results
+                self.written[p] = _count(results)
                 self.failed.pop(p, None)
 
     def mark_ended(self, how: str) -> None:
@@ -292,7 +293,7 @@ class ResultsSink:
         for p, why in self.failed.items():
             held = self.written.get(p)
             parts.append(f"cannot write {p} ({why}); it holds "
-                         + (_count(held) + " from an earlier write" if held is not None else
+                         + (held + " from an earlier write" if held is not None else
                             "nothing"))
         if not printed:
             return "; ".join(parts)
@@ -305,7 +306,7 @@ class ResultsSink:
         good = [p for p in self.paths if p in self.written and p not in self.failed]
         if not good:
             return "nothing was saved" + (f" ({self.failures(False)})" if self.failed else "")
-        return (f"{_count(self.written[good[0]])} kept in {', '.join(map(str, good))} "
+        return (f"{self.written[good[0]]} kept in {', '.join(map(str, good))} "
                 f"(\"complete\": false)")
 
 
