@@ -134,52 +134,45 @@ def test_the_readmes_sample_output_is_what_the_code_prints():
     fits_one_screen(body)
 
 
-def test_a_terminal_gets_a_progress_bar_with_the_time_left(tiny_models, tmp_path):
+def on_a_terminal(args: list[str]) -> tuple[int, str, bytes]:
+    """Run `python -m cpuspec ARGS` with stderr on a pseudo-terminal and stdout on a pipe:
+    exit code, what the terminal showed, and stdout."""
     import pty
     master, slave = pty.openpty()
-    args = [sys.executable, "-m", "cpuspec", "bench", "--target", str(tiny_models["target"]),
-            "--draft", str(tiny_models["draft"]), "--threads", "1", "--tasks", "json,code",
-            "--prompts-per-task", "2", "-n", "16", "--warmup", "0", "--no-save"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, text=False,
-                            env=dict(os.environ, COLUMNS="100"))
+    proc = subprocess.Popen([sys.executable, "-m", "cpuspec", *args], stdout=subprocess.PIPE,
+                            stderr=slave, env=dict(os.environ, COLUMNS="100"))
     os.close(slave)
     seen = b""
     while True:
         try:
             chunk = os.read(master, 4096)
-        except OSError:
+        except OSError:   # EIO: the child closed the terminal
             break
         if not chunk:
             break
         seen += chunk
     stdout, _ = proc.communicate(timeout=300)
     os.close(master)
-    assert proc.returncode == 0, seen.decode(errors="replace")
-    text = seen.decode(errors="replace")
+    return proc.returncode, seen.decode(errors="replace"), stdout
+
+
+def tiny_bench(tiny_models, *extra) -> list[str]:
+    return ["bench", "--target", str(tiny_models["target"]), "--draft",
+            str(tiny_models["draft"]), "--threads", "1", "-n", "16", "--warmup", "0",
+            "--no-save", *extra]
+
+
+def test_a_terminal_gets_a_progress_bar_with_the_time_left(tiny_models):
+    rc, text, stdout = on_a_terminal(tiny_bench(tiny_models, "--tasks", "json,code",
+                                                "--prompts-per-task", "2"))
+    assert rc == 0, text
     assert "\r" in text and re.search(r"\d+/4 \[\d\d:\d\d<\d\d:\d\d", text), text
     assert "[1/4] json-1" not in text    # the bar replaces the plain lines
     assert b"Next:" in stdout
 
 
 def test_verbose_keeps_plain_lines_on_a_terminal(tiny_models):
-    import pty
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cpuspec", "--verbose", "bench", "--target",
-         str(tiny_models["target"]), "--draft", str(tiny_models["draft"]), "--threads", "1",
-         "--tasks", "json", "--prompts-per-task", "1", "-n", "16", "--warmup", "0",
-         "--no-save"], stdout=subprocess.DEVNULL, stderr=slave)
-    os.close(slave)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    proc.wait(timeout=300)
-    os.close(master)
-    assert proc.returncode == 0
-    assert b"[1/2] json-1" in seen or b"[1/1] json-1" in seen, seen
+    rc, text, _ = on_a_terminal(["--verbose", *tiny_bench(tiny_models, "--tasks", "json",
+                                                          "--prompts-per-task", "1")])
+    assert rc == 0, text
+    assert "[1/1] json-1" in text and "<" not in text.split("[1/1]")[0], text

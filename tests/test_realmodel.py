@@ -23,11 +23,25 @@ def bench_json(tmp_path_factory):
          "32", "--draft-len", str(K), "--json", str(out)],
         capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text()), proc.stdout
+    details = subprocess.run([sys.executable, "-m", "cpuspec", "report", str(out), "--details"],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert details.returncode == 0, details.stderr
+    return json.loads(out.read_text()), details.stdout, proc.stdout
+
+
+def test_the_real_runs_first_screen_fits_and_ends_with_the_next_command(bench_json):
+    """What a newcomer's first `cpuspec bench` prints: at most 30 lines of 100 columns, every
+    task in the verdict table, advice, and a next command."""
+    screen = bench_json[2]
+    lines = screen.rstrip("\n").splitlines()
+    assert len(lines) <= 30 and max(map(len, lines)) <= 100, screen
+    for task in ("json", "code", "story", "overall"):
+        assert any(line.startswith(task + " ") for line in lines), screen
+    assert "Advice:" in screen and any(line.startswith("Next:") for line in lines), screen
 
 
 def test_real_pair_is_verified(bench_json):
-    data, _ = bench_json
+    data, _, _ = bench_json
     target, draft = data["models"]["target"], data["models"]["draft"]
     assert target["sha256"] == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
     assert draft["sha256"] == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
@@ -36,7 +50,7 @@ def test_real_pair_is_verified(bench_json):
 
 
 def test_real_metrics_are_in_range(bench_json):
-    data, stdout = bench_json
+    data, stdout, _ = bench_json
     summary = summarize(data)
     assert set(data["settings"]["tasks"]) == {"json", "code", "story"}
     for task in ("json", "code", "story", "overall"):
@@ -59,7 +73,7 @@ def test_real_metrics_are_in_range(bench_json):
 
 
 def test_real_run_has_windows_intervals_and_prediction(bench_json):
-    data, stdout = bench_json
+    data, stdout, _ = bench_json
     s = summarize(data)["overall"]
     # 3 prompts: fewer than an interval needs, so the range of their own speedups
     assert s["sd_speedup_ci"] is None and s["sd_speedup_units"] == 3
@@ -90,8 +104,8 @@ def test_a_cpu_hog_is_named_in_a_warning(tmp_path):
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "cpuspec", "bench", "--tasks", "json", "--prompts-per-task",
-             "2", "--max-tokens", "16", "--policy", "static", "--warmup", "0", "--json",
-             str(out)], capture_output=True, text=True, env=env, timeout=1800)
+             "2", "--max-tokens", "16", "--policy", "static", "--warmup", "0", "--details",
+             "--json", str(out)], capture_output=True, text=True, env=env, timeout=1800)
     finally:
         for h in hogs:
             h.kill()

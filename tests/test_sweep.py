@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from cpuspec.cli.main import main
 from cpuspec.report.tables import sweep_rows
-from cpuspec.harness.sweep import GPU_SKIP_REASON, Point, SweepError, expand, parse_values, varying
+from cpuspec.harness.sweep import Point, SweepError, expand, parse_values, varying
 
 
 @pytest.mark.parametrize("text, values", [
@@ -69,19 +69,20 @@ def test_sweep_threads_and_k_one_table(tiny_models, tmp_path):
     assert doc["meta"]["threads"] == [1, 2]     # what the points ran with, not a placeholder
 
 
-def test_gpu_points_are_skipped_without_offload(tiny_models, tmp_path):
+@pytest.mark.parametrize("flags", [["--n-gpu-layers", "0,99"], ["-ngl", "99"],
+                                   ["-ngld", "1"]])
+def test_offload_on_a_cpu_only_build_is_refused_before_models_load(tiny_models, tmp_path,
+                                                                    flags):
+    """Issue 44, item 4: on a build without a GPU backend -ngl/-ngld > 0 would run on the CPU
+    under a GPU label; refused with how to install a GPU build, exit 2, nothing written."""
     from cpuspec.llama.engine import supports_gpu_offload
     if supports_gpu_offload():
-        pytest.skip("this llama-cpp-python build can offload: the skip path does not apply")
+        pytest.skip("this llama-cpp-python build can offload")
     out = tmp_path / "gpu.json"
-    res = CliRunner().invoke(main, tiny(tiny_models, "--n-gpu-layers", "0,99",
-                                        "--json", str(out)))
-    assert res.exit_code == 0, res.output
-    assert res.output.count(GPU_SKIP_REASON) >= 1
-    doc = json.loads(out.read_text())
-    assert doc["gpu_offload_supported"] is False
-    assert [r.get("skipped") for r in doc["rows"]] == [None, GPU_SKIP_REASON]
-    assert sweep_rows(doc)[0]["raw_tok_s"] > 0
+    res = CliRunner().invoke(main, tiny(tiny_models, *flags, "--json", str(out)))
+    assert res.exit_code == 2, res.output
+    assert "no GPU backend" in res.output and "GGML_VULKAN" in res.output
+    assert "loading target" not in res.output and not out.exists()
 
 
 def test_killed_sweep_keeps_finished_points(tiny_models, tmp_path):

@@ -177,7 +177,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
 
     check_bench_flags(k, max_tokens, threads, temperature, drafter, policies, adaptive_scope,
                       draft_path, draft_quant, draft_threads, draft_cores, draft_gpu_layers,
-                      schedule)
+                      schedule, n_gpu_layers)
     if draft_window and (drafter == "lookup" or schedule == "parallel" or not policies):
         raise click.UsageError("--draft-window needs a draft model (--drafter model or "
                                "hybrid), the serial schedule and an SD policy")

@@ -7,7 +7,6 @@ import functools
 import math
 import os
 import sys
-import textwrap
 from pathlib import Path
 
 import click
@@ -203,10 +202,30 @@ def check_unused_flags(drafter, policies, adaptive_scope, draft_path, draft_quan
                                "would queue for them; give as many threads as CPUs or fewer")
 
 
+GPU_BUILDS = ('NVIDIA: CMAKE_ARGS="-DGGML_CUDA=on"; Apple: CMAKE_ARGS="-DGGML_METAL=on"; '
+              'AMD/Intel laptop GPUs: CMAKE_ARGS="-DGGML_VULKAN=on"; each followed by '
+              "pip install --force-reinstall --no-cache-dir llama-cpp-python")
+
+
+def check_offload(n_gpu_layers, draft_gpu_layers) -> None:
+    """-ngl/-ngld above 0 on a build without a GPU backend would run on the CPU under a GPU
+    label: refused before any model loads (exit 2), saying how to get a GPU build."""
+    if not any(n_gpu_layers) and not any(draft_gpu_layers):
+        return
+    from cpuspec.llama.engine import supports_gpu_offload
+    if not supports_gpu_offload():
+        raise click.UsageError(
+            "this llama-cpp-python build has no GPU backend, so --n-gpu-layers/"
+            "--draft-gpu-layers above 0 cannot offload anything. Install a GPU build ("
+            + GPU_BUILDS + "), or measure the CPU with -ngl 0 -ngld 0")
+
+
 def check_bench_flags(ks, max_tokens, threads, temperature, drafter, policies, adaptive_scope,
                       draft_path, draft_quant, draft_threads, draft_cores, draft_gpu_layers,
-                      schedule) -> None:
-    """Every refusal of `cpuspec bench`'s flags that needs no file and no hardware."""
+                      schedule, n_gpu_layers=(0,)) -> None:
+    """Every refusal of `cpuspec bench`'s flags that needs no file and no hardware (and no
+    offload on a build without a GPU backend)."""
+    check_offload(n_gpu_layers, draft_gpu_layers)
     if not math.isfinite(temperature):
         raise click.BadParameter(f"{temperature} is not a finite number",
                                  param_hint="'--temperature'")
@@ -358,13 +377,11 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
     if not details and fmt == "text":
         has_static = any(r["mode"] == "static" for r in results["runs"])
         advice = advise(results) if results.get("cost_probe") and has_static else None
-        click.echo(run_header(results))
-        click.echo(render_verdict(results, s, advice, source))
         noise = noise_report(results["runs"])
-        if noise["flags"]:
-            click.echo(textwrap.fill(
-                f"WARNING: {len(noise['prompts'])} noisy prompt(s): their speedups are not "
-                "trustworthy (--details says why and what to do)", 100))
+        warning = (f"WARNING: {len(noise['prompts'])} noisy prompt(s): their speedups are not "
+                   "trustworthy (--details says why and what to do)") if noise["flags"] else None
+        click.echo(run_header(results))
+        click.echo(render_verdict(results, s, advice, source, warning))
         return
     k = results["settings"]["k"]
     click.echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "

@@ -136,9 +136,9 @@ def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
 
 
 def render_verdict(results: dict, summary: dict, advice: dict | None,
-                   source: str | None = None) -> str:
+                   source: str | None = None, warning: str | None = None) -> str:
     """The first screen (see the module's docstring). source: the run's file or id, for the
-    commands that read it again."""
+    commands that read it again; warning: a line printed under the advice (noise)."""
     settings = results["settings"]
     n_prompts = len({r["prompt_id"] for r in results["runs"]})
     lines = [f"SD ×raw end to end, {n_prompts} prompts: 95 % t-interval (*: a range, under "
@@ -150,7 +150,7 @@ def render_verdict(results: dict, summary: dict, advice: dict | None,
                        + ", ".join(adaptive))
     advice_lines, on = _advice_lines(summary, advice, settings["k"])
     ref = source or "RUN"
-    lines += ["", "Advice:", *advice_lines, ""]
+    lines += ["", "Advice:", *advice_lines, *(_wrap(warning) if warning else []), ""]
     k = max(set(on.values()), key=list(on.values()).count) if on else None
     head = f"More on this run (RUN = {ref}):"
     lines += [head] if len(head) <= WIDTH else ["More on this run:", f"  RUN = {ref}"]
