@@ -76,9 +76,9 @@ def test_the_prediction_prices_only_what_is_read(tiny_models, tmp_path):
     assert doc["cost_probe"]["position"] > 400
     # the timed prefill read the prompt only: far less than the probe's prefill of it all (the
     # quickest of the run's prefills: a tiny model's few-millisecond prefills carry a fixed
-    # per-call cost and the machine's noise, and one of them came out at 0.36 of the probe's
-    # in a CI run; re-reading the depth would put every one of them near 1)
-    assert min(r["prefill_s"] for r in doc["runs"]) < doc["cost_probe"]["target_prefill_s"] / 3
+    # per-call cost and the machine's noise: the quickest came out at 0.32-0.36 of the probe's
+    # on machines C and C' in CI runs; re-reading the depth would put every one of them near 1)
+    assert min(r["prefill_s"] for r in doc["runs"]) < doc["cost_probe"]["target_prefill_s"] / 2
     assert summarize(doc)["code"]["predicted_speedup"] > 0
 
 
