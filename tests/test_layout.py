@@ -38,17 +38,9 @@ MAY_IMPORT = {
 }
 PURE = {"core", "results", "analysis", "report"}   # never llama_cpp, directly or through us
 MAX_FUNCTION_LINES = 60
-# Functions longer than the limit today, each to be split into named steps (issue 40). The
-# test fails if one of them grows, or if any other function passes the limit.
-DEBT = {
-    "tune/search.py:run_tune": 211, "report/plots.py:render": 138,
-    "harness/bench.py:run_bench": 135, "report/tune.py:render_tune": 123,
-    "analysis/summary.py:summarize_group": 94, "harness/paths.py:_runners": 90,
-    "core/speculative.py:generate_speculative_parallel": 88, "cli/measure.py:tune": 79,
-    "core/policy.py:_choose_k": 79, "report/paths.py:render_paths": 80,
-    "core/speculative.py:generate_speculative": 75, "inputs/registry.py:load_registry": 72,
-    "cli/measure.py:paths": 81, "report/advice.py:advise": 64, "cli/main.py:bench": 64,
-}
+# Functions once longer than the limit, each split into named steps (issue 40): none left. The
+# test fails if any function passes the limit.
+DEBT: dict[str, int] = {}
 
 
 @functools.lru_cache(maxsize=1)
@@ -160,6 +152,17 @@ def test_no_private_name_is_imported_across_modules():
              if isinstance(node, ast.ImportFrom) and node.module
              and node.module.startswith("cpuspec")
              for a in node.names if a.name.startswith("_") and a.name != "__version__"]
+    assert found == []
+
+
+def test_only_report_prints_tables_and_figures():
+    """tabulate and matplotlib are called in report/ only: the other rooms hand records over."""
+    found = [f"{name}.py:{node.lineno} imports {mod}"
+             for name, tree in modules().items() if not name.startswith("report/")
+             for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+             for mod in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""])
+             if mod.split(".")[0] in ("tabulate", "matplotlib")]
     assert found == []
 
 

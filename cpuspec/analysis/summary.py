@@ -120,73 +120,112 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
     # that drafted k (machine A's lookup run: a = 2.95 over those, 1.54 over all rounds).
     variable = drafter != "model"
     full = _rounds(sd) if variable else [r for r in _rounds(sd) if r["k"] == k]
-    drafted = [r for r in full if r["k"] > 0]
     out["n_rounds"] = len(full)
-    if drafted:
-        acc = [r["n_accepted"] for r in full]
-        out["a"] = statistics.fmean(x + 1 for x in acc)
-        out["acceptance_pct"] = 100.0 * sum(acc) / sum(r["k"] for r in drafted)
-        out["zero_accept_pct"] = 100.0 * sum(1 for r in drafted if r["n_accepted"] == 0) \
-            / len(drafted)
-        # Position i (1-based) survives when at least i drafts were accepted, among the rounds
-        # that drafted at least i (every full round of a model drafter).
-        out["per_position_acceptance_pct"] = [
-            100.0 * sum(1 for r in drafted if r["n_accepted"] >= i) /
-            max(sum(1 for r in drafted if r["k"] >= i), 1) for i in range(1, k + 1)]
-        out["accepted_histogram"] = [sum(1 for x in acc if x == j) for j in range(k + 1)]
-        if variable:
-            out["drafted_rounds_pct"] = 100.0 * len(drafted) / len(full)
-            out["mean_drafts_per_round"] = statistics.fmean(r["k"] for r in full)
-        overhead = [r["round_s"] - r["draft_s"] - r["verify_s"] for r in full]
-        out["python_overhead_ms_per_round"] = statistics.median(overhead) * 1e3
-        out["python_overhead_pct"] = 100.0 * sum(overhead) / sum(r["round_s"] for r in full)
-        raw_lat = [x for r in raw for x in r["token_latencies_s"]]
-        if raw_lat:
-            # Accounting, not prediction: the same rounds' own times, a ÷ (1 + α + β).
-            t = statistics.median(raw_lat)
-            if variable:   # rounds differ in size: means per round, not medians
-                cm = cost_model_per_round(
-                    k, out["a"], t, statistics.fmean(r["draft_s"] for r in full),
-                    statistics.fmean(r["verify_s"] for r in full),
-                    statistics.fmean(r["k"] for r in full))
-            else:
-                cm = cost_model(k, out["a"], t, _draft_s_per_token(sd, full, k, parallel),
-                                statistics.median(r["verify_s"] for r in full))
-            out["cost"] = cm.to_dict()
+    if any(r["k"] > 0 for r in full):
+        out.update(_acceptance(full, k, variable))
+        out.update(_accounting(raw, sd, full, k, out["a"], variable, parallel))
         if probe:
-            survival = [p / 100.0 for p in out["per_position_acceptance_pct"]]
-            # A model drafts k every round; lookup and the hybrid draft what they find.
-            pred = predict_from_probe(probe, survival, k, sd, parallel, draft_window) \
-                if drafter == "model" else predict_from_rounds(probe, k, sd, draft_window)
-            if pred:
-                out["predicted_speedup"], out["predicted_window"] = pred
-                out["predicted_from"] = PREDICTED_FROM["variable" if variable else "model"]
-                out["prediction_error_pct"] = 100.0 * (out["sd_speedup"] / pred[0] - 1.0)
+            out.update(_prediction(probe, sd, k, drafter, parallel, draft_window, out))
     if ad:
-        out.update(_speedups(raw, ad, "adaptive_"))
-        out["adaptive_vs_static"] = out["adaptive_tok_s"] / out["sd_tok_s"] if sd else None
-        out["adaptive_latency_ms"] = _latency_ms(ad)
-        ks = [r["k"] for r in _rounds(ad)]
-        out["adaptive_k_histogram"] = {str(j): ks.count(j) for j in sorted(set(ks))}
-        reasons = [t[3] for r in ad for t in r.get("policy_trace", [])]
-        out["adaptive_decisions"] = {why: reasons.count(why) for why in dict.fromkeys(reasons)
-                                     if why not in ("on", "off")}
-        out["adaptive_speculating_pct"] = 100.0 * sum(1 for j in ks if j > 0) / len(ks) \
-            if ks else 0.0
+        out.update(_adaptive(raw, sd, ad, out))
     if not parallel:   # the parallel schedule prefills both models at once: not raw's work
         out.update(_prefill_shared(raw, sd, ad))
+    out["warnings"] += _warnings(raw, sd, full, out)
+    return out
+
+
+def _acceptance(full: list[dict], k: int, variable: bool) -> dict[str, Any]:
+    """a, acceptance, the zero-accept rate, per-position acceptance and the histogram of a
+    task's rounds (and, for variable drafters, how often they drafted at all)."""
+    drafted = [r for r in full if r["k"] > 0]
+    acc = [r["n_accepted"] for r in full]
+    out: dict[str, Any] = {"a": statistics.fmean(x + 1 for x in acc)}
+    out["acceptance_pct"] = 100.0 * sum(acc) / sum(r["k"] for r in drafted)
+    out["zero_accept_pct"] = 100.0 * sum(1 for r in drafted if r["n_accepted"] == 0) \
+        / len(drafted)
+    # Position i (1-based) survives when at least i drafts were accepted, among the rounds
+    # that drafted at least i (every full round of a model drafter).
+    out["per_position_acceptance_pct"] = [
+        100.0 * sum(1 for r in drafted if r["n_accepted"] >= i) /
+        max(sum(1 for r in drafted if r["k"] >= i), 1) for i in range(1, k + 1)]
+    out["accepted_histogram"] = [sum(1 for x in acc if x == j) for j in range(k + 1)]
+    if variable:
+        out["drafted_rounds_pct"] = 100.0 * len(drafted) / len(full)
+        out["mean_drafts_per_round"] = statistics.fmean(r["k"] for r in full)
+    return out
+
+
+def _accounting(raw: list[dict], sd: list[dict], full: list[dict], k: int, a: float,
+                variable: bool, parallel: bool) -> dict[str, Any]:
+    """The loop's Python overhead per round and, with raw runs, the cost model of the same
+    rounds' own times: accounting, not prediction, a ÷ (1 + α + β)."""
+    overhead = [r["round_s"] - r["draft_s"] - r["verify_s"] for r in full]
+    out: dict[str, Any] = {
+        "python_overhead_ms_per_round": statistics.median(overhead) * 1e3,
+        "python_overhead_pct": 100.0 * sum(overhead) / sum(r["round_s"] for r in full)}
+    raw_lat = [x for r in raw for x in r["token_latencies_s"]]
+    if raw_lat:
+        t = statistics.median(raw_lat)
+        if variable:   # rounds differ in size: means per round, not medians
+            cm = cost_model_per_round(
+                k, a, t, statistics.fmean(r["draft_s"] for r in full),
+                statistics.fmean(r["verify_s"] for r in full),
+                statistics.fmean(r["k"] for r in full))
+        else:
+            cm = cost_model(k, a, t, _draft_s_per_token(sd, full, k, parallel),
+                            statistics.median(r["verify_s"] for r in full))
+        out["cost"] = cm.to_dict()
+    return out
+
+
+def _prediction(probe: dict, sd: list[dict], k: int, drafter: str, parallel: bool,
+                draft_window: list[int] | None, out: dict[str, Any]) -> dict[str, Any]:
+    """The speedup predicted from the cost probe and this task's acceptance, and its error
+    against the measured one. A model drafts k every round; lookup and the hybrid draft what
+    they find."""
+    survival = [p / 100.0 for p in out["per_position_acceptance_pct"]]
+    pred = predict_from_probe(probe, survival, k, sd, parallel, draft_window) \
+        if drafter == "model" else predict_from_rounds(probe, k, sd, draft_window)
+    if not pred:
+        return {}
+    return {"predicted_speedup": pred[0], "predicted_window": pred[1],
+            "predicted_from": PREDICTED_FROM["model" if drafter == "model" else "variable"],
+            "prediction_error_pct": 100.0 * (out["sd_speedup"] / pred[0] - 1.0)}
+
+
+def _adaptive(raw: list[dict], sd: list[dict], ad: list[dict], out: dict[str, Any]
+              ) -> dict[str, Any]:
+    """The adaptive policy's speedup, latency, the k it chose and its decisions."""
+    res: dict[str, Any] = dict(_speedups(raw, ad, "adaptive_"))
+    res["adaptive_vs_static"] = res["adaptive_tok_s"] / out["sd_tok_s"] if sd else None
+    res["adaptive_latency_ms"] = _latency_ms(ad)
+    ks = [r["k"] for r in _rounds(ad)]
+    res["adaptive_k_histogram"] = {str(j): ks.count(j) for j in sorted(set(ks))}
+    reasons = [t[3] for r in ad for t in r.get("policy_trace", [])]
+    res["adaptive_decisions"] = {why: reasons.count(why) for why in dict.fromkeys(reasons)
+                                 if why not in ("on", "off")}
+    res["adaptive_speculating_pct"] = 100.0 * sum(1 for j in ks if j > 0) / len(ks) \
+        if ks else 0.0
+    return res
+
+
+def _warnings(raw: list[dict], sd: list[dict], full: list[dict], out: dict[str, Any]
+              ) -> list[str]:
+    """What makes this task's figures rough: few rounds, too few prompts for an interval, a
+    noisy machine."""
+    warnings = []
     if 0 < len(full) < MIN_ROUNDS_FOR_STABLE_A:
-        out["warnings"].append(f"only {len(full)} full rounds: a and acceptance are rough; "
-                               "raise --max-tokens or --repetitions")
+        warnings.append(f"only {len(full)} full rounds: a and acceptance are rough; "
+                        "raise --max-tokens or --repetitions")
     if sd and raw and out.get("sd_speedup_ci") is None:
-        out["warnings"].append(f"{out.get('sd_speedup_units', 0)} prompt(s): no 95 % interval "
-                               f"below {MIN_CI_UNITS} prompts (repetitions of one prompt are "
-                               "one unit); use more prompts")
+        warnings.append(f"{out.get('sd_speedup_units', 0)} prompt(s): no 95 % interval "
+                        f"below {MIN_CI_UNITS} prompts (repetitions of one prompt are "
+                        "one unit); use more prompts")
     lat = out["raw_latency_ms"]
     if raw and lat["p95"] > NOISY_P95_OVER_P50 * lat["p50"]:
-        out["warnings"].append(f"noisy machine: raw token latency p95/p50 = "
-                               f"{lat['p95'] / lat['p50']:.2f}; close other programs and rerun")
-    return out
+        warnings.append(f"noisy machine: raw token latency p95/p50 = "
+                        f"{lat['p95'] / lat['p50']:.2f}; close other programs and rerun")
+    return warnings
 
 
 # Decisions of the adaptive policy that change its state (the others: "on", "off", and "off"

@@ -18,7 +18,7 @@ from cpuspec.cli.help import SectionedCommand
 from cpuspec.cli.util import (check_bench_flags, check_depths, check_model_file,
                       configure_log, check_size, cpu_list, finish_outputs, write_text,
                       finite, guarded,
-                      log, policy_list, positive, prepare_outputs, print_bench, quant_list,
+                      log, policy_list, positive, prepare_outputs, print_bench, prompts_or_exit, quant_list,
                       save_options, task_names, values, window_option)
 from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
 from cpuspec.machine.hardware import HardwareError, default_threads, detect_hardware
@@ -26,9 +26,10 @@ from cpuspec.inputs.registry import ModelError
 from cpuspec.report.tables import render_csv, sweep_rows
 from cpuspec.analysis.summary import summarize
 from cpuspec.results.store import results_dir
-from cpuspec.harness.sweep import (GPU_SKIP_REASON, SweepError, add_point, headline, plan, point_config,
-                    render_sweep, run_sweep, sweep_csv, sweep_document)
-from cpuspec.inputs.tasks import ALL_TASKS, DEFAULT_TASKS, PromptsFileError, UnknownTaskError, load_prompts
+from cpuspec.harness.sweep import (GPU_SKIP_REASON, SweepError, add_point, plan, point_config,
+                                   run_sweep, sweep_csv, sweep_document)
+from cpuspec.report.sweep import headline, render_sweep
+from cpuspec.inputs.tasks import ALL_TASKS, DEFAULT_TASKS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -181,16 +182,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     if draft_window and (drafter == "lookup" or schedule == "parallel" or not policies):
         raise click.UsageError("--draft-window needs a draft model (--drafter model or "
                                "hybrid), the serial schedule and an SD policy")
-    try:
-        prompts = load_prompts(tasks, prompts_file, prompts_per_task)
-    except UnknownTaskError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--tasks'")
-    except PromptsFileError as exc:
-        raise click.ClickException(str(exc))
-    check_depths(depth, "--depth")
-    if any(depth) and any(p.followup for p in prompts):
-        raise click.UsageError("--depth and follow-up turns do not combine: a follow-up "
-                               "prompt brings its own conversation")
+    prompts = _bench_prompts(tasks, prompts_file, prompts_per_task, depth)
     axes = {"target_quant": target_quant or [""], "draft_quant": draft_quant or [""],
             "n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
             "p_cores": p_cores, "e_cores": e_cores, "threads": threads or [0], "k": k,
@@ -199,12 +191,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     for p in (target_path, draft_path):
         check_model_file(p)
     hw = detect_hardware()
-    try:  # every point's core selection is checked before anything runs
-        where = plan(hw, axes, smt, draft_cores, schedule)
-    except SweepError as exc:
-        raise click.UsageError(str(exc))
-    except HardwareError as exc:
-        raise click.ClickException(str(exc))
+    where = _bench_plan(hw, axes, smt, draft_cores, schedule)
     for note in where.notes:
         log(note)
     sink = prepare_outputs([json_path, csv_path], [prompts_file, target_path, draft_path],
@@ -220,6 +207,26 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
         _sweep(base, where, default_threads(), sink, csv_path)
     else:
         _bench_point(base, where, default_threads(), sink, csv_path, details)
+
+
+def _bench_prompts(tasks, prompts_file, prompts_per_task, depth) -> list:
+    """The prompts a bench runs, and the checks of --depth against them."""
+    prompts = prompts_or_exit(tasks, prompts_file, prompts_per_task)
+    check_depths(depth, "--depth")
+    if any(depth) and any(p.followup for p in prompts):
+        raise click.UsageError("--depth and follow-up turns do not combine: a follow-up "
+                               "prompt brings its own conversation")
+    return prompts
+
+
+def _bench_plan(hw, axes: dict, smt: bool, draft_cores, schedule: str):
+    """Every point's core selection, checked before anything runs."""
+    try:
+        return plan(hw, axes, smt, draft_cores, schedule)
+    except SweepError as exc:
+        raise click.UsageError(str(exc))
+    except HardwareError as exc:
+        raise click.ClickException(str(exc))
 
 
 def _bench_point(base, where, fallback_threads: int, sink, csv_path, details=False) -> None:

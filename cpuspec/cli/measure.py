@@ -13,19 +13,18 @@ from cpuspec.harness import paths as core
 from cpuspec.harness.bench import BenchConfig, environment, resolve_models
 from cpuspec.cli.util import (check_depths, check_limits, check_model_file, check_model_name, finish_outputs, finite,
                       guarded, log,
-                      positive, prepare_outputs, registry, resolve_model, save_options, task_list,
+                      positive, prepare_outputs, prompts_or_exit, registry, resolve_model, save_options, task_list,
                       task_names, values, window_option)
-from cpuspec.harness.contention import ContentionConfig, render_contention, run_contention
-from cpuspec.core.costs import render_cost_curve
+from cpuspec.harness.contention import ContentionConfig, run_contention
+from cpuspec.report.measurements import render_contention, render_cost_curve, render_quality
 from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
 from cpuspec.machine.hardware import HardwareError, default_threads, detect_hardware, select_cpus
 from cpuspec.report.paths import render_paths
 from cpuspec.harness.probe import describe_costs, run_costs
-from cpuspec.harness.quality import render_quality, run_quality
+from cpuspec.harness.quality import run_quality
 from cpuspec.inputs.registry import ModelError
 from cpuspec.results.schema import SCHEMA_VERSION
-from cpuspec.inputs.tasks import (DEFAULT_TASKS, PromptsFileError, UnknownTaskError, builtin_prompts,
-                    load_prompts)
+from cpuspec.inputs.tasks import DEFAULT_TASKS, builtin_prompts
 from cpuspec.tune.search import Candidate, run_tune
 from cpuspec.report.tune import render_tune
 
@@ -169,6 +168,50 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     finish_outputs(sink)
 
 
+def _chosen_paths(path_list: str, drafter: str, draft, llama_bin, build_native: bool,
+                  native_rounds: bool) -> list[str]:
+    """--paths as a list, checked against the drafter and the llama.cpp flags."""
+    chosen = list(dict.fromkeys(p.strip() for p in path_list.split(",") if p.strip()))
+    bad = [p for p in chosen if p not in core.ALL_PATHS]
+    if not chosen or bad:
+        raise click.BadParameter(f"unknown path {', '.join(bad) or repr(path_list)}; choose "
+                                 f"from {', '.join(core.ALL_PATHS)}", param_hint="'--paths'")
+    if core.REDECODE in chosen and drafter != "model":
+        raise click.BadParameter(f"{core.REDECODE} imitates llama.cpp's draft model: it needs "
+                                 "--drafter model", param_hint="'--paths'")
+    if core.REDECODE in chosen and core.CPUSPEC not in chosen:
+        raise click.BadParameter(f"{core.REDECODE} is timed against cpuspec's raw decoding: "
+                                 f"add {core.CPUSPEC} to the list", param_hint="'--paths'")
+    if drafter == "lookup" and draft:
+        raise click.BadParameter("--drafter lookup drafts from the context and loads no draft "
+                                 "model; drop --draft", param_hint="'--draft'")
+    native_flags = [f for f, on in (("--llama-bin", llama_bin is not None),
+                                    ("--build-native", build_native),
+                                    ("--native-rounds", native_rounds)) if on]
+    if native_flags and core.LLAMA_CPP not in chosen:
+        raise click.UsageError(f"{', '.join(native_flags)} apply to the {core.LLAMA_CPP} path; "
+                               f"add {core.LLAMA_CPP} to --paths")
+    return chosen
+
+
+def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
+    """Where llama.cpp's programs are (built first with --build-native); None, and the
+    llama.cpp path dropped from `chosen`, where none are found and other paths remain."""
+    try:
+        bin_dir = native.build(log) if build_native else native.find_bin_dir(llama_bin)
+    except native.NativeError as exc:
+        raise click.ClickException(str(exc))
+    if bin_dir is None:
+        if chosen == [core.LLAMA_CPP]:
+            raise click.ClickException(
+                "nothing to measure: llama.cpp's llama-speculative-simple and "
+                "llama-completion were not found (give --llama-bin DIR, or --build-native)")
+        log("llama.cpp: no llama-speculative-simple and llama-completion found (give "
+            "--llama-bin DIR, or --build-native); measuring without the llama.cpp path")
+        chosen.remove(core.LLAMA_CPP)
+    return bin_dir
+
+
 @click.command()
 @click.option("--pair", help="Model pair from models.toml [default: the default pair].")
 @click.option("--target", help="Target: a registered name or a GGUF file [default: the pair's].")
@@ -208,26 +251,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
       cpuspec paths --paths cpuspec,cpuspec+redecode,llama.cpp --build-native
     """
     from cpuspec.llama.engine import EngineError
-    chosen = list(dict.fromkeys(p.strip() for p in path_list.split(",") if p.strip()))
-    bad = [p for p in chosen if p not in core.ALL_PATHS]
-    if not chosen or bad:
-        raise click.BadParameter(f"unknown path {', '.join(bad) or repr(path_list)}; choose "
-                                 f"from {', '.join(core.ALL_PATHS)}", param_hint="'--paths'")
-    if core.REDECODE in chosen and drafter != "model":
-        raise click.BadParameter(f"{core.REDECODE} imitates llama.cpp's draft model: it needs "
-                                 "--drafter model", param_hint="'--paths'")
-    if core.REDECODE in chosen and core.CPUSPEC not in chosen:
-        raise click.BadParameter(f"{core.REDECODE} is timed against cpuspec's raw decoding: "
-                                 f"add {core.CPUSPEC} to the list", param_hint="'--paths'")
-    if drafter == "lookup" and draft:
-        raise click.BadParameter("--drafter lookup drafts from the context and loads no draft "
-                                 "model; drop --draft", param_hint="'--draft'")
-    native_flags = [f for f, on in (("--llama-bin", llama_bin is not None),
-                                    ("--build-native", build_native),
-                                    ("--native-rounds", native_rounds)) if on]
-    if native_flags and core.LLAMA_CPP not in chosen:
-        raise click.UsageError(f"{', '.join(native_flags)} apply to the {core.LLAMA_CPP} path; "
-                               f"add {core.LLAMA_CPP} to --paths")
+    chosen = _chosen_paths(path_list, drafter, draft, llama_bin, build_native, native_rounds)
     threads = threads or default_threads()
     check_limits([k], max_tokens, [threads], None)
     reg = registry()
@@ -235,20 +259,8 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
                                                  [draft or reg.pair(pair).draft])
     for name in names:
         check_model_name(reg, name)
-    bin_dir = None
-    if core.LLAMA_CPP in chosen:
-        try:
-            bin_dir = native.build(log) if build_native else native.find_bin_dir(llama_bin)
-        except native.NativeError as exc:
-            raise click.ClickException(str(exc))
-        if bin_dir is None:
-            if chosen == [core.LLAMA_CPP]:
-                raise click.ClickException(
-                    "nothing to measure: llama.cpp's llama-speculative-simple and "
-                    "llama-completion were not found (give --llama-bin DIR, or --build-native)")
-            log("llama.cpp: no llama-speculative-simple and llama-completion found (give "
-                 "--llama-bin DIR, or --build-native); measuring without the llama.cpp path")
-            chosen.remove(core.LLAMA_CPP)
+    bin_dir = _native_bin_dir(chosen, build_native, llama_bin) \
+        if core.LLAMA_CPP in chosen else None
     sink = prepare_outputs([json_path], [Path(n) for n in names if n.endswith(".gguf")],
                             force, save, "paths", detect_hardware().cpu_model)
     with guarded(sink):
@@ -314,6 +326,30 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
     finish_outputs(sink)
 
 
+def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[str]]:
+    """--targets and --drafts as lists of names, each checked before minutes of fetching or
+    deriving."""
+    names = {"targets": [x.strip() for x in targets.split(",") if x.strip()],
+             "drafts": [x.strip() for x in drafts.split(",") if x.strip()]}
+    for option, given in (("--targets", targets), ("--drafts", drafts)):
+        if not names[option.removeprefix("--")]:
+            raise click.BadParameter(f"{given!r} names no model; e.g. "
+                                     + ("qwen2.5-coder-1.5b-q4_0" if option == "--targets"
+                                        else "qwen2.5-coder-0.5b-q4_0,lookup"),
+                                     param_hint=f"'{option}'")
+    if draft_window and all(n == "lookup" for n in names["drafts"]):
+        raise click.UsageError("--draft-window needs a draft model in --drafts (a model or "
+                               "hybrid:MODEL); lookup reads the whole prompt at no cost")
+    for n in names["drafts"]:
+        if n.startswith("hybrid:") and not n.removeprefix("hybrid:").strip():
+            raise click.BadParameter(f"{n!r} names no draft model; e.g. "
+                                     "hybrid:qwen2.5-coder-0.5b-q4_0", param_hint="'--drafts'")
+    for n in names["targets"] + [n.removeprefix("hybrid:") for n in names["drafts"]
+                                 if n != "lookup"]:
+        check_model_name(reg, n)
+    return names
+
+
 @click.command()
 @click.option("--targets", default="qwen2.5-coder-1.5b-q4km,qwen2.5-coder-1.5b-q4_0,"
               "qwen2.5-coder-1.5b-q8_0",
@@ -376,33 +412,9 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     threads = threads or default_threads()
     check_limits([k_max], max_tokens, [threads], None, "--k-max", k_may_equal=True)
     check_depths(depths, "--depths")
-    try:
-        prompts = load_prompts(tasks, prompts_file, prompts_per_task,
-                               [*DEFAULT_TASKS, "grounded"])
-    except UnknownTaskError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--tasks'")
-    except PromptsFileError as exc:
-        raise click.ClickException(str(exc))
+    prompts = prompts_or_exit(tasks, prompts_file, prompts_per_task, [*DEFAULT_TASKS, "grounded"])
     reg = registry()
-
-    names = {"targets": [x.strip() for x in targets.split(",") if x.strip()],
-             "drafts": [x.strip() for x in drafts.split(",") if x.strip()]}
-    for option, given in (("--targets", targets), ("--drafts", drafts)):
-        if not names[option.removeprefix("--")]:
-            raise click.BadParameter(f"{given!r} names no model; e.g. "
-                                     + ("qwen2.5-coder-1.5b-q4_0" if option == "--targets"
-                                        else "qwen2.5-coder-0.5b-q4_0,lookup"),
-                                     param_hint=f"'{option}'")
-    if draft_window and all(n == "lookup" for n in names["drafts"]):
-        raise click.UsageError("--draft-window needs a draft model in --drafts (a model or "
-                               "hybrid:MODEL); lookup reads the whole prompt at no cost")
-    for n in names["drafts"]:
-        if n.startswith("hybrid:") and not n.removeprefix("hybrid:").strip():
-            raise click.BadParameter(f"{n!r} names no draft model; e.g. "
-                                     "hybrid:qwen2.5-coder-0.5b-q4_0", param_hint="'--drafts'")
-    for n in names["targets"] + [n.removeprefix("hybrid:") for n in names["drafts"]
-                                 if n != "lookup"]:
-        check_model_name(reg, n)    # every name, before minutes of fetching or deriving
+    names = _tune_names(reg, targets, drafts, draft_window)
     files = [Path(x.removeprefix("hybrid:")) for v in names.values() for x in v
              if x.endswith(".gguf")]
     sink = prepare_outputs([json_path], files + [prompts_file], force, save, "tune",

@@ -9,6 +9,7 @@ from cpuspec.cli.util import check_model_name, guarded, log, registry, resolve_m
 from cpuspec.inputs.models import (cached_model, cached_path, derive_model, derived_cache_path, fetch_model,
                      is_cached, verify_cached)
 from cpuspec.inputs.registry import DERIVABLE_QUANTS, ModelError
+from cpuspec.report.listings import render_models
 
 
 @click.group()
@@ -42,19 +43,7 @@ def models_list(as_json):
     if as_json:
         click.echo(json.dumps({"models": rows, "pairs": pairs}, indent=1))
         return
-    from tabulate import tabulate
-    click.echo(tabulate([[r["name"], r["repo"] + "/" + r["file"],
-                          f"{r['size_bytes'] / 1e6:.0f} MB" if r["size_bytes"] else "?",
-                          "pinned" if r["sha256"] else "unpinned",
-                          "yes" if r["mirror"] else "no",
-                          "yes" if r["cached"] else "derived" if r["derived"] else "no"]
-                         for r in rows],
-                        headers=["model", "hub file", "size", "sha256", "PyPI mirror",
-                                 "cached"]))
-    click.echo("")
-    click.echo(tabulate([[p["name"] + (" (default)" if p["default"] else ""), p["target"],
-                          p["draft"], p["note"]] for p in pairs],
-                        headers=["pair", "target", "draft", "note"]))
+    click.echo(render_models(rows, pairs))
 
 
 def _names_to_specs(reg, names):

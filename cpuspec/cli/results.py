@@ -12,12 +12,13 @@ from cpuspec.cli.util import load_results, log, print_bench, reads_results, run_
 from cpuspec.report.compare import mismatches, render_compare
 from cpuspec.report.paths import how_to_run, render_paths
 from cpuspec.report.plots import PLOT_HINT, PlotError, render
-from cpuspec.report.tables import (PER_PROMPT_HEADERS, per_prompt_rows, render_csv, render_rows_json, render_trace,
+from cpuspec.report.listings import render_per_prompt, render_runs
+from cpuspec.report.tables import (per_prompt_rows, render_csv, render_rows_json, render_trace,
                      sweep_rows)
 from cpuspec.results.schema import ResultsError, read_bench
 from cpuspec.results.store import OutputError, results_dir, run_listing, saved_runs
 from cpuspec.analysis.summary import summarize
-from cpuspec.harness.sweep import headline, render_sweep
+from cpuspec.report.sweep import headline, render_sweep
 from cpuspec.report.tune import render_tune
 
 
@@ -138,9 +139,7 @@ def _print_per_prompt(results: dict, path, task_filter: str | None, fmt: str) ->
     rows = per_prompt_rows(results, tasks)
     if not rows:
         raise click.ClickException(f"{path}: no generations of {task_filter}")
-    from tabulate import tabulate
-    click.echo(tabulate(rows, headers=PER_PROMPT_HEADERS, disable_numparse=True,
-                        tablefmt="github" if fmt == "markdown" else "simple"))
+    click.echo(render_per_prompt(rows, fmt == "markdown"))
 
 
 @click.command()
@@ -250,12 +249,4 @@ def runs(as_json):
         click.echo(f"no saved runs yet in {results_dir()} (cpuspec bench saves every run "
                    "unless --no-save)")
         return
-    from tabulate import tabulate
-    status = any(not r.get("complete", True) for r in rows)  # the column only when it says
-    click.echo(tabulate([[r["id"], r.get("kind"), r.get("date", ""), r.get("machine", ""),
-                          r.get("threads") or "", r.get("pair") or "", r.get("tasks", ""),
-                          r.get("speedups") or r.get("problem", "")]
-                         + ([r.get("status", "")] if status else [])
-                         for r in rows],
-                        headers=["id", "kind", "date", "machine", "threads", "pair", "tasks",
-                                 "SD ×raw e2e"] + (["status"] if status else [])))
+    click.echo(render_runs(rows))

@@ -24,7 +24,7 @@ from cpuspec.results.store import (OutputError, ResultsSink, check_outputs, new_
 from cpuspec.analysis.stats import INTERVAL_LEGEND
 from cpuspec.analysis.summary import noise_report, summarize
 from cpuspec.harness.sweep import SweepError, parse_values
-from cpuspec.inputs.tasks import ALL_TASKS, depth_bound
+from cpuspec.inputs.tasks import ALL_TASKS, PromptsFileError, UnknownTaskError, depth_bound, load_prompts
 from cpuspec.report.verdict import render_verdict, run_header
 from cpuspec.core.window import describe_window, parse_window
 
@@ -172,6 +172,18 @@ MAX_SWEEP_POINTS = 200
 # Prompts × repetitions above this (the built-in suites have 8 per task) run for hours: ask
 # for --yes, as for a sweep.
 MAX_GENERATIONS = 200
+
+
+def prompts_or_exit(tasks, prompts_file, prompts_per_task, default_tasks=None) -> list:
+    """load_prompts, its errors as click's: an unknown task is a bad --tasks."""
+    try:
+        if default_tasks is None:
+            return load_prompts(tasks, prompts_file, prompts_per_task)
+        return load_prompts(tasks, prompts_file, prompts_per_task, default_tasks)
+    except UnknownTaskError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--tasks'")
+    except PromptsFileError as exc:
+        raise click.ClickException(str(exc))
 
 
 def check_unused_flags(drafter, policies, adaptive_scope, draft_path, draft_quant,

@@ -256,23 +256,6 @@ def cost_curve(probe: CostProbe | dict) -> list[dict]:
     return rows
 
 
-def render_cost_curve(probe: CostProbe | dict) -> str:
-    from tabulate import tabulate
-    p = CostProbe.of(probe)
-    rows = cost_curve(p)
-    t = p.t
-    best = max(rows, key=lambda r: r["ceiling_speedup"])
-    table = tabulate([[r["n"], r["n"] - 1, f"{r['verify_ms']:.1f}", f"{r['v_over_v1']:.2f}",
-                       f"{r['beta']:.2f}", f"{r['ms_per_token']:.1f}",
-                       f"{r['ceiling_speedup']:.2f}"] for r in rows],
-                     headers=["n tokens", "k = n-1", "V(n) ms", "V(n)/V(1)", "β(k)",
-                              "ms/token", "×raw if all accepted"], disable_numparse=True)
-    return (table + f"\ndraft decode {1e3 * p.draft_s:.1f} ms, target decode "
-            f"{1e3 * t:.1f} ms: c = {p.draft_s / t:.2f}. Even with every draft accepted, "
-            f"SD is at most {best['ceiling_speedup']:.2f}× raw (at k = {best['n'] - 1}); real "
-            "acceptance lowers that.")
-
-
 def predict_parallel_generation_s(probe: CostProbe | dict, survival: list[float], k: int,
                                   prompt_tokens: int, n_tokens: int) -> tuple[float, float]:
     """As predict_generation_s, for the parallel schedule (the draft drafts round r + 1 during

@@ -267,81 +267,100 @@ class AdaptivePolicy:
         if self._plain_generation:
             # Nothing is learned on plain steps and their costs rescale together, so the
             # figures of the decision hold for the whole generation: no recomputing per token.
-            self.history.append(0)
-            self.trace.append([0, *self._plain_figures,
-                               "plain: this prompt's prefill outweighs the gain"])
-            return 0
+            return self._record(0, *self._plain_figures,
+                                "plain: this prompt's prefill outweighs the gain")
         _, s_mean = self.best()
         _, s_opt = self.best(self.p.z_off if self.on else self.p.z_on)
         starting, self._new_generation = self._new_generation, False
         probed, self._probed = self._probed, False
         explore = ""
         if starting and self.on and self.prefill_outweighs_gain(s_mean):
-            # The mean prices the prefill out. If the optimistic bound (acceptance at its 1-sd
-            # bound, unverified batch sizes at theirs) pays it back p.explore_margin times over,
-            # the prompt is tried: what
-            # is learned serves the task's next prompts, and the evidence bounds the loss (a
-            # losing task switches off within ~8 rounds, and its bound then prices the next
-            # long input out). Otherwise the whole generation runs plain.
-            s_explore = self.best(self.p.z_on, explore_costs=True)[1]
-            if self.prefill_outweighs_gain(s_explore, self.p.explore_margin):
-                self._plain_generation = True
-                self._plain_figures = [round(s_mean, 4), round(s_opt, 4)]
-                self.history.append(0)
-                self.trace.append([0, round(s_mean, 4), round(s_opt, 4),
-                                   f"plain for this prompt: the draft's prefill of "
-                                   f"{self._unread} tokens costs more than a {s_mean:.2f}× "
-                                   f"decode saves on {self._budget} tokens"])
-                return 0
-            explore = (f"explore: the prefill of {self._unread} tokens is paid back if the "
-                       f"decode reaches its optimistic {s_explore:.2f}×")
-        if self.costs_rule_out():
-            if self.on:
-                self._switch_off()
-            reason = "off: even 100 % acceptance cannot pay at these costs"
-        elif self.on and s_opt < self.p.switch_off_speedup:
-            self._switch_off()
-            reason = "switched off: the optimistic bound predicts a loss at every k"
-        elif self.on and s_mean < self.p.switch_off_speedup and \
-                self.drafted[0] >= self.p.min_evidence_rounds:
-            self._switch_off()
-            reason = "switched off: the mean of enough rounds predicts a loss at every k"
-        elif not self.on and starting and s_opt > self.p.switch_on_speedup and \
-                not self.prefill_outweighs_gain(s_opt) and (
-                    (mean_pays := s_mean >= self.p.reentry_mean and
-                     self.drafted[0] >= self.p.reentry_mean_evidence) or self.reentry_affordable()):
-            self.on, reason = True, "re-entry at a new prompt: " + (
-                "the mean pays" if mean_pays else
-                "the optimistic bound pays, and the plain decoding since pays for the try")
-        elif not self.on and probed and s_mean > self.p.probe_switch_on_speedup:
-            self.on, reason = True, "switched on: a probe showed that SD pays"
-        else:
-            reason = explore or ("on" if self.on else "off")
+            explore = self._explore_or_plain(s_mean, s_opt)
+            if self._plain_generation:
+                return self._record(0, *self._plain_figures, explore)
+        reason = self._switch(s_mean, s_opt, starting, probed) or explore or \
+            ("on" if self.on else "off")
         if self.on:
-            # Where the mean says SD pays: optimism in the face of uncertainty, the best k
-            # under the 1-sd bound and the batch sizes' optimistic costs, so that a draft
-            # position rarely tried (its interval still wide) or a verify size never timed in
-            # the loop gets tried; with evidence the bounds meet the means. Where the mean
-            # says it loses but the evidence is thin: the mean's least bad k, the cheapest way
-            # to find out.
-            k_mean, _ = self.best()
-            choice = self.best(self.p.z_on, explore_costs=True)[0] \
-                if s_mean >= self.p.switch_on_speedup else k_mean
-            if s_mean < self.p.switch_on_speedup and self.extends(choice):
-                choice += 1
-                reason = f"extend: draft position {choice} to learn it"
-            if self._sd_rounds >= self.p.v1_refresh_rounds:
-                choice, reason = 0, "plain step: V(1), the yardstick, timed again"
-        elif self.probes_pay() and self.steps_off >= self.p.probe_every_steps * (
-                self.p.costs_rule_out_probe_factor if self.costs_rule_out() else 1) and (
-                s_opt > self.p.probe_switch_on_speedup or self.costs_rule_out()):
+            choice, reason = self._k_while_on(s_mean, reason)
+        elif self._probe_due(s_opt):
             choice, self.steps_off = min(self.p.probe_k, self.k_max), 0
             reason, self._probed = "probe", True
         else:
             choice = 0
+        return self._record(choice, round(s_mean, 4), round(s_opt, 4), reason)
+
+    def _record(self, choice: int, s_mean: float, s_opt: float, reason: str) -> int:
         self.history.append(choice)
-        self.trace.append([choice, round(s_mean, 4), round(s_opt, 4), reason])
+        self.trace.append([choice, s_mean, s_opt, reason])
         return choice
+
+    def _explore_or_plain(self, s_mean: float, s_opt: float) -> str:
+        """At a generation's start, where the mean prices the draft's prefill out. If the
+        optimistic bound (acceptance at its 1-sd bound, unverified batch sizes at theirs) pays
+        it back p.explore_margin times over, the prompt is tried: what is learned serves the
+        task's next prompts, and the evidence bounds the loss (a losing task switches off
+        within ~8 rounds, and its bound then prices the next long input out). Otherwise the
+        whole generation runs plain (self._plain_generation). Returns the reason."""
+        s_explore = self.best(self.p.z_on, explore_costs=True)[1]
+        if self.prefill_outweighs_gain(s_explore, self.p.explore_margin):
+            self._plain_generation = True
+            self._plain_figures = [round(s_mean, 4), round(s_opt, 4)]
+            return (f"plain for this prompt: the draft's prefill of {self._unread} tokens "
+                    f"costs more than a {s_mean:.2f}× decode saves on {self._budget} tokens")
+        return (f"explore: the prefill of {self._unread} tokens is paid back if the "
+                f"decode reaches its optimistic {s_explore:.2f}×")
+
+    def _switch(self, s_mean: float, s_opt: float, starting: bool, probed: bool) -> str:
+        """Switch speculation off or on where the evidence says so; the reason, or "" where
+        nothing changed."""
+        if self.costs_rule_out():
+            if self.on:
+                self._switch_off()
+            return "off: even 100 % acceptance cannot pay at these costs"
+        if self.on and s_opt < self.p.switch_off_speedup:
+            self._switch_off()
+            return "switched off: the optimistic bound predicts a loss at every k"
+        if self.on and s_mean < self.p.switch_off_speedup and \
+                self.drafted[0] >= self.p.min_evidence_rounds:
+            self._switch_off()
+            return "switched off: the mean of enough rounds predicts a loss at every k"
+        if not self.on and starting and s_opt > self.p.switch_on_speedup and \
+                not self.prefill_outweighs_gain(s_opt):
+            mean_pays = s_mean >= self.p.reentry_mean and \
+                self.drafted[0] >= self.p.reentry_mean_evidence
+            if mean_pays or self.reentry_affordable():
+                self.on = True
+                return "re-entry at a new prompt: " + (
+                    "the mean pays" if mean_pays else
+                    "the optimistic bound pays, and the plain decoding since pays for the try")
+        if not self.on and probed and s_mean > self.p.probe_switch_on_speedup:
+            self.on = True
+            return "switched on: a probe showed that SD pays"
+        return ""
+
+    def _k_while_on(self, s_mean: float, reason: str) -> tuple[int, str]:
+        """Where the mean says SD pays: optimism in the face of uncertainty, the best k under
+        the 1-sd bound and the batch sizes' optimistic costs, so that a draft position rarely
+        tried (its interval still wide) or a verify size never timed in the loop gets tried;
+        with evidence the bounds meet the means. Where the mean says it loses but the evidence
+        is thin: the mean's least bad k, the cheapest way to find out."""
+        k_mean, _ = self.best()
+        choice = self.best(self.p.z_on, explore_costs=True)[0] \
+            if s_mean >= self.p.switch_on_speedup else k_mean
+        if s_mean < self.p.switch_on_speedup and self.extends(choice):
+            choice += 1
+            reason = f"extend: draft position {choice} to learn it"
+        if self._sd_rounds >= self.p.v1_refresh_rounds:
+            choice, reason = 0, "plain step: V(1), the yardstick, timed again"
+        return choice, reason
+
+    def _probe_due(self, s_opt: float) -> bool:
+        """While off: whether this step drafts a probe (cheap catch-up, enough plain steps
+        since the last one, and a bound that could pay or costs that rule SD out)."""
+        ruled_out = self.costs_rule_out()
+        return self.probes_pay() and self.steps_off >= self.p.probe_every_steps * (
+            self.p.costs_rule_out_probe_factor if ruled_out else 1) and (
+            s_opt > self.p.probe_switch_on_speedup or ruled_out)
 
     def observe(self, r: RoundStats) -> None:
         w = self.p.ewma_weight

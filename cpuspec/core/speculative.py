@@ -200,6 +200,49 @@ class StaticPolicy:
 Verify = Callable[[Decoder, Decoder, int, list[int], int], tuple[int, int]]
 
 
+@dataclass
+class _Run:
+    """What both speculative loops keep while they go: the emitted tokens, one record per
+    round, each decode-phase token's latency, and when the last round ended."""
+    tokens: list[int]
+    t_prev: float
+    rounds: list[RoundStats] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+
+    def close_round(self, target: Decoder, drafts: list[int], n_accepted: int, next_token: int,
+                    draft_s: float, verify_s: float, clock: Clock) -> RoundStats:
+        """Emit the accepted drafts and the target's token (up to an end-of-generation token)
+        and record the round. A round runs from the end of the previous one, so the policy's
+        time counts too and the rounds add up to decode_s exactly; a token's latency is its
+        round's time spread evenly over the round's tokens."""
+        emitted = cut_at_eog(target, drafts[:n_accepted] + [next_token])
+        self.tokens += emitted
+        now = clock()
+        r = RoundStats(len(drafts), n_accepted, len(emitted), draft_s, verify_s, now - self.t_prev)
+        self.rounds.append(r)
+        self.latencies += [r.round_s / len(emitted)] * len(emitted)
+        self.t_prev = now
+        return r
+
+
+def _keep_draft_kv(draft: Decoder, kv: int, keep: int) -> int:
+    """Roll the draft's KV (length kv) back to at most `keep` positions; its new length."""
+    n_kv = min(kv, keep)
+    if n_kv < kv:
+        draft.truncate(n_kv)
+    return n_kv
+
+
+def _round_drafts(draft: Decoder, tokens: list[int], n_prompt: int, n_draft_kv: int | None,
+                  k: int) -> tuple[list[int], int | None]:
+    """This round's drafts and the draft's KV length after them. Once prefilled, the draft's
+    KV covers the prompt, so what it has not seen is a tail of tokens."""
+    if k <= 0:
+        return [], n_draft_kv
+    pending = tokens[n_draft_kv - n_prompt:] if n_draft_kv is not None else []
+    return draft_tokens(draft, pending, n_draft_kv, k)
+
+
 def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
                          max_tokens: int, k: int | KPolicy,
                          clock: Clock = time.perf_counter,
@@ -224,17 +267,14 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
     target.truncate(reuse)
     draft.truncate(reuse)
     t0 = clock()
-    tokens = target.eval(prompt[reuse:], reuse, 1)
-    t_prefill = clock()
+    run = _Run(target.eval(prompt[reuse:], reuse, 1), clock())
+    t_prefill = run.t_prev
     n_draft_kv = None  # the draft has not read the prompt yet
     draft_prefill_s = 0.0
-    rounds: list[RoundStats] = []
-    latencies: list[float] = []
-    t_prev = t_prefill
-    while (stop := _stop_reason(target, tokens, max_tokens)) is None:
-        n = len(prompt) + len(tokens)
+    while (stop := _stop_reason(target, run.tokens, max_tokens)) is None:
+        n = len(prompt) + len(run.tokens)
         # Never draft past max_tokens: k drafts + 1 bonus must fit in what remains.
-        cap = max_tokens - len(tokens) - 1
+        cap = max_tokens - len(run.tokens) - 1
         k_round = min(policy.next_k(cap), cap)
         if k_round > 0 and n_draft_kv is None:  # the draft's prompt prefill, on first use
             t_draft_prefill = clock()
@@ -242,39 +282,24 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
             n_draft_kv = len(prompt)
             spent = clock() - t_draft_prefill
             draft_prefill_s += spent
-            t_prev += spent  # keep it out of this round's time
+            run.t_prev += spent  # keep it out of this round's time
         t_draft_start = clock()
-        # Once prefilled, the draft's KV covers the prompt, so what it has not seen is a tail
-        # of tokens.
-        pending = tokens[n_draft_kv - len(prompt):] if n_draft_kv is not None else []
-        drafts, draft_kv = draft_tokens(draft, pending, n_draft_kv, k_round) \
-            if k_round > 0 else ([], n_draft_kv)
+        drafts, draft_kv = _round_drafts(draft, run.tokens, len(prompt), n_draft_kv, k_round)
         t_drafted = clock()
-        n_accepted, next_token = verify(target, draft, tokens[-1], drafts, n - 1)
+        n_accepted, next_token = verify(target, draft, run.tokens[-1], drafts, n - 1)
         t_verified = clock()
-        emitted = drafts[:n_accepted] + [next_token]
         # Roll back rejected positions. Target: keep tokens[-1] and the accepted drafts.
         if n_accepted < len(drafts):
             target.truncate(n + n_accepted)
         # Draft: it decoded the pending tokens and drafts (all but the last, for a model) at
         # n..; keep the accepted ones among them.
         if draft_kv is not None:
-            n_draft_kv = min(draft_kv, n + n_accepted)
-            if n_draft_kv < draft_kv:
-                draft.truncate(n_draft_kv)
-        emitted = cut_at_eog(target, emitted)
-        tokens += emitted
-        now = clock()
-        # A round runs from the end of the previous one, so the policy's time counts too and
-        # the rounds add up to decode_s exactly.
-        rounds.append(RoundStats(len(drafts), n_accepted, len(emitted),
-                                 t_drafted - t_draft_start, t_verified - t_drafted, now - t_prev))
-        policy.observe(rounds[-1])
-        # A token's latency: its round's time spread evenly over the round's tokens.
-        latencies += [rounds[-1].round_s / len(emitted)] * len(emitted)
-        t_prev = now
-    return Generation(len(prompt), tokens, t_prefill - t0, t_prev - t_prefill - draft_prefill_s,
-                      latencies, rounds, stop, draft_prefill_s=draft_prefill_s, reused=reuse)
+            n_draft_kv = _keep_draft_kv(draft, draft_kv, n + n_accepted)
+        policy.observe(run.close_round(target, drafts, n_accepted, next_token,
+                                       t_drafted - t_draft_start, t_verified - t_drafted, clock))
+    return Generation(len(prompt), run.tokens, t_prefill - t0,
+                      run.t_prev - t_prefill - draft_prefill_s, run.latencies, run.rounds, stop,
+                      draft_prefill_s=draft_prefill_s, reused=reuse)
 
 
 # --- a parallel schedule: the draft works on the next round while the target verifies --------
@@ -290,6 +315,37 @@ def draft_ahead(draft: Decoder, last_draft: int, pos: int, k: int) -> tuple[list
         guesses += draft.eval(guesses[-1:], pos, 1)
         pos += 1
     return guesses, pos
+
+
+def _new_ahead_stats() -> dict:
+    """Generation.extra of the parallel schedule. ahead_s / ahead_decodes: the draft's own time
+    per decode on its thread (a round's draft_s holds only what this thread waited for, ~0 on a
+    hit, so c is measured here)."""
+    return {"hits": 0, "misses": 0, "hidden_draft_s": 0.0, "discarded_drafts": 0,
+            "ahead_s": 0.0, "ahead_decodes": 0}
+
+
+def _settle_ahead(draft: Decoder, extra: dict, hit: bool, guesses: list[int],
+                  spec_kv: int | None, spec_s: float, waited_s: float, n_draft_kv: int,
+                  keep: int) -> tuple[list[int], int]:
+    """After a verify: on a hit, the draft-ahead's guesses are the next round's drafts;
+    otherwise they are discarded and the draft's KV rolled back to the accepted tokens. The
+    draft-ahead's time (spec_s; None as spec_kv where none ran) is counted, and how much of
+    it the verify hid (all but what this thread waited for after it, waited_s). Returns (the
+    next round's ready drafts, the draft's KV length)."""
+    ran = spec_kv is not None
+    extra["hidden_draft_s"] += max(spec_s - waited_s, 0.0)
+    if ran:   # draft_ahead decoded the last draft and every guess but one
+        extra["ahead_s"] += spec_s
+        extra["ahead_decodes"] += len(guesses)
+    if hit:
+        extra["hits"] += 1
+        return guesses[1:], spec_kv
+    if ran:
+        extra["misses"] += 1
+        extra["discarded_drafts"] += len(guesses)
+    kv = spec_kv if ran else n_draft_kv
+    return [], _keep_draft_kv(draft, kv, keep)
 
 
 def generate_speculative_parallel(target: Decoder, draft: Decoder, prompt: Sequence[int],
@@ -314,72 +370,43 @@ def generate_speculative_parallel(target: Decoder, draft: Decoder, prompt: Seque
     draft.truncate(0)
     t0 = clock()
     prefill = submit(draft_async.eval, list(prompt), 0, 1)  # both prefills at once
-    tokens = target.eval(prompt, 0, 1)
-    t_target = clock()
+    tokens, t_target = target.eval(prompt, 0, 1), clock()
     prefill.result()
-    t_prefill = clock()
+    run = _Run(tokens, clock())
+    t_prefill = run.t_prev
     n_draft_kv = len(prompt)
     ahead: list[int] = []
-    # ahead_s / ahead_decodes: the draft's own time per decode on its thread (a round's
-    # draft_s holds only what this thread waited for, ~0 on a hit, so c is measured here)
-    extra = {"hits": 0, "misses": 0, "hidden_draft_s": 0.0, "discarded_drafts": 0,
-             "ahead_s": 0.0, "ahead_decodes": 0}
-    rounds: list[RoundStats] = []
-    latencies: list[float] = []
-    t_prev = t_prefill
-    while (stop := _stop_reason(target, tokens, max_tokens)) is None:
-        n = len(prompt) + len(tokens)
-        k_round = min(k, max_tokens - len(tokens) - 1)
+    extra = _new_ahead_stats()
+    while (stop := _stop_reason(target, run.tokens, max_tokens)) is None:
+        n = len(prompt) + len(run.tokens)
+        k_round = min(k, max_tokens - len(run.tokens) - 1)
         t_start = clock()
         if ahead and k_round > 0:
             drafts = ahead[:k_round]
         else:
-            ahead = []
-            pending = tokens[n_draft_kv - len(prompt):]
-            drafts, n_draft_kv = draft_tokens(draft, pending, n_draft_kv, k_round) \
-                if k_round > 0 else ([], n_draft_kv)
+            drafts, n_draft_kv = _round_drafts(draft, run.tokens, len(prompt), n_draft_kv,
+                                               k_round)
         t_drafted = clock()
         spec = None
         if drafts and not any(target.is_eog(d) for d in drafts):
             last_pos = n + len(drafts) - 1            # where drafts[-1] sits
             draft.truncate(last_pos)                  # the draft holds drafts[:-1], no more
             spec = submit(_timed, draft_ahead, draft_async, drafts[-1], last_pos, k)
-        n_accepted, next_token = verify_greedy(target, draft, tokens[-1], drafts, n - 1)
+        n_accepted, next_token = verify_greedy(target, draft, run.tokens[-1], drafts, n - 1)
         t_verified = clock()
         guesses, spec_kv, spec_s = spec.result() if spec else ([], None, 0.0)
         t_joined = clock()
         if n_accepted < len(drafts):
             target.truncate(n + n_accepted)
-        if spec is not None and n_accepted == len(drafts) and guesses and \
-                guesses[0] == next_token:
-            ahead, n_draft_kv = guesses[1:], spec_kv  # next round's drafts are ready
-            extra["hits"] += 1
-        else:
-            if spec is not None:
-                extra["misses"] += 1
-                extra["discarded_drafts"] += len(guesses)
-            ahead = []
-            kv = spec_kv if spec_kv is not None else n_draft_kv
-            n_draft_kv = min(kv, n + n_accepted)
-            if n_draft_kv < kv:
-                draft.truncate(n_draft_kv)
-        extra["hidden_draft_s"] += max(spec_s - (t_joined - t_verified), 0.0)
-        if spec is not None:   # draft_ahead decoded the last draft and every guess but one
-            extra["ahead_s"] += spec_s
-            extra["ahead_decodes"] += len(guesses)
-        emitted = drafts[:n_accepted] + [next_token]
-        emitted = cut_at_eog(target, emitted)
-        tokens += emitted
-        now = clock()
-        rounds.append(RoundStats(len(drafts), n_accepted, len(emitted),
-                                 (t_drafted - t_start) + (t_joined - t_verified),
-                                 t_verified - t_drafted, now - t_prev))
-        latencies += [rounds[-1].round_s / len(emitted)] * len(emitted)
-        t_prev = now
-    g = Generation(len(prompt), tokens, t_target - t0, t_prev - t_prefill, latencies, rounds,
-                   stop, draft_prefill_s=t_prefill - t_target)
-    g.extra = extra
-    return g
+        hit = spec is not None and n_accepted == len(drafts) and guesses[:1] == [next_token]
+        ahead, n_draft_kv = _settle_ahead(draft, extra, hit, guesses, spec_kv, spec_s,
+                                          t_joined - t_verified, n_draft_kv, n + n_accepted)
+        run.close_round(target, drafts, n_accepted, next_token,
+                        (t_drafted - t_start) + (t_joined - t_verified), t_verified - t_drafted,
+                        clock)
+    return Generation(len(prompt), run.tokens, t_target - t0, run.t_prev - t_prefill,
+                      run.latencies, run.rounds, stop, draft_prefill_s=t_prefill - t_target,
+                      extra=extra)
 
 
 def _timed(fn, *args):

@@ -305,7 +305,6 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             CorePinner().pin(cfg.cpus)
         with load_pair(cfg, log) as pair:
             return run_bench(cfg, log, pair, on_update)
-    from cpuspec.llama.engine import Session
     pinner = CorePinner()
     if cfg.cpus:
         pinner.pin(cfg.cpus)
@@ -316,10 +315,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         if cfg.depth:
             results["depth"] = {"requested_tokens": cfg.depth, "held_tokens": reuse,
                                 "text": "cpuspec.inputs.tasks.depth_text() (cpuspec/data/long)"}
-        if any(p.followup for p in cfg.prompts) and cfg.schedule == "parallel":
-            raise ValueError("follow-up turns run with the serial schedule only")
-        if cfg.draft_window and (cfg.schedule == "parallel" or not loaded.draft_m):
-            raise ValueError("a draft window needs a draft model and the serial schedule")
+        _check_point(cfg, loaded)
         # a follow-up's second turn holds the first, its answer and the follow-up message
         lengths = [len(e) + (FIRST_TURN_TOKENS + len(target_m.tokenize(p.followup)) + 32
                              if p.followup else 0) for p, e in zip(cfg.prompts, encoded)]
@@ -327,33 +323,12 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         check_trained_context(cfg, lengths, loaded, reuse if cfg.depth else None)
         if on_update:
             on_update(results)
-        target_session = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
-        target = target_session
-        draft = stack.enter_context(Session(loaded.draft_m, n_ctx,
-                                            cfg.draft_threads or cfg.threads)) \
-            if loaded.draft_m else LookupDrafter(target_m.is_eog)
-        owner = draft_session = None
-        if cfg.draft_cpus and loaded.draft_m:
-            owner = CoreOwner(cfg.draft_cpus, "draft")
-            stack.callback(owner.close)
-            draft_session, draft = draft, OwnedDecoder(draft, owner)
-        # what the cost probe times: the hybrid's lookup costs ~nothing, and the window's
-        # prefill is priced per token read (Generator: window.window_reads)
-        draft_model = draft
-        if cfg.draft_window:
-            draft = WindowedDraft(draft, *cfg.draft_window)
-        if cfg.drafter == "hybrid":
-            draft = HybridDrafter(draft)
+        target, draft, draft_model, owner, draft_session = _open_decoders(cfg, loaded, n_ctx,
+                                                                          stack)
         census = thread_census()
         gen = Generator(cfg, target, draft, None)
         gen.owner, gen.draft_async = owner, draft_session
-        # a depth's warm-up runs without it: it pages in weights, it does not need 4 k tokens
-        warm = encoded[0] if not cfg.depth else \
-            target_m.tokenize(target_m.format_chat(cfg.prompts[0].text))
-        for i in range(cfg.warmup):  # not recorded: page in weights, warm caches
-            log(f"warm-up {i + 1}/{cfg.warmup}")
-            for mode in ["raw", "static"] if cfg.policies else ["raw"]:
-                gen(mode, warm, WARMUP_MAX_TOKENS, task="(warm-up)")
+        _warm_up(cfg, gen, target_m, encoded, log)
         curve = max(cfg.k + 1, CURVE_N)
         log(f"cost probe: prefills, target decode of 1..{curve} tokens, draft decode")
         gen.probe = results["cost_probe"] = probe_costs(target, draft_model, encoded[0],
@@ -364,61 +339,8 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 encoded[i], info = answer_first_turn(target_m, target, p, encoded[i])
                 reuse[i] = info["reused_tokens"]
                 results.setdefault("followups", {})[p.prompt_id] = info
-        total = cfg.repetitions * len(cfg.prompts)
-        done = 0
-        held = None   # the tokens both KV caches hold below every generation's start
-        for rep in range(cfg.repetitions):
-            for p, tokens, kept in zip(cfg.prompts, encoded, reuse):
-                done += 1
-                before = gen.snapshot() if cfg.max_noise is not None else None
-                for attempt in range(MAX_NOISE_RERUNS + 1):
-                    if attempt:
-                        gen.restore(before)   # learn nothing from a discarded attempt
-                    if kept and held != tokens[:kept]:   # a depth is read once for all
-                        if cfg.depth:
-                            log(f"reading the depth's {kept} tokens into the KV caches "
-                                "(not timed)")
-                        prepare_followup(target, draft, tokens, kept, bool(cfg.policies))
-                        held = tokens[:kept]
-                    gens, noise = measure_prompt(gen, p, tokens, rep, done, (rep, done), kept)
-                    # every generation truncated both caches to `kept`: with kept == 0 they
-                    # no longer hold any earlier conversation
-                    held = tokens[:kept] if kept else None
-                    busiest = max(n.other_cpus for n in noise.values())
-                    worst = max(noise.values(), key=lambda n: (len(n.reasons()),
-                                                               n.other_cpus))
-                    reasons = worst.reasons()
-                    records = [_run_record(p, rep, mode, gens[mode],
-                                           target_m.detokenize(gens[mode].tokens), noise[mode])
-                               for mode in gen.modes]
-                    for rec in records:
-                        if rec["mode"] == "adaptive":
-                            rec["policy_trace"] = gen.traces.get("adaptive", [])
-                    pressured = any("waited for a CPU" in r for n in noise.values()
-                                    for r in n.reasons())
-                    if cfg.max_noise is None or attempt == MAX_NOISE_RERUNS or not (
-                            busiest > cfg.max_noise or pressured):
-                        break
-                    log(f"[{done}/{total}] {p.prompt_id}: disturbed (other programs used "
-                        f"{busiest:.2f} CPUs; --max-noise {cfg.max_noise}"
-                        + (", CPU pressure" if pressured else "") + "); measuring it again")
-                    results["discarded_runs"] += records
-                results["runs"] += records
-                audited = []
-                for mode in cfg.policies if cfg.temperature <= 0 else []:
-                    audit = audit_pair(target_session, tokens, gens["raw"].tokens,
-                                       gens[mode].tokens, kept)
-                    results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
-                                             "repetition": rep, "mode": mode, **audit})
-                    audited.append(audit["identical"])
-                speeds = ", ".join(f"{m} {len(gens[m].tokens) / gens[m].e2e_s:.1f}"
-                                   for m in gen.modes)
-                same = ("" if not audited else
-                        "; same output" if all(audited) else "; output differs")
-                busy = f"; BUSY: {'; '.join(reasons)}" if reasons else ""
-                log(f"[{done}/{total}] {p.prompt_id}: end-to-end t/s {speeds}{same}{busy}")
-                if on_update:
-                    on_update(results)
+        _measure_all(cfg, gen, target, draft, target_m, encoded, reuse, results, log,
+                     on_update)
         # The quality proxy beside the speed: a faster quant is a win only if this holds up.
         if cfg.quality:
             results["quality"] = target_perplexity(target_m, cfg.threads)
@@ -429,3 +351,121 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 "cpu_s_by_affinity": census_delta(census, thread_census())}
     results["complete"] = True   # no summary is stored: every reader computes it (summary.py)
     return results
+
+
+def _check_point(cfg: BenchConfig, loaded: LoadedPair) -> None:
+    if any(p.followup for p in cfg.prompts) and cfg.schedule == "parallel":
+        raise ValueError("follow-up turns run with the serial schedule only")
+    if cfg.draft_window and (cfg.schedule == "parallel" or not loaded.draft_m):
+        raise ValueError("a draft window needs a draft model and the serial schedule")
+
+
+def _open_decoders(cfg: BenchConfig, loaded: LoadedPair, n_ctx: int,
+                   stack: contextlib.ExitStack):
+    """The target's session and the drafter as the loop drives it (the draft's session on
+    its own cores, windowed, or inside the hybrid), the draft model alone as the cost probe
+    times it, the draft's core owner and its session (None without a core split)."""
+    from cpuspec.llama.engine import Session
+    target = stack.enter_context(Session(loaded.target_m, n_ctx, cfg.threads))
+    draft = stack.enter_context(Session(loaded.draft_m, n_ctx,
+                                        cfg.draft_threads or cfg.threads)) \
+        if loaded.draft_m else LookupDrafter(loaded.target_m.is_eog)
+    owner = draft_session = None
+    if cfg.draft_cpus and loaded.draft_m:
+        owner = CoreOwner(cfg.draft_cpus, "draft")
+        stack.callback(owner.close)
+        draft_session, draft = draft, OwnedDecoder(draft, owner)
+    # what the cost probe times: the hybrid's lookup costs ~nothing, and the window's
+    # prefill is priced per token read (Generator: window.window_reads)
+    draft_model = draft
+    if cfg.draft_window:
+        draft = WindowedDraft(draft, *cfg.draft_window)
+    if cfg.drafter == "hybrid":
+        draft = HybridDrafter(draft)
+    return target, draft, draft_model, owner, draft_session
+
+
+def _warm_up(cfg: BenchConfig, gen: Generator, target_m, encoded: list, log: Log) -> None:
+    """Not recorded: page in weights, warm caches. A depth's warm-up runs without it: it pages
+    in weights, it does not need 4 k tokens."""
+    warm = encoded[0] if not cfg.depth else \
+        target_m.tokenize(target_m.format_chat(cfg.prompts[0].text))
+    for i in range(cfg.warmup):
+        log(f"warm-up {i + 1}/{cfg.warmup}")
+        for mode in ["raw", "static"] if cfg.policies else ["raw"]:
+            gen(mode, warm, WARMUP_MAX_TOKENS, task="(warm-up)")
+
+
+def _measure_all(cfg: BenchConfig, gen: Generator, target, draft, target_m, encoded: list,
+                 reuse: list, results: dict, log: Log,
+                 on_update: Callable[[dict], None] | None) -> None:
+    """Every repetition of every prompt: measured (again, where --max-noise finds it
+    disturbed), recorded, audited, logged."""
+    total = cfg.repetitions * len(cfg.prompts)
+    done = 0
+    held = None   # the tokens both KV caches hold below every generation's start
+    for rep in range(cfg.repetitions):
+        for p, tokens, kept in zip(cfg.prompts, encoded, reuse):
+            done += 1
+            before = gen.snapshot() if cfg.max_noise is not None else None
+            for attempt in range(MAX_NOISE_RERUNS + 1):
+                if attempt:
+                    gen.restore(before)   # learn nothing from a discarded attempt
+                if kept and held != tokens[:kept]:   # a depth is read once for all
+                    if cfg.depth:
+                        log(f"reading the depth's {kept} tokens into the KV caches "
+                            "(not timed)")
+                    prepare_followup(target, draft, tokens, kept, bool(cfg.policies))
+                    held = tokens[:kept]
+                gens, noise = measure_prompt(gen, p, tokens, rep, done, (rep, done), kept)
+                # every generation truncated both caches to `kept`: with kept == 0 they
+                # no longer hold any earlier conversation
+                held = tokens[:kept] if kept else None
+                records, reasons, retry = _records(cfg, gen, p, rep, gens, noise, target_m,
+                                                   attempt)
+                if not retry:
+                    break
+                log(f"[{done}/{total}] {p.prompt_id}: {retry}; measuring it again")
+                results["discarded_runs"] += records
+            results["runs"] += records
+            audited = _audit(cfg, target, p, rep, tokens, gens, kept, results)
+            speeds = ", ".join(f"{m} {len(gens[m].tokens) / gens[m].e2e_s:.1f}"
+                               for m in gen.modes)
+            same = ("" if not audited else
+                    "; same output" if all(audited) else "; output differs")
+            busy = f"; BUSY: {'; '.join(reasons)}" if reasons else ""
+            log(f"[{done}/{total}] {p.prompt_id}: end-to-end t/s {speeds}{same}{busy}")
+            if on_update:
+                on_update(results)
+
+
+def _records(cfg: BenchConfig, gen: Generator, p: Prompt, rep: int, gens: dict, noise: dict,
+             target_m, attempt: int) -> tuple[list[dict], list[str], str]:
+    """One prompt's run records, what disturbed it, and why it is measured again ("" when it
+    is kept: no --max-noise, the last attempt, or quiet enough)."""
+    busiest = max(n.other_cpus for n in noise.values())
+    worst = max(noise.values(), key=lambda n: (len(n.reasons()), n.other_cpus))
+    records = [_run_record(p, rep, mode, gens[mode], target_m.detokenize(gens[mode].tokens),
+                           noise[mode]) for mode in gen.modes]
+    for rec in records:
+        if rec["mode"] == "adaptive":
+            rec["policy_trace"] = gen.traces.get("adaptive", [])
+    pressured = any("waited for a CPU" in r for n in noise.values() for r in n.reasons())
+    if cfg.max_noise is None or attempt == MAX_NOISE_RERUNS or not (
+            busiest > cfg.max_noise or pressured):
+        return records, worst.reasons(), ""
+    return records, worst.reasons(), (
+        f"disturbed (other programs used {busiest:.2f} CPUs; --max-noise {cfg.max_noise}"
+        + (", CPU pressure" if pressured else "") + ")")
+
+
+def _audit(cfg: BenchConfig, target, p: Prompt, rep: int, tokens: list[int], gens: dict,
+           kept: int, results: dict) -> list[bool]:
+    """The lossless audit of each SD mode against raw decoding (greedy runs only)."""
+    audited = []
+    for mode in cfg.policies if cfg.temperature <= 0 else []:
+        audit = audit_pair(target, tokens, gens["raw"].tokens, gens[mode].tokens, kept)
+        results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
+                                 "repetition": rep, "mode": mode, **audit})
+        audited.append(audit["identical"])
+    return audited

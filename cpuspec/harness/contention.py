@@ -92,38 +92,3 @@ def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _:
         out["curve"] = curve
     out["multi_thread_copy_gbps"] = bw_multi / 1e9
     return out
-
-
-def render_contention(res: dict) -> str:
-    from tabulate import tabulate
-    bw = res["bandwidth"]
-    lines = [f"STREAM (GB/s, best of {len(bw['single']['samples_s']['copy'])}, arrays "
-             f"{bw['single']['array_bytes'] / 2**20:.0f} MiB): "
-             + "; ".join(f"{kind} {', '.join(f'{k} {v:.1f}' for k, v in bw[kind]['gbps'].items())}"
-                         f" on CPUs {','.join(map(str, bw[kind]['cpus']))}"
-                         for kind in ("single", "multi")),
-             f"llama.cpp CPUs {','.join(map(str, res['llama_cpus']))}: copy "
-             f"{bw['llama_cpus_copy_gbps']:.1f} GB/s"]
-    rows = []
-    for phase, p in res["phases"].items():
-        model = "draft" if phase == "draft" else "target"
-        m = res["models"][model]
-        rows.append([phase, m["file"], f"{m['weight_bytes'] / 1e6:.0f}", f"{p['tok_s']:.1f}",
-                     f"{m['roofline_tok_s']:.1f}", f"{p['bandwidth_gbps']:.1f}",
-                     f"{100 * p['roofline_fraction']:.0f}%",
-                     " ".join(f"{c:.0f}" for c in p["psutil"]["cpu_percent_mean"]),
-                     p["psutil"]["involuntary_ctx_switches"]])
-    lines.append(tabulate(rows, headers=["phase", "model", "MB/token", "tok/s",
-                                         "roofline tok/s", "GB/s achieved", "of roofline",
-                                         "CPU % per core", "invol. ctx sw"]))
-    lines.append(f"c measured = {res['c_measured']:.2f} (draft time per token ÷ target's) vs "
-                 f"c from bytes alone = {res['c_bytes']:.2f}; β measured at k = {res['k']}: "
-                 f"{res['beta_measured']:.2f}")
-    lines.append(tabulate([[r["streams"], f"{r['target_tok_s']:.1f}",
-                            f"{r['target_vs_alone']:.2f}", f"{r['draft_tok_s']:.1f}",
-                            f"{r['draft_vs_alone']:.2f}"] for r in res["curve"]],
-                          headers=["background streams", "target tok/s", "× alone",
-                                   "draft tok/s", "× alone"]))
-    if not res["stream_cpus"]:
-        lines.append("(no CPUs left for background streams: use fewer --threads than cores)")
-    return "\n".join(lines)

@@ -97,23 +97,7 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
                 draft = DRAFTERS[cfg.drafter].make(dsess, target_m.is_eog)
                 runners = _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama,
                                    DraftModel, stack)
-                log("warm-up (not kept)")
-                first = cfg.prompts[0]
-                for run in runners.values():
-                    for mode in ("raw", "static"):
-                        run(first, mode, 8)
-                for i, p in enumerate(cfg.prompts):
-                    steps = [(path, mode) for path in cfg.paths for mode in ("raw", "static")
-                             if not (path == REDECODE and mode == "raw")]
-                    if i % 2:
-                        steps.reverse()
-                    for path, mode in steps:
-                        doc["runs"].append(runners[path](p, mode, cfg.max_tokens))
-                    log(f"[{i + 1}/{len(cfg.prompts)}] {p.prompt_id}: " + ", ".join(
-                        f"{r['path']} {r['mode']} {r['n_tokens'] / r['e2e_s']:.1f} t/s"
-                        for r in doc["runs"][-len(steps):]))
-                    if on_update:
-                        on_update(doc)
+                _run_prompts(cfg, runners, doc, log, on_update)
         finally:
             if draft_m is not None:
                 draft_m.close()
@@ -121,93 +105,132 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
     return doc
 
 
+def _run_prompts(cfg: PathsConfig, runners: dict, doc: dict, log: Callable[[str], None],
+                 on_update: Callable[[dict], None] | None) -> None:
+    """A warm-up of every path and mode on the first prompt (8 tokens, not kept), then each
+    prompt through every path, the order reversed on every other prompt."""
+    log("warm-up (not kept)")
+    first = cfg.prompts[0]
+    for run in runners.values():
+        for mode in ("raw", "static"):
+            run(first, mode, 8)
+    for i, p in enumerate(cfg.prompts):
+        steps = [(path, mode) for path in cfg.paths for mode in ("raw", "static")
+                 if not (path == REDECODE and mode == "raw")]
+        if i % 2:
+            steps.reverse()
+        for path, mode in steps:
+            doc["runs"].append(runners[path](p, mode, cfg.max_tokens))
+        log(f"[{i + 1}/{len(cfg.prompts)}] {p.prompt_id}: " + ", ".join(
+            f"{r['path']} {r['mode']} {r['n_tokens'] / r['e2e_s']:.1f} t/s"
+            for r in doc["runs"][-len(steps):]))
+        if on_update:
+            on_update(doc)
+
+
 def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftModel,
              stack: contextlib.ExitStack) -> dict:
     """One function per path: (prompt, mode, max_tokens) -> record. What they load is closed
     by `stack`."""
     runners = {}
-
-    def loop(path, verify):
-        def run(p, mode, n):
-            toks = encoded[p.prompt_id]
-            g = generate_raw(target, toks, n) if mode == "raw" else \
-                generate_speculative(target, draft, toks, n, cfg.k, verify=verify)
-            drafted = sum(r.k for r in g.rounds)
-            return _record(p, path, mode, len(g.tokens), g.e2e_s,
-                           target_m.detokenize(g.tokens), tokens=g.tokens,
-                           rounds=[[r.n_accepted, r.k] for r in g.rounds],
-                           drafted=drafted, accepted=sum(r.n_accepted for r in g.rounds),
-                           prefill_s=g.prefill_s + g.draft_prefill_s,
-                           draft_s=sum(r.draft_s for r in g.rounds),
-                           verify_s=sum(r.verify_s for r in g.rounds), decode_s=g.decode_s)
-        return run
-
     if CPUSPEC in cfg.paths:
-        runners[CPUSPEC] = loop(CPUSPEC, verify_greedy)
+        runners[CPUSPEC] = _loop_runner(cfg, target_m, target, draft, encoded, CPUSPEC,
+                                        verify_greedy)
     if REDECODE in cfg.paths:
-        runners[REDECODE] = loop(REDECODE, verify_redecode)
+        runners[REDECODE] = _loop_runner(cfg, target_m, target, draft, encoded, REDECODE,
+                                         verify_redecode)
     if LLAMA_CPP_PYTHON in cfg.paths:
-        kw = dict(model_path=str(cfg.target), n_ctx=n_ctx, n_threads=cfg.threads,
-                  n_threads_batch=cfg.threads, verbose=False)
-        plain = Llama(**kw)
-        stack.callback(plain.close)
-        drafter = DraftModel(str(cfg.draft) if cfg.draft else None, k=cfg.k,
-                             drafter=cfg.drafter, n_ctx=n_ctx, n_threads=cfg.threads)
-        stack.callback(drafter.close)
-        spec = Llama(**kw, draft_model=drafter)
-        stack.callback(spec.close)
-
-        def high_level(p, mode, n):
-            llm = plain if mode == "raw" else spec
-            llm.reset()   # no prompt cache across calls: each reads its prompt, as ours do
-            before = dict(drafter.stats)
-            # streamed, as a chat front end takes it: the first chunk's time is the prompt's
-            # prefill (with draft_model=, llama-cpp-python computes logits for every prompt
-            # row: logits_all) and the first token
-            t0 = time.perf_counter()
-            first, chunks = None, []
-            for chunk in llm.create_completion(texts[p.prompt_id], max_tokens=n,
-                                               temperature=0.0, top_k=1, repeat_penalty=1.0,
-                                               stream=True):
-                if first is None:
-                    first = time.perf_counter() - t0
-                chunks.append(chunk["choices"][0]["text"])
-            e2e = time.perf_counter() - t0
-            extra = {} if mode == "raw" else {
-                "draft_calls": drafter.stats["calls"] - before["calls"],
-                "drafted": drafter.stats["drafts"] - before["drafts"]}
-            # one chunk per token, except a token that ends inside a UTF-8 character, which
-            # waits for the next: both modes stream the same text, so SD ×raw holds
-            return _record(p, LLAMA_CPP_PYTHON, mode, len(chunks), e2e, "".join(chunks),
-                           first_chunk_s=first, **extra)
-        runners[LLAMA_CPP_PYTHON] = high_level
+        runners[LLAMA_CPP_PYTHON] = _high_level_runner(cfg, texts, n_ctx, Llama, DraftModel,
+                                                       stack)
     if LLAMA_CPP in cfg.paths:
-        def llama_cpp(p, mode, n):
-            text = texts[p.prompt_id]
-            if mode == "raw":
-                r = native.run_completion(cfg.bin_dir, str(cfg.target), text, n, cfg.threads,
-                                          n_ctx)
-                return _record(p, LLAMA_CPP, mode, r.tokens, r.e2e_s, r.text,
-                               prefill_s=r.prefill_s, sampling_ms=r.sampling_ms,
-                               total_ms=r.total_ms, target_eval_ms=r.target_eval_ms,
-                               prompt_eval_ms=r.prompt_eval_ms,
-                               prompt_eval_tokens=r.prompt_eval_tokens)
-            r = native.run_speculative(cfg.bin_dir, str(cfg.target),
-                                       str(cfg.draft) if cfg.draft else None, text, n, cfg.k,
-                                       cfg.threads, n_ctx, cfg.drafter)
-            rounds, phases = [], []
-            if cfg.native_rounds:   # untimed: debug logging slows the program
-                detail = native.run_speculative(
-                    cfg.bin_dir, str(cfg.target), str(cfg.draft) if cfg.draft else None, text,
-                    n, cfg.k, cfg.threads, n_ctx, cfg.drafter, per_round=True)
-                rounds, phases = detail.rounds, detail.round_phases_ms
-            return _record(p, LLAMA_CPP, mode, r.tokens, r.e2e_s, r.text, prefill_s=r.prefill_s,
-                           decode_s=r.decode_s, drafted=r.drafted, accepted=r.accepted,
-                           rounds=[[a, d] for a, d in rounds], draft_calls=r.draft_calls,
-                           round_phases_ms=[list(x) for x in phases],
-                           target_eval_ms=r.target_eval_ms, target_eval_runs=r.target_eval_runs,
-                           prompt_eval_ms=r.prompt_eval_ms,
-                           prompt_eval_tokens=r.prompt_eval_tokens, sampling_ms=r.sampling_ms,
-                           draft_gen_ms=r.draft_gen_ms, acc_rate_pos=r.acc_rate_pos)
-        runners[LLAMA_CPP] = llama_cpp
+        runners[LLAMA_CPP] = _native_runner(cfg, texts, n_ctx)
     return runners
+
+
+def _loop_runner(cfg, target_m, target, draft, encoded, path: str, verify) -> Callable:
+    """cpuspec's own loop (with `verify` as its acceptance rule)."""
+    def run(p, mode, n):
+        toks = encoded[p.prompt_id]
+        g = generate_raw(target, toks, n) if mode == "raw" else \
+            generate_speculative(target, draft, toks, n, cfg.k, verify=verify)
+        drafted = sum(r.k for r in g.rounds)
+        return _record(p, path, mode, len(g.tokens), g.e2e_s,
+                       target_m.detokenize(g.tokens), tokens=g.tokens,
+                       rounds=[[r.n_accepted, r.k] for r in g.rounds],
+                       drafted=drafted, accepted=sum(r.n_accepted for r in g.rounds),
+                       prefill_s=g.prefill_s + g.draft_prefill_s,
+                       draft_s=sum(r.draft_s for r in g.rounds),
+                       verify_s=sum(r.verify_s for r in g.rounds), decode_s=g.decode_s)
+    return run
+
+
+def _high_level_runner(cfg, texts, n_ctx, Llama, DraftModel, stack: contextlib.ExitStack
+                       ) -> Callable:
+    """llama-cpp-python's Llama.create_completion, plain and with draft_model=DraftModel."""
+    kw = dict(model_path=str(cfg.target), n_ctx=n_ctx, n_threads=cfg.threads,
+              n_threads_batch=cfg.threads, verbose=False)
+    plain = Llama(**kw)
+    stack.callback(plain.close)
+    drafter = DraftModel(str(cfg.draft) if cfg.draft else None, k=cfg.k,
+                         drafter=cfg.drafter, n_ctx=n_ctx, n_threads=cfg.threads)
+    stack.callback(drafter.close)
+    spec = Llama(**kw, draft_model=drafter)
+    stack.callback(spec.close)
+
+    def run(p, mode, n):
+        llm = plain if mode == "raw" else spec
+        llm.reset()   # no prompt cache across calls: each reads its prompt, as ours do
+        before = dict(drafter.stats)
+        # streamed, as a chat front end takes it: the first chunk's time is the prompt's
+        # prefill (with draft_model=, llama-cpp-python computes logits for every prompt
+        # row: logits_all) and the first token
+        t0 = time.perf_counter()
+        first, chunks = None, []
+        for chunk in llm.create_completion(texts[p.prompt_id], max_tokens=n,
+                                           temperature=0.0, top_k=1, repeat_penalty=1.0,
+                                           stream=True):
+            if first is None:
+                first = time.perf_counter() - t0
+            chunks.append(chunk["choices"][0]["text"])
+        e2e = time.perf_counter() - t0
+        extra = {} if mode == "raw" else {
+            "draft_calls": drafter.stats["calls"] - before["calls"],
+            "drafted": drafter.stats["drafts"] - before["drafts"]}
+        # one chunk per token, except a token that ends inside a UTF-8 character, which
+        # waits for the next: both modes stream the same text, so SD ×raw holds
+        return _record(p, LLAMA_CPP_PYTHON, mode, len(chunks), e2e, "".join(chunks),
+                       first_chunk_s=first, **extra)
+    return run
+
+
+def _native_runner(cfg, texts, n_ctx) -> Callable:
+    """llama.cpp's llama-completion (raw) and llama-speculative-simple (SD)."""
+    draft = str(cfg.draft) if cfg.draft else None
+
+    def run(p, mode, n):
+        text = texts[p.prompt_id]
+        if mode == "raw":
+            r = native.run_completion(cfg.bin_dir, str(cfg.target), text, n, cfg.threads,
+                                      n_ctx)
+            return _record(p, LLAMA_CPP, mode, r.tokens, r.e2e_s, r.text,
+                           prefill_s=r.prefill_s, sampling_ms=r.sampling_ms,
+                           total_ms=r.total_ms, target_eval_ms=r.target_eval_ms,
+                           prompt_eval_ms=r.prompt_eval_ms,
+                           prompt_eval_tokens=r.prompt_eval_tokens)
+        r = native.run_speculative(cfg.bin_dir, str(cfg.target), draft, text, n, cfg.k,
+                                   cfg.threads, n_ctx, cfg.drafter)
+        rounds, phases = [], []
+        if cfg.native_rounds:   # untimed: debug logging slows the program
+            detail = native.run_speculative(cfg.bin_dir, str(cfg.target), draft, text, n,
+                                            cfg.k, cfg.threads, n_ctx, cfg.drafter,
+                                            per_round=True)
+            rounds, phases = detail.rounds, detail.round_phases_ms
+        return _record(p, LLAMA_CPP, mode, r.tokens, r.e2e_s, r.text, prefill_s=r.prefill_s,
+                       decode_s=r.decode_s, drafted=r.drafted, accepted=r.accepted,
+                       rounds=[[a, d] for a, d in rounds], draft_calls=r.draft_calls,
+                       round_phases_ms=[list(x) for x in phases],
+                       target_eval_ms=r.target_eval_ms, target_eval_runs=r.target_eval_runs,
+                       prompt_eval_ms=r.prompt_eval_ms,
+                       prompt_eval_tokens=r.prompt_eval_tokens, sampling_ms=r.sampling_ms,
+                       draft_gen_ms=r.draft_gen_ms, acc_rate_pos=r.acc_rate_pos)
+    return run

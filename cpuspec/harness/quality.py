@@ -109,18 +109,6 @@ def run_quality(candidates: list, reference, prompts: list, max_tokens: int, thr
     return out
 
 
-def render_quality(res: dict) -> str:
-    from tabulate import tabulate
-    rows = [[m["file"], m.get("desc", ""), "derived" if m.get("derived") else m["source"],
-             f"{m['perplexity']:.3f}", f"{100 * m['top1_agreement_mean']:.1f}%"]
-            for m in res["models"]]
-    return (tabulate(rows, headers=["model", "type", "source", "perplexity (built-in text)",
-                                    "top-1 agreement"], disable_numparse=True)
-            + f"\nperplexity over {res['text_tokens']} tokens of a fixed text; agreement with "
-            f"{res['reference']['file']}'s greedy output on {len(res['prompts'])} prompts × "
-            f"{res['max_tokens']} tokens (teacher-forced, 100 % = token for token).")
-
-
 def target_perplexity(target_m, threads: int) -> dict:
     """The target's perplexity on the built-in text (bench's quality line), through the same
     engine; 16 tokens of slack in the context."""

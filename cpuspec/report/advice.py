@@ -29,52 +29,65 @@ def advise(results: dict) -> dict[str, dict]:
     for task, s in summarize(results).items():
         if "per_position_acceptance_pct" not in s:
             continue
+        sd = [r for r in results["runs"] if r["mode"] == "static"
+              and (task == OVERALL or r["task"] == task)]
         survival = [p / 100.0 for p in s["per_position_acceptance_pct"]]
         k_best, table = choose_k(survival, draft_s, verify_s) if drafter == "model" else \
-            choose_k_by_replay(probe, [r for r in results["runs"] if r["mode"] == "static"
-                                       and (task == OVERALL or r["task"] == task)], k)
-        feasible = [c for c in table[1:] if c.break_even_acceptance is not None]
-        need = min(feasible, key=lambda c: c.break_even_acceptance) if feasible else None
-        out[task] = {
-            "verdict": "ON" if k_best > 0 else "OFF", "k_best": k_best,
-            "predicted_speedup_best": table[k_best].predicted_speedup,
-            "predicted_speedup_at_k": table[k].predicted_speedup if k < len(table) else None,
-            "measured_speedup_at_k": s["sd_decode_speedup"],
-            "measured_e2e_speedup_at_k": s["sd_speedup"],
-            "measured_adaptive_speedup": s.get("adaptive_decode_speedup"),
-            "acceptance_pct": s["acceptance_pct"],
-            "needed_acceptance_pct": None if need is None else 100 * need.break_even_acceptance,
-            "needed_at_k": None if need is None else need.k,
-            "c": draft_s / verify_s[1], "beta_at_k": verify_s[k + 1] / verify_s[1] - 1,
-            "table": [c.__dict__ for c in table],
-            # a break-even acceptance is a rate for k drafts every round; lookup and the hybrid
-            # have none, and their verdict rests on a against 1 + α + β instead
-            "break_even_computed": drafter == "model"}
+            choose_k_by_replay(probe, sd, k)
+        out[task] = _task_advice(s, k, k_best, table, draft_s, verify_s, drafter)
         if drafter != "model":
-            rounds, share, catchup = replay_inputs(
-                [r for r in results["runs"] if r["mode"] == "static"
-                 and (task == OVERALL or r["task"] == task)])
-            if rounds:
-                k_terms = k_best or k
-                a, alpha, beta = round_terms(probe, rounds, k_terms, share, catchup)
-                out[task]["terms"] = {"k": k_terms, "a": a, "alpha": alpha, "beta": beta,
-                                      "break_even_a": 1.0 + alpha + beta}
-        if drafter == "model":  # the curve past k: where measuring a longer k is worth it
-            ahead = beyond_measured(survival, draft_s, verify_s)
-            best_ahead = max(ahead, key=lambda c: c.predicted_speedup, default=None)
-            out[task]["extrapolated"] = [c.__dict__ for c in ahead]
-            out[task]["try_k"] = best_ahead.k if best_ahead and best_ahead.predicted_speedup > \
-                1.05 * max(table[k_best].predicted_speedup, 1.0) else None
-            out[task]["try_k_predicted"] = best_ahead.predicted_speedup \
-                if out[task]["try_k"] else None
+            out[task].update(_replayed_terms(probe, sd, k_best or k))
+        else:  # the curve past k: where measuring a longer k is worth it
+            out[task].update(_beyond_k(survival, draft_s, verify_s, table[k_best]))
         if results["settings"].get("draft_cpus"):  # a core split: both schedules, end to end
-            sd = [r for r in results["runs"] if r["mode"] == "static"
-                  and (task == OVERALL or r["task"] == task)]
             for name, par in (("serial", False), ("parallel", True)):
                 pred = predict_from_probe(probe, survival, k, sd, par, None if par else
                                           results["settings"].get("draft_window"))
                 out[task][f"predicted_e2e_{name}_at_k"] = pred[0] if pred else None
     return out
+
+
+def _task_advice(s: dict, k: int, k_best: int, table: list, draft_s: float,
+                 verify_s: dict, drafter: str) -> dict:
+    """The verdict, k*, predicted beside measured, and the acceptance SD would need."""
+    feasible = [c for c in table[1:] if c.break_even_acceptance is not None]
+    need = min(feasible, key=lambda c: c.break_even_acceptance) if feasible else None
+    return {
+        "verdict": "ON" if k_best > 0 else "OFF", "k_best": k_best,
+        "predicted_speedup_best": table[k_best].predicted_speedup,
+        "predicted_speedup_at_k": table[k].predicted_speedup if k < len(table) else None,
+        "measured_speedup_at_k": s["sd_decode_speedup"],
+        "measured_e2e_speedup_at_k": s["sd_speedup"],
+        "measured_adaptive_speedup": s.get("adaptive_decode_speedup"),
+        "acceptance_pct": s["acceptance_pct"],
+        "needed_acceptance_pct": None if need is None else 100 * need.break_even_acceptance,
+        "needed_at_k": None if need is None else need.k,
+        "c": draft_s / verify_s[1], "beta_at_k": verify_s[k + 1] / verify_s[1] - 1,
+        "table": [c.__dict__ for c in table],
+        # a break-even acceptance is a rate for k drafts every round; lookup and the hybrid
+        # have none, and their verdict rests on a against 1 + α + β instead
+        "break_even_computed": drafter == "model"}
+
+
+def _replayed_terms(probe: dict, sd: list[dict], k_terms: int) -> dict:
+    """Lookup and the hybrid: a, α and β of the recorded rounds replayed at k_terms."""
+    rounds, share, catchup = replay_inputs(sd)
+    if not rounds:
+        return {}
+    a, alpha, beta = round_terms(probe, rounds, k_terms, share, catchup)
+    return {"terms": {"k": k_terms, "a": a, "alpha": alpha, "beta": beta,
+                      "break_even_a": 1.0 + alpha + beta}}
+
+
+def _beyond_k(survival: list[float], draft_s: float, verify_s: dict, best) -> dict:
+    """The predicted curve past the measured k, and a longer k worth measuring (5 % over the
+    best measured prediction) if there is one."""
+    ahead = beyond_measured(survival, draft_s, verify_s)
+    best_ahead = max(ahead, key=lambda c: c.predicted_speedup, default=None)
+    try_k = best_ahead.k if best_ahead and best_ahead.predicted_speedup > \
+        1.05 * max(best.predicted_speedup, 1.0) else None
+    return {"extrapolated": [c.__dict__ for c in ahead], "try_k": try_k,
+            "try_k_predicted": best_ahead.predicted_speedup if try_k else None}
 
 
 def render_advice(advice: dict, k: int) -> str:

@@ -138,66 +138,14 @@ def _ms(value: float | None) -> str:
 
 
 def render_paths(doc: dict) -> str:
-    from tabulate import tabulate
-
     s = doc["settings"]
-    summary = summarize_paths(doc)
     lines = [f"{Path(s['target']).name} + "
              f"{Path(s['draft']).name if s['draft'] else 'no draft model'}, drafter "
              f"{s['drafter']}, k = {s['k']}, {s['threads']} threads, {s['max_tokens']} tokens; "
              f"end to end (prefills + every token), paired by prompt"]
-    for task, row in summary.items():
-        table = []
-        for path, st in row.items():
-            cell = speedup_cell({"sd_speedup": st["speedup"], "sd_speedup_ci": st["ci"],
-                                 "sd_speedup_range": st["range"],
-                                 "sd_speedup_units": st["units"]})
-            table.append([path, fmt_value(st["raw_tok_s"], ".1f"),
-                          fmt_value(st["sd_tok_s"], ".1f"), cell,
-                          fmt_value(st["over_cpuspec"], ".2f"),
-                          fmt_value(st["acceptance_pct"], ".1f"), st["same_output"]])
-        lines += ["", f"{task}:", tabulate(
-            table, headers=["path", "raw t/s", "SD t/s", "SD ×raw [95% CI]", "÷ cpuspec",
-                            "accept %", "SD = raw output"], tablefmt="simple",
-            disable_numparse=True)]
-    budget = round_budget(doc)
-    if budget:
-        lines += ["", "Where an SD round's time goes (ms per round, every SD generation):",
-                  tabulate([[p, b["rounds"], fmt_value(b["tokens_per_round"], ".2f"),
-                             _ms(b["draft_ms"]), _ms(b["verify_ms"]),
-                             "in verify" if b.get("redecode_in_verify") else
-                             _ms(b.get("redecode_ms")),
-                             _ms(b["sampling_ms"]), _ms(b["other_ms"]),
-                             _ms(b["round_ms"]), b["first_round_none"] or "-"]
-                            for p, b in budget.items()],
-                           headers=["path", "rounds", "tokens/round", "draft", "verify",
-                                    "draft re-decode", "sampling", "other", "round",
-                                    "1st round kept 0"],
-                           tablefmt="simple", disable_numparse=True),
-                  "llama.cpp's verify is its target's batch time less the prompt's prefill; "
-                  "llama.cpp times a decode up to the next synchronize, so it holds the "
-                  "draft's re-decode of the batch too."]
-        if any(v is not None and v < 0 for b in budget.values() for v in b.values()
-               if isinstance(v, float)):
-            lines.append("≈0: a difference of two measured totals that came out below zero, "
-                         "i.e. smaller than their noise")
-    phases = [x for r in doc["runs"] if r["path"] == LLAMA_CPP for x in
-              r.get("round_phases_ms") or []]
-    if phases:
-        import statistics
-        lines += [f"llama.cpp's debug log (untimed runs, {len(phases)} rounds), median per "
-                  f"round: drafting {statistics.median(x[0] for x in phases):.0f} ms, verify + "
-                  f"the draft's re-decode + sampling "
-                  f"{statistics.median(x[1] for x in phases):.0f} ms"]
-    first = {mode: [r["first_chunk_s"] for r in doc["runs"] if r["path"] == LLAMA_CPP_PYTHON
-                    and r["mode"] == mode and r.get("first_chunk_s") is not None]
-             for mode in ("raw", "static")}
-    if first["raw"] and first["static"]:
-        raw_s, sd_s = (sum(v) / len(v) for v in (first["raw"], first["static"]))
-        lines += ["", f"llama-cpp-python's first token (the prompt's prefill), mean: raw "
-                      f"{1e3 * raw_s:.0f} ms, with draft_model= {1e3 * sd_s:.0f} ms "
-                      f"(+{1e3 * (sd_s - raw_s):.0f} ms: it then computes logits for every "
-                      "prompt row, logits_all)"]
+    lines += _task_tables(summarize_paths(doc))
+    lines += _budget_lines(round_budget(doc))
+    lines += _native_phase_lines(doc) + _first_token_lines(doc)
     lines += ["", "paths: " + "; ".join(f"{p}: {PATH_NOTES[p]}" for p in s["paths"])]
     if LLAMA_CPP in s["paths"]:
         lines.append(f"llama.cpp's raw and SD: {s['native_window']}" if s.get("native_window")
@@ -213,6 +161,84 @@ def render_paths(doc: dict) -> str:
     if info:
         lines.append(f"llama.cpp: {info}")
     return "\n".join(lines)
+
+
+def _task_tables(summary: dict) -> list[str]:
+    """One table per task: each path's raw and SD t/s, SD ×raw, acceptance, same output."""
+    from tabulate import tabulate
+
+    lines = []
+    for task, row in summary.items():
+        table = []
+        for path, st in row.items():
+            cell = speedup_cell({"sd_speedup": st["speedup"], "sd_speedup_ci": st["ci"],
+                                 "sd_speedup_range": st["range"],
+                                 "sd_speedup_units": st["units"]})
+            table.append([path, fmt_value(st["raw_tok_s"], ".1f"),
+                          fmt_value(st["sd_tok_s"], ".1f"), cell,
+                          fmt_value(st["over_cpuspec"], ".2f"),
+                          fmt_value(st["acceptance_pct"], ".1f"), st["same_output"]])
+        lines += ["", f"{task}:", tabulate(
+            table, headers=["path", "raw t/s", "SD t/s", "SD ×raw [95% CI]", "÷ cpuspec",
+                            "accept %", "SD = raw output"], tablefmt="simple",
+            disable_numparse=True)]
+    return lines
+
+
+def _budget_lines(budget: dict) -> list[str]:
+    """Where an SD round's time goes, per path."""
+    from tabulate import tabulate
+
+    if not budget:
+        return []
+    lines = ["", "Where an SD round's time goes (ms per round, every SD generation):",
+             tabulate([[p, b["rounds"], fmt_value(b["tokens_per_round"], ".2f"),
+                        _ms(b["draft_ms"]), _ms(b["verify_ms"]),
+                        "in verify" if b.get("redecode_in_verify") else
+                        _ms(b.get("redecode_ms")),
+                        _ms(b["sampling_ms"]), _ms(b["other_ms"]),
+                        _ms(b["round_ms"]), b["first_round_none"] or "-"]
+                       for p, b in budget.items()],
+                      headers=["path", "rounds", "tokens/round", "draft", "verify",
+                               "draft re-decode", "sampling", "other", "round",
+                               "1st round kept 0"],
+                      tablefmt="simple", disable_numparse=True),
+             "llama.cpp's verify is its target's batch time less the prompt's prefill; "
+             "llama.cpp times a decode up to the next synchronize, so it holds the "
+             "draft's re-decode of the batch too."]
+    if any(v is not None and v < 0 for b in budget.values() for v in b.values()
+           if isinstance(v, float)):
+        lines.append("≈0: a difference of two measured totals that came out below zero, "
+                     "i.e. smaller than their noise")
+    return lines
+
+
+def _native_phase_lines(doc: dict) -> list[str]:
+    """llama.cpp's own split of a round, from its debug log."""
+    import statistics
+
+    phases = [x for r in doc["runs"] if r["path"] == LLAMA_CPP for x in
+              r.get("round_phases_ms") or []]
+    if not phases:
+        return []
+    return [f"llama.cpp's debug log (untimed runs, {len(phases)} rounds), median per "
+            f"round: drafting {statistics.median(x[0] for x in phases):.0f} ms, verify + "
+            f"the draft's re-decode + sampling "
+            f"{statistics.median(x[1] for x in phases):.0f} ms"]
+
+
+def _first_token_lines(doc: dict) -> list[str]:
+    """llama-cpp-python's first token with and without draft_model=."""
+    first = {mode: [r["first_chunk_s"] for r in doc["runs"] if r["path"] == LLAMA_CPP_PYTHON
+                    and r["mode"] == mode and r.get("first_chunk_s") is not None]
+             for mode in ("raw", "static")}
+    if not (first["raw"] and first["static"]):
+        return []
+    raw_s, sd_s = (sum(v) / len(v) for v in (first["raw"], first["static"]))
+    return ["", f"llama-cpp-python's first token (the prompt's prefill), mean: raw "
+                f"{1e3 * raw_s:.0f} ms, with draft_model= {1e3 * sd_s:.0f} ms "
+                f"(+{1e3 * (sd_s - raw_s):.0f} ms: it then computes logits for every "
+                "prompt row, logits_all)"]
 
 
 # --- what a saved paths run says about a configuration, printed under tune and advise ---

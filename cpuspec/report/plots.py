@@ -263,126 +263,160 @@ def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None 
     if not data:
         raise PlotError("nothing to plot: give bench, costs or sweep results files")
     cap = "\n".join(dict.fromkeys(caption(r) for r in runs))
-    written: list[Path] = []
-
     by_name = dict(zip(names, runs))
+    written: list[Path] = []
+    # each figure is drawn, saved and closed before the next is drawn
+    for fig, stem, text in _figures(plt, data, cap, by_name):
+        _save(plt, fig, out_dir / stem, (f"{title}\n" if title else "") + text, written)
+    return written
 
-    def save(fig, stem: str, text: str = cap) -> None:
-        text = wrap_caption((f"{title}\n" if title else "") + text, fig.get_figwidth())
-        fig.text(0.01, 0.01, text, fontsize=7, va="bottom", ha="left", color="0.3")
-        # a 7-point line is 0.117 in high (line spacing 1.2); a long caption makes the figure
-        # taller rather than squeezing the axes into it (at most 45 % of the height is caption)
-        needed = 0.05 + 0.12 * (text.count("\n") + 1)
-        fig.set_figheight(max(fig.get_figheight(), needed / 0.45))
-        fig.tight_layout(rect=(0, needed / fig.get_figheight(), 1, 1))
-        for ext in ("png", "svg"):
-            path = out_dir / f"{stem}.{ext}"
-            fig.savefig(path, dpi=120)
-            written.append(path)
-        plt.close(fig)
 
+def _save(plt, fig, stem: Path, text: str, written: list[Path]) -> None:
+    """The caption under the axes, then the figure as PNG and SVG."""
+    text = wrap_caption(text, fig.get_figwidth())
+    fig.text(0.01, 0.01, text, fontsize=7, va="bottom", ha="left", color="0.3")
+    # a 7-point line is 0.117 in high (line spacing 1.2); a long caption makes the figure
+    # taller rather than squeezing the axes into it (at most 45 % of the height is caption)
+    needed = 0.05 + 0.12 * (text.count("\n") + 1)
+    fig.set_figheight(max(fig.get_figheight(), needed / 0.45))
+    fig.tight_layout(rect=(0, needed / fig.get_figheight(), 1, 1))
+    for ext in ("png", "svg"):
+        path = stem.with_name(f"{stem.name}.{ext}")
+        fig.savefig(path, dpi=120)
+        written.append(path)
+    plt.close(fig)
+
+
+def _figures(plt, data: dict, cap: str, by_name: dict):
+    """(figure, file stem, caption) for every figure the data allow, one at a time."""
     if "speedup" in data:
-        d = data["speedup"]
-        fig, ax = plt.subplots(figsize=(7, 4))
-        width = 0.8 / max(len(d["series"]), 1)
-        for i, s in enumerate(d["series"]):
-            x = np.arange(len(s["tasks"])) + i * width
-            err = np.array([[v - ci[0], ci[1] - v] if ci else [0, 0]
-                            for v, ci in zip(s["speedup"], s["ci"])]).T
-            ax.bar(x, s["speedup"], width, yerr=err, capsize=3, label=s["name"])
-            ax.set_xticks(np.arange(len(s["tasks"])) + 0.4 - width / 2, s["tasks"])
-        ax.axhline(d["reference"], color="k", lw=1, ls="--")
-        ax.set_ylabel("SD ÷ raw, end to end (95 % CI)")
-        ax.set_title("Does speculative decoding pay, per task?")
-        ax.legend(fontsize=7)
-        save(fig, "speedup")
+        yield _speedup_figure(plt, data["speedup"]), "speedup", cap
     if "breakeven" in data and data["breakeven"]["points"]:
-        pts = data["breakeven"]["points"]
-        fig, ax = plt.subplots(figsize=(5, 5))
-        top = max(max(p["a"], p["break_even"]) for p in pts) * 1.1
-        ax.plot([1, top], [1, top], color="k", lw=1, ls="--", label="a = 1 + α + β")
-        labels = [f"{p['task']} ({p['run']})" for p in pts]
-        offsets = label_offsets([(p["break_even"], p["a"]) for p in pts], labels,
-                                (top - 1, top - 1), (250, 250))
-        for p, text, slot in zip(pts, labels, offsets):
-            ax.scatter(p["break_even"], p["a"], color="tab:green" if p["pays"] else "tab:red")
-            ax.annotate(text, (p["break_even"], p["a"]), fontsize=6,
-                        xytext=(3, 2 + LABEL_STEP_PT * slot), textcoords="offset points")
-        ax.set_xlabel("1 + α + β (cost of a round, in target decodes)")
-        ax.set_ylabel("a (tokens per round)")
-        ax.set_title("Break-even: below the diagonal SD loses")
-        ax.legend(fontsize=7)
-        save(fig, "breakeven")
+        yield _breakeven_figure(plt, data["breakeven"]["points"]), "breakeven", cap
     if "verify_cost" in data and data["verify_cost"]["curves"]:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for c in data["verify_cost"]["curves"]:
-            ax.plot(c["n"], c["ratio"], marker="o", label=c["name"])
-        top = max(max(c["n"]) for c in data["verify_cost"]["curves"])
-        ax.plot([1, top], [1, 1], color="k", lw=1, ls="--", label="flat (GPU-like)")
-        ax.set_xlabel("tokens in the target decode (n = k + 1)")
-        ax.set_ylabel("V(n) ÷ V(1)")
-        ax.set_title("How a verify's cost grows with the batch")
-        ax.legend(fontsize=6)
-        save(fig, "verify_cost")
+        yield _verify_cost_figure(plt, data["verify_cost"]["curves"]), "verify_cost", cap
     for name, d in data.get("sweep", {}).items():
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot(d["x"], d["raw"], marker="o", label="raw")
-        ax.plot(d["x"], d["sd"], marker="s", label="SD (static)")
-        for x in d["on"]:
-            ax.axvline(x, color="tab:green", alpha=0.3)
-        ax.set_xlabel(d["axis"] + (f" (also varied: {', '.join(d['other_axes'])})"
-                                   if d["other_axes"] else ""))
-        ax.set_ylabel("tokens/s end to end")
-        ax.set_title("Sweep: where SD turns ON (green)")
-        ax.legend(fontsize=7)
-        save(fig, f"sweep_{name.replace('/', '_')}", caption(by_name[name]))
+        yield _sweep_figure(plt, d), f"sweep_{name.replace('/', '_')}", caption(by_name[name])
     if "depth" in data:
         d = data["depth"]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for line_name, ln in d["lines"].items():
-            x = np.array(ln["depth"])
-            y = np.array(ln["speedup"], dtype=float)
-            err = np.array([[v - lo, hi - v] if lo is not None and hi is not None else [0, 0]
-                            for v, lo, hi in zip(y, ln["low"], ln["high"])]).T
-            bars = ax.errorbar(x, y, yerr=err, marker="o", capsize=3,
-                               label=f"{line_name}: measured (95 % CI)")
-            if any(p is not None for p in ln["predicted"]):
-                ax.plot(x, [np.nan if p is None else p for p in ln["predicted"]], ls=":",
-                        marker="x", color=bars[0].get_color(),
-                        label=f"{line_name}: predicted (probe + acceptance)")
-        ax.axhline(d["reference"], color="k", lw=1, ls="--", label="break-even (raw speed)")
-        ax.set_xlabel("context depth (tokens held in the KV cache before the prompt)")
-        ax.set_ylabel("SD ÷ raw, end to end")
-        ax.set_title("SD at depth")
-        ax.legend(fontsize=6)
-        save(fig, "depth", "\n".join(caption(by_name[n]) for n in d["runs"]))
+        yield _depth_figure(plt, d), "depth", "\n".join(caption(by_name[n]) for n in d["runs"])
     for name, tasks in data.get("adaptive", {}).items():
-        fig, axes = plt.subplots(len(tasks), 1, figsize=(8, 1.6 * len(tasks) + 0.8),
-                                 squeeze=False, sharex=False)
-        for ax, (task, d) in zip(axes[:, 0], tasks.items()):
-            ax.step(range(len(d["k"])), d["k"], where="post", lw=0.8)
-            for x in d["prompt_starts"]:
-                ax.axvline(x, color="0.8", lw=0.6)
-            for e in d["events"]:
-                color = "tab:red" if "off" in e["why"] else "tab:green"
-                ax.axvline(e["round"], color=color, lw=1)
-            ax.set_ylabel(f"{task}\nk")
-        axes[0, 0].set_title("Adaptive k per round (grey: new prompt, red: off, green: "
-                             "on / re-entry / probe)", fontsize=10)
-        axes[-1, 0].set_xlabel("round, across the task's prompts")
-        save(fig, f"adaptive_{name.replace('/', '_')}", caption(by_name[name]))
+        yield _adaptive_figure(plt, tasks), f"adaptive_{name.replace('/', '_')}", \
+            caption(by_name[name])
     for name, d in data.get("latency", {}).items():
-        if not d:
-            continue
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for mode, m in d.items():
-            line, = ax.step(m["ms"], m["cdf"], where="post", label=mode)
-            for q in ("p50", "p95", "p99"):
-                ax.axvline(m[q], color=line.get_color(), ls=":", lw=0.8)
-                ax.annotate(q, (m[q], {"p50": 0.5, "p95": 0.95, "p99": 0.99}[q]), fontsize=6)
-        ax.set_xlabel("per-token latency (ms)")
-        ax.set_ylabel("fraction of tokens")
-        ax.set_title("Per-token latency, raw against SD")
-        ax.legend(fontsize=7)
-        save(fig, f"latency_{name.replace('/', '_')}", caption(by_name[name]))
-    return written
+        if d:
+            yield _latency_figure(plt, d), f"latency_{name.replace('/', '_')}", \
+                caption(by_name[name])
+
+
+def _speedup_figure(plt, d: dict):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(len(d["series"]), 1)
+    for i, s in enumerate(d["series"]):
+        x = np.arange(len(s["tasks"])) + i * width
+        err = np.array([[v - ci[0], ci[1] - v] if ci else [0, 0]
+                        for v, ci in zip(s["speedup"], s["ci"])]).T
+        ax.bar(x, s["speedup"], width, yerr=err, capsize=3, label=s["name"])
+        ax.set_xticks(np.arange(len(s["tasks"])) + 0.4 - width / 2, s["tasks"])
+    ax.axhline(d["reference"], color="k", lw=1, ls="--")
+    ax.set_ylabel("SD ÷ raw, end to end (95 % CI)")
+    ax.set_title("Does speculative decoding pay, per task?")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _breakeven_figure(plt, pts: list[dict]):
+    fig, ax = plt.subplots(figsize=(5, 5))
+    top = max(max(p["a"], p["break_even"]) for p in pts) * 1.1
+    ax.plot([1, top], [1, top], color="k", lw=1, ls="--", label="a = 1 + α + β")
+    labels = [f"{p['task']} ({p['run']})" for p in pts]
+    offsets = label_offsets([(p["break_even"], p["a"]) for p in pts], labels,
+                            (top - 1, top - 1), (250, 250))
+    for p, text, slot in zip(pts, labels, offsets):
+        ax.scatter(p["break_even"], p["a"], color="tab:green" if p["pays"] else "tab:red")
+        ax.annotate(text, (p["break_even"], p["a"]), fontsize=6,
+                    xytext=(3, 2 + LABEL_STEP_PT * slot), textcoords="offset points")
+    ax.set_xlabel("1 + α + β (cost of a round, in target decodes)")
+    ax.set_ylabel("a (tokens per round)")
+    ax.set_title("Break-even: below the diagonal SD loses")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _verify_cost_figure(plt, curves: list[dict]):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for c in curves:
+        ax.plot(c["n"], c["ratio"], marker="o", label=c["name"])
+    top = max(max(c["n"]) for c in curves)
+    ax.plot([1, top], [1, 1], color="k", lw=1, ls="--", label="flat (GPU-like)")
+    ax.set_xlabel("tokens in the target decode (n = k + 1)")
+    ax.set_ylabel("V(n) ÷ V(1)")
+    ax.set_title("How a verify's cost grows with the batch")
+    ax.legend(fontsize=6)
+    return fig
+
+
+def _sweep_figure(plt, d: dict):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(d["x"], d["raw"], marker="o", label="raw")
+    ax.plot(d["x"], d["sd"], marker="s", label="SD (static)")
+    for x in d["on"]:
+        ax.axvline(x, color="tab:green", alpha=0.3)
+    ax.set_xlabel(d["axis"] + (f" (also varied: {', '.join(d['other_axes'])})"
+                               if d["other_axes"] else ""))
+    ax.set_ylabel("tokens/s end to end")
+    ax.set_title("Sweep: where SD turns ON (green)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _depth_figure(plt, d: dict):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for line_name, ln in d["lines"].items():
+        x = np.array(ln["depth"])
+        y = np.array(ln["speedup"], dtype=float)
+        err = np.array([[v - lo, hi - v] if lo is not None and hi is not None else [0, 0]
+                        for v, lo, hi in zip(y, ln["low"], ln["high"])]).T
+        bars = ax.errorbar(x, y, yerr=err, marker="o", capsize=3,
+                           label=f"{line_name}: measured (95 % CI)")
+        if any(p is not None for p in ln["predicted"]):
+            ax.plot(x, [np.nan if p is None else p for p in ln["predicted"]], ls=":",
+                    marker="x", color=bars[0].get_color(),
+                    label=f"{line_name}: predicted (probe + acceptance)")
+    ax.axhline(d["reference"], color="k", lw=1, ls="--", label="break-even (raw speed)")
+    ax.set_xlabel("context depth (tokens held in the KV cache before the prompt)")
+    ax.set_ylabel("SD ÷ raw, end to end")
+    ax.set_title("SD at depth")
+    ax.legend(fontsize=6)
+    return fig
+
+
+def _adaptive_figure(plt, tasks: dict):
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(8, 1.6 * len(tasks) + 0.8),
+                             squeeze=False, sharex=False)
+    for ax, (task, d) in zip(axes[:, 0], tasks.items()):
+        ax.step(range(len(d["k"])), d["k"], where="post", lw=0.8)
+        for x in d["prompt_starts"]:
+            ax.axvline(x, color="0.8", lw=0.6)
+        for e in d["events"]:
+            color = "tab:red" if "off" in e["why"] else "tab:green"
+            ax.axvline(e["round"], color=color, lw=1)
+        ax.set_ylabel(f"{task}\nk")
+    axes[0, 0].set_title("Adaptive k per round (grey: new prompt, red: off, green: "
+                         "on / re-entry / probe)", fontsize=10)
+    axes[-1, 0].set_xlabel("round, across the task's prompts")
+    return fig
+
+
+def _latency_figure(plt, d: dict):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode, m in d.items():
+        line, = ax.step(m["ms"], m["cdf"], where="post", label=mode)
+        for q in ("p50", "p95", "p99"):
+            ax.axvline(m[q], color=line.get_color(), ls=":", lw=0.8)
+            ax.annotate(q, (m[q], {"p50": 0.5, "p95": 0.95, "p99": 0.99}[q]), fontsize=6)
+    ax.set_xlabel("per-token latency (ms)")
+    ax.set_ylabel("fraction of tokens")
+    ax.set_title("Per-token latency, raw against SD")
+    ax.legend(fontsize=7)
+    return fig

@@ -63,87 +63,118 @@ def _depth_cell(row: dict) -> str:
 
 
 def render_tune(doc: dict) -> str:
-    from tabulate import tabulate
     ppl = doc.get("target_perplexity", {})
     ref = doc.get("reference_target") or doc["candidates"][0].split(" + ")[0]
     fast, sd, lines = [], [], []
     for task, r in doc["recommendations"].items():
         if "recommended" not in r:   # first files: one answer, SD against its own target
             r = {"recommended": r, "best_sd": r}
-        rec, best = r["recommended"], r["best_sd"]
-        target = rec["candidate"].split(" + ")[0].removesuffix(" (SD off)")
-        c = rec.get("confirmed", {})
-        fast.append([task, rec["candidate"], rec["k"] or "-",
-                     f"{rec['predicted_vs_reference_raw']:.2f}",
-                     _measured(c, "vs_reference_raw") if c or rec["k"] or target != ref
-                     else "1 (itself)",
-                     _audit(c), f"{ppl[target]:.2f}" if target in ppl else "-"])
-        c = best.get("confirmed", {})
-        t = best.get("terms") or {}
-        pv = best["predicted_vs_reference_raw"]
-        sd.append([task, best["candidate"], best["k"], f"{best['predicted_speedup']:.2f}",
-                   _measured(c, "measured_speedup"), f"{pv:.2f}" if pv == pv else "-",
-                   _measured(c, "vs_reference_raw"), _audit(c),
-                   f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
-        lines.append(f"{task}: fastest: {rec['command']}")
-        if rec["k"] and rec["command"] != best["command"]:
-            lines += run_it_elsewhere(rec["command"], doc.get("meta"))
-        if best["pays"]:
-            lines.append(f"{task}: SD pays most: {best['command']}")
-            lines += run_it_elsewhere(best["command"], doc.get("meta"))
-        elif best.get("ruled_out_by_cost_curve"):
-            lines.append(f"{task}: SD cannot pay with any candidate: the best cost curve, "
-                         f"{best['candidate']}, allows at most {best['predicted_speedup']:.2f}× "
-                         f"(k = {best['k']}) even with every draft accepted")
-        elif t:
-            short = t["break_even_a"] - t["a"]
-            lines.append(
-                f"{task}: SD does not pay with any candidate: the best, {best['candidate']} at "
-                f"k = {best['k']}, yields a = {t['a']:.2f} tokens per round against a round "
-                f"cost of 1 + α + β = {t['break_even_a']:.2f} decodes (α = {t['alpha']:.2f} "
-                f"drafting, β = {t['beta']:.2f} verifying); a is short by {short:.2f}")
-        for key, what in (("best_sd", "SD ×raw"), ("recommended", "fastest ×ref raw")):
-            conf = r[key].get("confirmed") or {}
-            # the figure each table shows: SD against its own raw, the fastest against the
-            # reference's raw
-            st = conf.get("vs_reference_raw_stats") if key == "recommended" else conf
-            if st and st.get("resolves"):
-                lines.append(f"{task}: {what} confirmed on {conf['n_prompts']} prompts; its "
-                             f"interval resolves differences of ±{st['resolves']:.2f}")
+        fast.append(_fastest_row(task, r["recommended"], ref, ppl))
+        sd.append(_best_sd_row(task, r["best_sd"]))
+        lines += _task_lines(task, r, doc.get("meta"))
     out = []
     window = (doc.get("settings") or {}).get("draft_window")
     if window:
         out += [describe_window(window, "every draft model", "lookup and the targets"), ""]
     if doc.get("ranking"):
-        piloted = any("pilot_score" in r for r in doc["ranking"])
+        out += _ranking_lines(doc)
+    out += _answer_tables(doc, fast, sd, ref, ppl)
+    out += _depth_lines(doc.get("depth_predictions") or {})
+    if doc.get("skipped_for_budget"):
+        out.append("skipped for the budget: " + "; ".join(doc["skipped_for_budget"]))
+    return "\n".join(out + lines)
 
-        def status(r: dict) -> str:
-            return "skipped: cannot pay" if r["ruled_out"] else "measured" if any(
-                m["candidate"] == r["candidate"] for m in doc["measured"]) else "skipped: budget"
 
-        def pilot_cells(r: dict) -> list[str]:
-            if "pilot_score" not in r:
-                return ["-", "-"]
-            return [f"{r['pilot_speedup']:.2f} / {r['pilot_vs_reference_raw']:.2f}",
-                    f"{r['pilot_task']}, k = {r['pilot_k']}"]
-        rows = sorted(doc["ranking"], key=lambda r: (-r.get("pilot_score", float("-inf")),
-                                                     -r["ceiling"]))
-        out += ["Cost curves first: the most each candidate could give with every draft "
-                "accepted ((k + 1)·V(1) ÷ (k·d + V(k + 1)); d = 0 for lookup)"
-                + ("; then each drafter's pilot acceptance on "
-                   f"{', '.join(doc.get('pilot_prompts', []))} ({doc.get('pilot_tokens')} "
-                   "tokens) through each candidate's curve, best task and k, ×own raw / "
-                   "×reference raw; measured in that order:" if piloted else ":"),
-                tabulate([[r["candidate"], f"{r['ceiling']:.2f}", r["ceiling_k"],
-                           *(pilot_cells(r) if piloted else []), status(r)] for r in rows],
-                         headers=["candidate", "ceiling ×raw", "at k",
-                                  *(["pilot predicted ×raw / ×ref raw", "at"]
-                                    if piloted else []), ""],
-                         disable_numparse=True), ""]
+def _fastest_row(task: str, rec: dict, ref: str, ppl: dict) -> list:
+    target = rec["candidate"].split(" + ")[0].removesuffix(" (SD off)")
+    c = rec.get("confirmed", {})
+    return [task, rec["candidate"], rec["k"] or "-",
+            f"{rec['predicted_vs_reference_raw']:.2f}",
+            _measured(c, "vs_reference_raw") if c or rec["k"] or target != ref
+            else "1 (itself)",
+            _audit(c), f"{ppl[target]:.2f}" if target in ppl else "-"]
+
+
+def _best_sd_row(task: str, best: dict) -> list:
+    c = best.get("confirmed", {})
+    t = best.get("terms") or {}
+    pv = best["predicted_vs_reference_raw"]
+    return [task, best["candidate"], best["k"], f"{best['predicted_speedup']:.2f}",
+            _measured(c, "measured_speedup"), f"{pv:.2f}" if pv == pv else "-",
+            _measured(c, "vs_reference_raw"), _audit(c),
+            f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"]
+
+
+def _task_lines(task: str, r: dict, meta: dict | None) -> list[str]:
+    """The commands of a task's answers, why SD does not pay where it does not, and how
+    finely each confirmation resolves."""
+    rec, best = r["recommended"], r["best_sd"]
+    t = best.get("terms") or {}
+    lines = [f"{task}: fastest: {rec['command']}"]
+    if rec["k"] and rec["command"] != best["command"]:
+        lines += run_it_elsewhere(rec["command"], meta)
+    if best["pays"]:
+        lines.append(f"{task}: SD pays most: {best['command']}")
+        lines += run_it_elsewhere(best["command"], meta)
+    elif best.get("ruled_out_by_cost_curve"):
+        lines.append(f"{task}: SD cannot pay with any candidate: the best cost curve, "
+                     f"{best['candidate']}, allows at most {best['predicted_speedup']:.2f}× "
+                     f"(k = {best['k']}) even with every draft accepted")
+    elif t:
+        short = t["break_even_a"] - t["a"]
+        lines.append(
+            f"{task}: SD does not pay with any candidate: the best, {best['candidate']} at "
+            f"k = {best['k']}, yields a = {t['a']:.2f} tokens per round against a round "
+            f"cost of 1 + α + β = {t['break_even_a']:.2f} decodes (α = {t['alpha']:.2f} "
+            f"drafting, β = {t['beta']:.2f} verifying); a is short by {short:.2f}")
+    for key, what in (("best_sd", "SD ×raw"), ("recommended", "fastest ×ref raw")):
+        conf = r[key].get("confirmed") or {}
+        # the figure each table shows: SD against its own raw, the fastest against the
+        # reference's raw
+        st = conf.get("vs_reference_raw_stats") if key == "recommended" else conf
+        if st and st.get("resolves"):
+            lines.append(f"{task}: {what} confirmed on {conf['n_prompts']} prompts; its "
+                         f"interval resolves differences of ±{st['resolves']:.2f}")
+    return lines
+
+
+def _ranking_lines(doc: dict) -> list[str]:
+    """The cost-curve ceilings (and pilot predictions) in the order tune measured them."""
+    from tabulate import tabulate
+    piloted = any("pilot_score" in r for r in doc["ranking"])
+
+    def status(r: dict) -> str:
+        return "skipped: cannot pay" if r["ruled_out"] else "measured" if any(
+            m["candidate"] == r["candidate"] for m in doc["measured"]) else "skipped: budget"
+
+    def pilot_cells(r: dict) -> list[str]:
+        if "pilot_score" not in r:
+            return ["-", "-"]
+        return [f"{r['pilot_speedup']:.2f} / {r['pilot_vs_reference_raw']:.2f}",
+                f"{r['pilot_task']}, k = {r['pilot_k']}"]
+    rows = sorted(doc["ranking"], key=lambda r: (-r.get("pilot_score", float("-inf")),
+                                                 -r["ceiling"]))
+    return ["Cost curves first: the most each candidate could give with every draft "
+            "accepted ((k + 1)·V(1) ÷ (k·d + V(k + 1)); d = 0 for lookup)"
+            + ("; then each drafter's pilot acceptance on "
+               f"{', '.join(doc.get('pilot_prompts', []))} ({doc.get('pilot_tokens')} "
+               "tokens) through each candidate's curve, best task and k, ×own raw / "
+               "×reference raw; measured in that order:" if piloted else ":"),
+            tabulate([[r["candidate"], f"{r['ceiling']:.2f}", r["ceiling_k"],
+                       *(pilot_cells(r) if piloted else []), status(r)] for r in rows],
+                     headers=["candidate", "ceiling ×raw", "at k",
+                              *(["pilot predicted ×raw / ×ref raw", "at"]
+                                if piloted else []), ""],
+                     disable_numparse=True), ""]
+
+
+def _answer_tables(doc: dict, fast: list, sd: list, ref: str, ppl: dict) -> list[str]:
+    """The two answer tables, the targets' perplexity and what predicted and measured mean."""
+    from tabulate import tabulate
     scaled = any("vs_reference_raw" in (r.get(k, r).get("confirmed") or {}) and
                  "vs_reference_raw_stats" not in r.get(k, r)["confirmed"]
                  for r in doc["recommendations"].values() for k in ("recommended", "best_sd"))
-    out += [f"Fastest per task, against raw decoding on {ref} (the first target); SD off "
+    return [f"Fastest per task, against raw decoding on {ref} (the first target); SD off "
             "where raw decoding on some target is faster than any SD configuration:",
             tabulate(fast, headers=["task", "configuration", "k", "predicted ×ref raw",
                                     "measured ×ref raw", "same output", "target perplexity"],
@@ -162,26 +193,29 @@ def render_tune(doc: dict) -> str:
             "below; measured ×ref raw "
             + ("(scaled): the measured ×raw times the choosing runs' raw-speed ratio)"
                if scaled else "pairs each prompt with the reference's raw run on it)")]
-    depth = doc.get("depth_predictions") or {}
-    if depth:
-        ds = sorted({r["depth"] for d in depth.values() for r in d["by_depth"]})
-        out += ["", "SD at depth, predicted (" + next(iter(depth.values()))["predicted_from"]
-                + "; `cpuspec bench --depth` measures it):",
-                tabulate([[task, d["candidate"], d["k"],
-                           *[next((_depth_cell(r) for r in d["by_depth"] if r["depth"] == x),
-                                  "-") for x in ds],
-                           f"{d['crossover']} at {d['crossover_depth']}" if d["crossover"]
-                           else "-" if not d["by_depth"] else "pays at every depth"
-                           if _depth_value(d["by_depth"][0]) > 1 else "pays at no depth"]
-                          for task, d in depth.items()],
-                         headers=["task", "target + draft", "k",
-                                  *[f"×raw at {x}" for x in ds], "crossover"],
-                         disable_numparse=True)]
-        if any("calibration" in d for d in depth.values()):
-            out.append("(a → b: a from the choosing prompts; b = a × confirmed ÷ predicted at "
-                       "depth 0, " + ", ".join(f"{t} {d['calibration']:.2f}" for t, d in
-                                               depth.items() if "calibration" in d)
-                       + "; the crossover is read from b)")
-    if doc.get("skipped_for_budget"):
-        out.append("skipped for the budget: " + "; ".join(doc["skipped_for_budget"]))
-    return "\n".join(out + lines)
+
+
+def _depth_lines(depth: dict) -> list[str]:
+    """SD at depth as predicted for each task's pick, and where it crosses 1."""
+    from tabulate import tabulate
+    if not depth:
+        return []
+    ds = sorted({r["depth"] for d in depth.values() for r in d["by_depth"]})
+    out = ["", "SD at depth, predicted (" + next(iter(depth.values()))["predicted_from"]
+           + "; `cpuspec bench --depth` measures it):",
+           tabulate([[task, d["candidate"], d["k"],
+                      *[next((_depth_cell(r) for r in d["by_depth"] if r["depth"] == x),
+                             "-") for x in ds],
+                      f"{d['crossover']} at {d['crossover_depth']}" if d["crossover"]
+                      else "-" if not d["by_depth"] else "pays at every depth"
+                      if _depth_value(d["by_depth"][0]) > 1 else "pays at no depth"]
+                     for task, d in depth.items()],
+                    headers=["task", "target + draft", "k",
+                             *[f"×raw at {x}" for x in ds], "crossover"],
+                    disable_numparse=True)]
+    if any("calibration" in d for d in depth.values()):
+        out.append("(a → b: a from the choosing prompts; b = a × confirmed ÷ predicted at "
+                   "depth 0, " + ", ".join(f"{t} {d['calibration']:.2f}" for t, d in
+                                           depth.items() if "calibration" in d)
+                   + "; the crossover is read from b)")
+    return out
