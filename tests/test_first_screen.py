@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from cpuspec.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
-LOSES = "bench/results/avx2-build/bench_2threads.json"        # SD 0.62× raw overall
-PAYS = "bench/results/epyc-family25-model17/bench_q8_0_k7.json"  # json, code 1.4× raw
+LOSES = "tests/recorded/avx2-build/bench_2threads.json"        # SD 0.62× raw overall
+PAYS = "tests/recorded/epyc-family25-model17/bench_q8_0_k7.json"  # json, code 1.4× raw
 README = ROOT / "README.md"
 START, END = "<!-- sample-output:start -->", "<!-- sample-output:end -->"
 MAX_LINES, MAX_COLUMNS = 30, 100

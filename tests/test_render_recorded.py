@@ -1,6 +1,6 @@
 """Recorded results files render as they did: the text a user reads from `cpuspec report` and
-`cpuspec advise` on a handful of real files (bench, lookup, sweep, tune, paths; machines A, B
-and C, schema 1 and 2) is compared with stored output, so a refactor that changes a printed
+`cpuspec advise` on a handful of real files that the tests own (tests/recorded: bench, lookup,
+sweep, tune, paths; machines A, B and C, schema 1 and 2) is compared with stored output, so a refactor that changes a printed
 figure fails here. To accept an intended change, regenerate the expected files with
 `CPUSPEC_REGEN_EXPECTED=1 python -m pytest tests/test_render_recorded.py` and review the diff."""
 import math
@@ -12,20 +12,20 @@ from click.testing import CliRunner
 
 from cpuspec.cli.main import main
 
-ROOT = Path(__file__).resolve().parent.parent
+RECORDED = Path(__file__).resolve().parent / "recorded"   # the files (tests/recorded/README.md)
 EXPECTED = Path(__file__).resolve().parent / "expected"
 CASES = [
-    ("report", "bench/results/epyc-family25-model17/bench_q8_0_k7.json", "text"),
-    ("report", "bench/results/epyc-family25-model17/bench_q8_0_k7.json", "csv"),
-    ("advise", "bench/results/epyc-family25-model17/bench_q8_0_k7.json", None),
-    ("report", "bench/results/lookup62_q4_0_k3.json", "text"),
-    ("advise", "bench/results/lookup62_q4_0_k3.json", None),
-    ("report", "bench/results/avx2-build/bench_2threads.json", "text"),
-    ("report", "bench/results/avx2-build/sweep_threads_k.json", "text"),
-    ("report", "bench/results/epyc-family25-model1/tune_json_code.json", "text"),
-    ("report", "bench/results/epyc-family25-model17/paths_q8_0_k7.json", "text"),
+    ("report", "epyc-family25-model17/bench_q8_0_k7.json", "text"),
+    ("report", "epyc-family25-model17/bench_q8_0_k7.json", "csv"),
+    ("advise", "epyc-family25-model17/bench_q8_0_k7.json", None),
+    ("report", "lookup62_q4_0_k3.json", "text"),
+    ("advise", "lookup62_q4_0_k3.json", None),
+    ("report", "avx2-build/bench_2threads.json", "text"),
+    ("report", "avx2-build/sweep_threads_k.json", "text"),
+    ("report", "epyc-family25-model1/tune_json_code.json", "text"),
+    ("report", "epyc-family25-model17/paths_q8_0_k7.json", "text"),
     # long inputs: the target's prefill shared between modes (summary.py, report.py)
-    ("report", "bench/results/epyc-family25-model17/adaptive_heldout_long_q8_0_k7_n128_v6.json",
+    ("report", "epyc-family25-model17/adaptive_heldout_long_q8_0_k7_n128_v6.json",
      "text"),
 ]
 
@@ -33,7 +33,7 @@ CASES = [
 @pytest.mark.parametrize("cmd, path, fmt", CASES)
 def test_recorded_file_renders_as_stored(cmd, path, fmt):
     # the full report (--details): the one-screen verdict is tests/test_first_screen.py's
-    args = [cmd, str(ROOT / path)] + (["--format", fmt] if fmt else []) + \
+    args = [cmd, str(RECORDED / path)] + (["--format", fmt] if fmt else []) + \
         (["--details"] if cmd == "report" and fmt == "text" else [])
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
