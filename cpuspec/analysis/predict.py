@@ -82,10 +82,12 @@ def replay_inputs(sd: list[dict]) -> tuple[list[tuple[int, int, int]], float, fl
 
 
 def predict_from_rounds(probe: dict, k: int, sd: list[dict],
-                        draft_window: Sequence[int] | None = None) -> tuple[float, str] | None:
-    """The prediction for drafters with a varying number of drafts per round (lookup, hybrid):
-    the probe's costs applied to the recorded rounds replayed at k (costs.py); `draft_window`
-    as for predict_from_probe (the hybrid's draft model can read one)."""
+                        draft_window: Sequence[int] | None = None,
+                        gate_k: int | None = None) -> tuple[float, str] | None:
+    """The prediction for drafters with a varying number of drafts per round (lookup, hybrid,
+    a model gated by p-min: gate_k, round_terms): the probe's costs applied to the recorded
+    rounds replayed at k (costs.py); `draft_window` as for predict_from_probe (the hybrid's
+    draft model can read one)."""
     rounds, share, catchup = replay_inputs(sd)
     costs = _costs(probe)
     if not rounds or costs is None or any(min(j, k) + 1 not in costs.verify_s
@@ -95,7 +97,7 @@ def predict_from_rounds(probe: dict, k: int, sd: list[dict],
                               lambda prompt_tokens, draft_tokens, n_tokens:
                               predict_rounds_generation_s(costs, rounds, k, prompt_tokens,
                                                           n_tokens, share, catchup,
-                                                          draft_tokens))
+                                                          draft_tokens, gate_k))
 
 
 def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int) -> tuple[int, list]:

@@ -93,6 +93,10 @@ def _draft_s_per_token(sd: list[dict], full: list[dict], k: int, parallel: bool)
     return statistics.median(r["draft_s"] / k for r in full)
 
 
+# The draft model with a confidence gate (settings.p_min > 0): it drafts 0..k per round.
+GATED = "model, gated by p-min"
+
+
 def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
                     parallel: bool = False, drafter: str = "model",
                     draft_window: list[int] | None = None) -> dict[str, Any]:
@@ -185,7 +189,8 @@ def _prediction(probe: dict, sd: list[dict], k: int, drafter: str, parallel: boo
     they find."""
     survival = [p / 100.0 for p in out["per_position_acceptance_pct"]]
     pred = predict_from_probe(probe, survival, k, sd, parallel, draft_window) \
-        if drafter == "model" else predict_from_rounds(probe, k, sd, draft_window)
+        if drafter == "model" else predict_from_rounds(
+            probe, k, sd, draft_window, k if drafter == GATED else None)
     if not pred:
         return {}
     return {"predicted_speedup": pred[0], "predicted_window": pred[1],
@@ -291,6 +296,8 @@ def summarize(results: dict) -> dict[str, Any]:
     probe = results.get("cost_probe")
     parallel = results["settings"].get("schedule") == "parallel"
     drafter = results["settings"].get("drafter", "model")
+    if drafter == "model" and results["settings"].get("p_min"):
+        drafter = GATED   # drafts per round vary: every round counts, as for lookup
     draft_window = results["settings"].get("draft_window")
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe, parallel,

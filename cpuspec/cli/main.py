@@ -15,10 +15,11 @@ from cpuspec.cli.measure import contention, costs, hw, paths, quality, tune
 from cpuspec.cli.models import models
 from cpuspec.cli.results import advise, compare, plot, report, runs
 from cpuspec.cli.help import SectionedCommand
-from cpuspec.cli.util import (check_bench_flags, check_depths, check_model_file,
+from cpuspec.cli.util import (check_bench_flags, check_depths, check_gate, check_model_file,
                       configure_log, check_size, cpu_list, finish_outputs, write_text,
                       finite, guarded,
-                      log, policy_list, positive, prepare_outputs, print_bench, prompts_or_exit, quant_list,
+                      log, policy_list, positive, prepare_outputs, print_bench, probabilities,
+                      prompts_or_exit, quant_list,
                       save_options, task_names, values, window_option)
 from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
 from cpuspec.machine.hardware import HardwareError, default_threads, detect_hardware
@@ -51,6 +52,7 @@ def main(verbose) -> None:
 BENCH_SECTIONS = {
     "Models": ["pair", "target_path", "draft_path", "target_quant", "draft_quant", "drafter"],
     "What to measure": ["tasks", "prompts_file", "prompts_per_task", "max_tokens", "k",
+                        "p_min", "n_min",
                         "policies", "depth", "draft_window", "repetitions", "warmup",
                         "temperature", "seed"],
     "Cores and devices (comma lists and ranges sweep)": [
@@ -92,6 +94,12 @@ BENCH_SECTIONS = {
               help="CPU list for the draft phase, e.g. 12-15 (llama.cpp's -Cd).")
 @click.option("-k", "--draft-len", "k", default="4", show_default=True, callback=values(1),
               help="Draft tokens per round; a list or range sweeps.")
+@click.option("--p-min", default="0", show_default=True, callback=probabilities,
+              metavar="P,...", help="Stop a static round's drafting at the first draft token "
+              "whose probability is below P, as llama.cpp's --spec-draft-p-min; a list sweeps.")
+@click.option("--n-min", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Drop a round's drafts when fewer than N pass --p-min (llama.cpp's "
+                   "--spec-draft-n-min).")
 @click.option("-n", "--max-tokens", type=int, default=128, show_default=True,
               callback=positive, help="Tokens generated per prompt.")
 @click.option("-d", "--depth", default="0", show_default=True, callback=values(0),
@@ -159,7 +167,7 @@ BENCH_SECTIONS = {
                                          "200 prompts × repetitions.")
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, target_quant, draft_quant, smt, draft_threads, draft_cores, k,
-          max_tokens, depth, tasks, prompts_file,
+          p_min, n_min, max_tokens, depth, tasks, prompts_file,
           prompts_per_task, repetitions, warmup, details, policies, temperature, seed, drafter,
           draft_window, schedule, adaptive_scope, max_noise, json_path, csv_path, save, force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
@@ -182,11 +190,12 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     if draft_window and (drafter == "lookup" or schedule == "parallel" or not policies):
         raise click.UsageError("--draft-window needs a draft model (--drafter model or "
                                "hybrid), the serial schedule and an SD policy")
+    check_gate(p_min, n_min, drafter, policies, schedule)
     prompts = _bench_prompts(tasks, prompts_file, prompts_per_task, depth)
     axes = {"target_quant": target_quant or [""], "draft_quant": draft_quant or [""],
             "n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
             "p_cores": p_cores, "e_cores": e_cores, "threads": threads or [0], "k": k,
-            "depth": depth}
+            "depth": depth, "p_min": p_min}
     check_size(len(prompts), repetitions, math.prod(len(v) for v in axes.values()), yes)
     for p in (target_path, draft_path):
         check_model_file(p)
@@ -202,7 +211,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        drafter=drafter, draft_cpus=where.draft_cpus,
                        draft_threads=draft_threads, temperature=temperature, seed=seed,
                        max_noise=max_noise, adaptive_scope=adaptive_scope, schedule=schedule,
-                       draft_window=draft_window, argv=["cpuspec", *sys.argv[1:]])
+                       draft_window=draft_window, n_min=n_min, argv=["cpuspec", *sys.argv[1:]])
     if where.is_sweep:
         _sweep(base, where, default_threads(), sink, csv_path)
     else:

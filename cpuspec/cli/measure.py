@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -188,27 +189,69 @@ def _chosen_paths(path_list: str, drafter: str, draft, llama_bin, build_native: 
     native_flags = [f for f, on in (("--llama-bin", llama_bin is not None),
                                     ("--build-native", build_native),
                                     ("--native-rounds", native_rounds)) if on]
-    if native_flags and core.LLAMA_CPP not in chosen:
-        raise click.UsageError(f"{', '.join(native_flags)} apply to the {core.LLAMA_CPP} path; "
+    server_ok = [f for f in native_flags if f != "--native-rounds"]
+    if native_flags and core.LLAMA_CPP not in chosen and (
+            core.LLAMA_SERVER not in chosen or len(server_ok) < len(native_flags)):
+        raise click.UsageError(f"{', '.join(native_flags)} apply to the {core.LLAMA_CPP} path "
+                               f"(--llama-bin and --build-native to {core.LLAMA_SERVER} too); "
                                f"add {core.LLAMA_CPP} to --paths")
     return chosen
 
 
-def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
-    """Where llama.cpp's programs are (built first with --build-native); None, and the
-    llama.cpp path dropped from `chosen`, where none are found and other paths remain."""
+def _server_flags(text: str | None, chosen: list[str]) -> tuple[str, ...] | None:
+    """--server-flags as argv words, checked for what cpuspec sets itself."""
+    if text is None:
+        return None
+    if core.LLAMA_SERVER not in chosen:
+        raise click.UsageError(f"--server-flags applies to the {core.LLAMA_SERVER} path; add "
+                               f"{core.LLAMA_SERVER} to --paths")
     try:
-        bin_dir = native.build(log) if build_native else native.find_bin_dir(llama_bin)
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--server-flags'") from None
+    taken = [w for w in words if w in ("-m", "--model", "--host", "--port", "-np", "--parallel",
+                                       "-t", "--threads", "-c", "--ctx-size")]
+    if not words or taken:
+        raise click.BadParameter(
+            "give speculative flags only (cpuspec sets the model, threads, context, host, "
+            f"port and slots){': not ' + ', '.join(taken) if taken else ''}",
+            param_hint="'--server-flags'")
+    return words
+
+
+def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
+    """Where llama.cpp's programs are (built first with --build-native): --llama-bin, else
+    the first folder holding every program the chosen paths run, else the first holding one
+    path's. The llama.cpp and llama-server paths whose programs are not there are dropped
+    from `chosen`, with a note, where other paths remain; an error where none would."""
+    need = {core.LLAMA_CPP: native.MEASURED, core.LLAMA_SERVER: (native.SERVER,)}
+    wanted = [p for p in chosen if p in need]
+    try:
+        if build_native:
+            native.build(log)
+        if llama_bin is not None:   # a folder the user named must hold them: no fallback
+            lacking = [t for p in wanted for t in need[p] if not (llama_bin / t).is_file()]
+            if lacking:
+                raise native.NativeError(
+                    f"{llama_bin} has no {', '.join(lacking)}; build llama.cpp's tools there, "
+                    "run `cpuspec paths --build-native`, or leave the path out of --paths")
+        bin_dir = llama_bin or native.find_bin_dir(None, [t for p in wanted for t in need[p]])
+        for p in wanted if bin_dir is None else []:
+            bin_dir = bin_dir or native.find_bin_dir(None, need[p])
     except native.NativeError as exc:
         raise click.ClickException(str(exc))
-    if bin_dir is None:
-        if chosen == [core.LLAMA_CPP]:
-            raise click.ClickException(
-                "nothing to measure: llama.cpp's llama-speculative-simple and "
-                "llama-completion were not found (give --llama-bin DIR, or --build-native)")
-        log("llama.cpp: no llama-speculative-simple and llama-completion found (give "
-            "--llama-bin DIR, or --build-native); measuring without the llama.cpp path")
-        chosen.remove(core.LLAMA_CPP)
+    missing = [p for p in wanted
+               if bin_dir is None or not all((bin_dir / t).is_file() for t in need[p])]
+    if missing:
+        names = ", ".join(t for p in missing for t in need[p])
+        where = "(give --llama-bin DIR, or --build-native)"
+        if len(missing) == len(chosen):
+            raise click.ClickException(f"nothing to measure: llama.cpp's {names} not found "
+                                       f"{where}")
+        log(f"llama.cpp: no {names} found {where}; measuring without the "
+            f"{' and '.join(missing)} path")
+        for p in missing:
+            chosen.remove(p)
     return bin_dir
 
 
@@ -228,12 +271,16 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
               help="Tokens generated per prompt.")
 @click.option("-t", "--threads", type=int, callback=positive,
               help="Threads for every path [default: the physical cores].")
-@click.option("--paths", "path_list", default="cpuspec,llama-cpp-python,llama.cpp",
+@click.option("--paths", "path_list", default="cpuspec,llama-cpp-python,llama.cpp,llama-server",
               show_default=True, help="Comma list of cpuspec, cpuspec+redecode, "
-              "llama-cpp-python, llama.cpp.")
+              "llama-cpp-python, llama.cpp, llama-server (llama.cpp's programs: left out, "
+              "with a note, where they are not built).")
 @click.option("--llama-bin", type=click.Path(path_type=Path, file_okay=False),
-              help="Folder with llama.cpp's llama-speculative-simple and llama-completion "
-                   "[default: $CPUSPEC_LLAMA_BIN, cpuspec's build, then PATH].")
+              help="Folder with llama.cpp's llama-speculative-simple, llama-completion and "
+                   "llama-server [default: $CPUSPEC_LLAMA_BIN, cpuspec's build, then PATH].")
+@click.option("--server-flags", metavar="FLAGS",
+              help="The SD server's speculative flags in place of the configuration's, e.g. "
+                   "'--spec-type ngram-mod' or '--spec-default' (llama-server path only).")
 @click.option("--build-native", is_flag=True, help="Build llama.cpp's programs from the "
               "installed llama-cpp-python's sources first (once, ~15 min on 2 cores).")
 @click.option("--native-rounds", is_flag=True, help="Run llama.cpp's SD once more per prompt, "
@@ -241,7 +288,8 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
 def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, threads,
-          path_list, llama_bin, build_native, native_rounds, json_path, save, force):
+          path_list, llama_bin, server_flags, build_native, native_rounds, json_path, save,
+          force):
     """Does the speedup reach your stack? One configuration through cpuspec's loop,
     llama-cpp-python (with cpuspec.DraftModel) and llama.cpp's own programs, each SD ×raw.
 
@@ -249,9 +297,11 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
     Examples:
       cpuspec paths --target T.gguf --draft D.gguf -k 7
       cpuspec paths --paths cpuspec,cpuspec+redecode,llama.cpp --build-native
+      cpuspec paths --paths cpuspec,llama-server --server-flags '--spec-type ngram-mod'
     """
     from cpuspec.llama.engine import EngineError
     chosen = _chosen_paths(path_list, drafter, draft, llama_bin, build_native, native_rounds)
+    extra = _server_flags(server_flags, chosen)
     threads = threads or default_threads()
     check_limits([k], max_tokens, [threads], None)
     reg = registry()
@@ -260,7 +310,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
     for name in names:
         check_model_name(reg, name)
     bin_dir = _native_bin_dir(chosen, build_native, llama_bin) \
-        if core.LLAMA_CPP in chosen else None
+        if {core.LLAMA_CPP, core.LLAMA_SERVER} & set(chosen) else None
     sink = prepare_outputs([json_path], [Path(n) for n in names if n.endswith(".gguf")],
                             force, save, "paths", detect_hardware().cpu_model)
     with guarded(sink):
@@ -268,7 +318,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
             files = [resolve_model(reg, n).path for n in names]
             cfg = core.PathsConfig(files[0], files[1] if len(files) > 1 else None, k, drafter,
                                    builtin_prompts(tasks, prompts_per_task), max_tokens,
-                                   threads, tuple(chosen), bin_dir, native_rounds)
+                                   threads, tuple(chosen), bin_dir, native_rounds, extra)
             doc = core.measure_paths(
                 cfg, environment(threads), log,
                 lambda d: sink({"schema_version": SCHEMA_VERSION, **d}))

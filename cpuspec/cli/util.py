@@ -100,6 +100,33 @@ def values(minimum):
     return parse
 
 
+def probabilities(ctx, param, value):
+    """Click callback: a comma list of probabilities in [0, 1) (--p-min 0,0.5,0.75,0.9)."""
+    out = []
+    for item in str(value).split(","):
+        try:
+            v = float(item)
+        except ValueError:
+            raise click.BadParameter(f"{item.strip()!r} is not a number; e.g. 0,0.5,0.75,0.9")
+        if not 0.0 <= v < 1.0:
+            raise click.BadParameter(f"{item.strip()}: a probability from 0 to below 1")
+        out.append(v)
+    return list(dict.fromkeys(out))
+
+
+def check_gate(p_min, n_min, drafter, policies, schedule) -> None:
+    """--p-min/--n-min gate the static policy's draft model (the hybrid's model part too)."""
+    if not any(p_min) and not n_min:
+        return
+    given = ", ".join(f for f, on in (("--p-min", any(p_min)), ("--n-min", n_min)) if on)
+    if drafter == "lookup":
+        raise click.UsageError(f"{given} gate a draft model's drafts on its confidence; "
+                               "--drafter lookup has none (use --drafter model or hybrid)")
+    if "static" not in policies or schedule == "parallel":
+        raise click.UsageError(f"{given} apply to the static policy on the serial schedule "
+                               "(the adaptive policy chooses its k itself)")
+
+
 def check_depths(depths, option: str) -> None:
     """A depth that cpuspec's depth text cannot fill, refused before any model loads."""
     bound = depth_bound()

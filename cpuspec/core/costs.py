@@ -193,15 +193,17 @@ def predict_generation_s(probe: CostProbe | dict, survival: list[float], k: int,
 
 
 def round_terms(probe: CostProbe | dict, rounds: list[tuple[int, int, int]], k: int,
-                model_share: float = 1.0, catchup_tokens_per_round: float = 0.0
-                ) -> tuple[float, float, float]:
+                model_share: float = 1.0, catchup_tokens_per_round: float = 0.0,
+                gate_k: int | None = None) -> tuple[float, float, float]:
     """(a, α, β) of recorded rounds replayed at draft length k ≤ the k they were recorded at:
     a round that drafted j and kept n would have drafted min(j, k) and kept min(n, k). With
     T = V(1): a = mean tokens per round; α·T = mean drafting per round (d for the share of
     drafts the draft model made, lookup's priced at the probe's d too: for the lookup drafter
     it is the lookup's own cost; plus the hybrid's catch-up batches at the probe's catch-up
     rate); (1 + β)·T = mean V(drafts + 1). A fixed-k model drafter's full rounds give the same
-    a as the survival curve."""
+    a as the survival curve. gate_k: the rounds were drafted at k = gate_k with a confidence
+    gate (p-min): a round that stopped at j < gate_k drafts also decoded the token it dropped,
+    j + 1 draft decodes (at most k)."""
     if not rounds:
         raise ValueError("no rounds to replay")
     p = CostProbe.of(probe)
@@ -210,7 +212,8 @@ def round_terms(probe: CostProbe | dict, rounds: list[tuple[int, int, int]], k: 
     drafting = verifying = tokens = 0.0
     for drafted, accepted, emitted in rounds:
         j = min(drafted, k)
-        drafting += model_share * j * d + catchup
+        decodes = min(drafted + 1, k) if gate_k and drafted < gate_k else j
+        drafting += model_share * decodes * d + catchup
         verifying += verify[j + 1]
         tokens += min(emitted, min(accepted, k) + 1)
     n = len(rounds)
@@ -220,12 +223,13 @@ def round_terms(probe: CostProbe | dict, rounds: list[tuple[int, int, int]], k: 
 def predict_rounds_generation_s(probe: CostProbe | dict, rounds: list[tuple[int, int, int]], k: int,
                                 prompt_tokens: int, n_tokens: int, model_share: float = 1.0,
                                 catchup_tokens_per_round: float = 0.0,
-                                draft_prompt_tokens: int | None = None) -> tuple[float, float]:
+                                draft_prompt_tokens: int | None = None,
+                                gate_k: int | None = None) -> tuple[float, float]:
     """As predict_generation_s, for drafters whose drafts per round vary (prompt lookup, the
     hybrid): the recorded rounds replayed at k (round_terms), (1 + α + β)·T per round of a
     tokens."""
     p = CostProbe.of(probe)
-    a, alpha, beta = round_terms(p, rounds, k, model_share, catchup_tokens_per_round)
+    a, alpha, beta = round_terms(p, rounds, k, model_share, catchup_tokens_per_round, gate_k)
     t = p.t
     target_prefill, draft_prefill = p.scaled_prefills(prompt_tokens, draft_prompt_tokens)
     steps = max(n_tokens - 1, 0)

@@ -117,6 +117,7 @@ class HybridDrafter:
         self.index = NgramIndex(ngram_max, ngram_min)
         self.model_kv = 0
         self.stats = self._zero()
+        self._from_lookup = False   # the last eval's token came from lookup, not the model
 
     @property
     def history(self) -> list[int]:
@@ -139,6 +140,7 @@ class HybridDrafter:
         self.index.append(tokens)
         out = self.model.eval(self.history[self.model_kv:], self.model_kv, 1)
         self.model_kv = len(self.history)
+        self._from_lookup = False
         return out
 
     def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
@@ -151,6 +153,7 @@ class HybridDrafter:
             raise ValueError(f"hybrid drafter: eval at {pos}, history has {len(self.index)}")
         self.index.append(tokens)
         guess = self.index.match()[0]
+        self._from_lookup = guess != NO_DRAFT
         if guess != NO_DRAFT:
             self.stats["lookup_drafts"] += 1
             return [NO_DRAFT] * (n_out - 1) + [guess]
@@ -160,6 +163,11 @@ class HybridDrafter:
         self.stats["model_catchup_tokens"] += len(behind) - 1
         self.model_kv = len(self.history)
         return [NO_DRAFT] * (n_out - 1) + out
+
+    def confidence(self) -> float:
+        """A lookup guess is a copy of the context: it is not gated (1.0); a model draft is
+        gated on the model's confidence."""
+        return 1.0 if self._from_lookup else self.model.confidence()
 
     def truncate(self, pos: int) -> None:
         self.index.truncate(pos)

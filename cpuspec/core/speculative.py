@@ -29,6 +29,9 @@ class Decoder(Protocol):
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens."""
 
+    # Drafters that gate on confidence (p_min > 0) also have confidence(): the probability of
+    # the token their last eval returned, over their 10 most likely tokens.
+
 
 @dataclass(frozen=True)
 class RoundStats:
@@ -125,19 +128,28 @@ def prefill_draft(draft: Decoder, tokens: Sequence[int], pos: int) -> list[int]:
     return prefill(tokens, pos) if prefill else draft.eval(tokens, pos, 1)
 
 
-def draft_tokens(draft: Decoder, pending: Sequence[int], pos: int, k: int
-                 ) -> tuple[list[int], int]:
+def draft_tokens(draft: Decoder, pending: Sequence[int], pos: int, k: int,
+                 p_min: float = 0.0) -> tuple[list[int], int]:
     """Greedily draft up to k tokens; return them and the draft's KV length afterwards.
     `pending` holds the tokens the draft has not seen yet (the last emitted one, plus the
     previous round's last draft if it was accepted), placed at `pos`. The k-th draft is never
-    decoded by the draft: the next round does that only if it is kept."""
+    decoded by the draft: the next round does that only if it is kept.
+
+    p_min > 0: confidence-gated drafting, as llama.cpp's draft-simple does it
+    (--spec-draft-p-min): drafting stops at the first token whose probability under the draft
+    (draft.confidence(), over its 10 most likely tokens as llama.cpp's draft sampler sees
+    them) is below p_min, and that token is dropped. A dropped token was never decoded by the
+    draft, so the KV length is unchanged."""
     drafts = draft.eval(pending, pos, 1)
     pos += len(pending)
-    while len(drafts) < k and drafts[-1] != NO_DRAFT and not draft.is_eog(drafts[-1]):
+    while True:
+        if drafts[-1] == NO_DRAFT or (p_min > 0 and draft.confidence() < p_min):
+            drafts.pop()
+            break
+        if len(drafts) >= k or draft.is_eog(drafts[-1]):
+            break
         drafts += draft.eval(drafts[-1:], pos, 1)
         pos += 1
-    if drafts[-1] == NO_DRAFT:
-        drafts.pop()
     return drafts, pos
 
 
@@ -234,22 +246,28 @@ def _keep_draft_kv(draft: Decoder, kv: int, keep: int) -> int:
 
 
 def _round_drafts(draft: Decoder, tokens: list[int], n_prompt: int, n_draft_kv: int | None,
-                  k: int) -> tuple[list[int], int | None]:
+                  k: int, gate: tuple[float, int] = (0.0, 0)) -> tuple[list[int], int | None]:
     """This round's drafts and the draft's KV length after them. Once prefilled, the draft's
-    KV covers the prompt, so what it has not seen is a tail of tokens."""
+    KV covers the prompt, so what it has not seen is a tail of tokens. gate: (p_min, n_min)
+    as llama.cpp's --spec-draft-p-min and --spec-draft-n-min: fewer than n_min confident
+    drafts are dropped (the round is a plain target step)."""
     if k <= 0:
         return [], n_draft_kv
     pending = tokens[n_draft_kv - n_prompt:] if n_draft_kv is not None else []
-    return draft_tokens(draft, pending, n_draft_kv, k)
+    drafts, kv = draft_tokens(draft, pending, n_draft_kv, k, gate[0])
+    return (drafts if len(drafts) >= gate[1] else []), kv
 
 
 def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
                          max_tokens: int, k: int | KPolicy,
                          clock: Clock = time.perf_counter,
-                         verify: Verify = verify_greedy, reuse: int = 0) -> Generation:
+                         verify: Verify = verify_greedy, reuse: int = 0,
+                         gate: tuple[float, int] = (0.0, 0)) -> Generation:
     """Speculative decoding. Greedy by default: with exact arithmetic its output equals
     generate_raw's. `k` is a fixed draft length or a policy that picks one per round
-    (policy.py); `verify` is the acceptance rule (sampling.py has the stochastic one).
+    (policy.py); `verify` is the acceptance rule (sampling.py has the stochastic one);
+    `gate` = (p_min, n_min) stops a round's drafting at the first unsure draft token
+    (draft_tokens), so a round drafts between 0 and k.
 
     Invariant at the start of a round, with n = len(prompt) + len(tokens): the target's KV holds
     positions [0, n - 1) and tokens[-1] (at position n - 1) is emitted but not yet decoded; the
@@ -268,9 +286,8 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
     draft.truncate(reuse)
     t0 = clock()
     run = _Run(target.eval(prompt[reuse:], reuse, 1), clock())
-    t_prefill = run.t_prev
+    t_prefill, draft_prefill_s = run.t_prev, 0.0
     n_draft_kv = None  # the draft has not read the prompt yet
-    draft_prefill_s = 0.0
     while (stop := _stop_reason(target, run.tokens, max_tokens)) is None:
         n = len(prompt) + len(run.tokens)
         # Never draft past max_tokens: k drafts + 1 bonus must fit in what remains.
@@ -284,7 +301,8 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
             draft_prefill_s += spent
             run.t_prev += spent  # keep it out of this round's time
         t_draft_start = clock()
-        drafts, draft_kv = _round_drafts(draft, run.tokens, len(prompt), n_draft_kv, k_round)
+        drafts, draft_kv = _round_drafts(draft, run.tokens, len(prompt), n_draft_kv, k_round,
+                                         gate)
         t_drafted = clock()
         n_accepted, next_token = verify(target, draft, run.tokens[-1], drafts, n - 1)
         t_verified = clock()

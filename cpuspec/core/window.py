@@ -94,6 +94,9 @@ class WindowedDraft:
         toks, at = self._map(tokens, pos, n_out)
         self.inner.decode(toks, at, n_out)
 
+    def confidence(self) -> float:
+        return self.inner.confidence()
+
     def logits(self, n_out: int):
         return self.inner.logits(n_out)
 

@@ -74,6 +74,8 @@ class BenchConfig:
     #                                 prompt (an earlier turn a server keeps; llama-bench's -d)
     draft_window: tuple[int, int] | None = None  # the draft reads a long prompt's first HEAD
     #                                 and last TAIL tokens only (window.py); None: all of it
+    p_min: float = 0.0              # the static policy's confidence gate (llama.cpp's
+    n_min: int = 0                  # --spec-draft-p-min / -n-min; core.speculative.draft_tokens)
     argv: list[str] = field(default_factory=list)
 
 
@@ -173,6 +175,7 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
                                 p.task for p in cfg.prompts)),
                             "n_prompts": len(cfg.prompts), "argv": cfg.argv,
                             "policies": cfg.policies, "drafter": cfg.drafter,
+                            "p_min": cfg.p_min, "n_min": cfg.n_min,
                             "cpus": cfg.cpus, "draft_cpus": cfg.draft_cpus,
                             "draft_threads": cfg.draft_threads or cfg.threads,
                             "n_gpu_layers": cfg.n_gpu_layers,
@@ -264,7 +267,7 @@ class Generator:
                                                  self.owner.submit, self.draft_async)
         if mode == "static":
             return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify,
-                                        reuse=reuse)
+                                        reuse=reuse, gate=(cfg.p_min, cfg.n_min))
         policy = self.adaptive_policy(task, window_reads(cfg.draft_window, len(tokens), reuse),
                                       max_tokens)
         start = len(policy.trace)

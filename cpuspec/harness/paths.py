@@ -7,6 +7,8 @@ several paths, each against its own raw decoding, on the same prompts, files and
   llama-cpp-python   Llama.create_completion, raw and with draft_model=cpuspec.DraftModel
   llama.cpp          llama-completion (raw) and llama-speculative-simple (SD), when the
                      binaries are there (native.find_bin_dir)
+  llama-server       llama.cpp's server, once plain and once with the configuration's flags
+                     (the ones tune and advise print), asked over HTTP on 127.0.0.1
 
 Every window is end to end (the prompt's prefill, the draft's too, and every token). The order
 of the paths alternates from prompt to prompt. No printing: progress goes to `log`, the document
@@ -23,7 +25,8 @@ from typing import Callable
 from cpuspec.llama import native
 from cpuspec.core.drafters import DRAFTERS
 from cpuspec.core.speculative import Decoder, generate_raw, generate_speculative, verify_greedy
-from cpuspec.results.schema import ALL_PATHS, CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, REDECODE  # noqa: F401
+from cpuspec.results.schema import (ALL_PATHS, CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON,  # noqa: F401
+                                    LLAMA_SERVER, REDECODE)
 from cpuspec.inputs.tasks import Prompt
 
 CTX_SLACK = 64
@@ -39,8 +42,10 @@ class PathsConfig:
     max_tokens: int
     threads: int
     paths: tuple[str, ...]
-    bin_dir: Path | None = None  # llama.cpp's programs, for the llama.cpp path
+    bin_dir: Path | None = None  # llama.cpp's programs, for the llama.cpp and server paths
     native_rounds: bool = False  # also run llama.cpp's SD once more, untimed, per round
+    server_flags: tuple[str, ...] | None = None   # the SD server's speculative flags, in place
+    #                              of the configuration's (llama.cpp's draftless types, p-min)
 
 
 def verify_redecode(target: Decoder, draft: Decoder, last: int, drafts: list[int], pos: int):
@@ -71,15 +76,17 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
     if REDECODE in cfg.paths and cfg.drafter != "model":
         raise ValueError(f"the {REDECODE} path imitates llama.cpp's draft model; it needs "
                          f"--drafter model")
-    if LLAMA_CPP in cfg.paths and cfg.bin_dir is None:
-        raise ValueError("the llama.cpp path needs llama.cpp's programs (bin_dir)")
+    for needs in (LLAMA_CPP, LLAMA_SERVER):
+        if needs in cfg.paths and cfg.bin_dir is None:
+            raise ValueError(f"the {needs} path needs llama.cpp's programs (bin_dir)")
     doc = {"kind": "paths", "complete": False, "meta": environment,
            "settings": {"target": str(cfg.target), "draft": str(cfg.draft) if cfg.draft else None,
                         "k": cfg.k, "drafter": cfg.drafter, "max_tokens": cfg.max_tokens,
                         "threads": cfg.threads, "paths": list(cfg.paths),
                         "prompts": [p.prompt_id for p in cfg.prompts],
                         "llama_bin": str(cfg.bin_dir) if cfg.bin_dir else None,
-                        "native_window": native.WINDOW if LLAMA_CPP in cfg.paths else None},
+                        "native_window": native.WINDOW if LLAMA_CPP in cfg.paths else None,
+                        "server_flags": list(cfg.server_flags) if cfg.server_flags else None},
            "windows": "end to end: the prompt's prefill (the draft's too) and every token",
            "runs": []}
     with Model(cfg.target) as target_m:
@@ -144,6 +151,8 @@ def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftMo
                                                        stack)
     if LLAMA_CPP in cfg.paths:
         runners[LLAMA_CPP] = _native_runner(cfg, texts, n_ctx)
+    if LLAMA_SERVER in cfg.paths:
+        runners[LLAMA_SERVER] = _server_runner(cfg, texts, n_ctx, stack)
     return runners
 
 
@@ -233,4 +242,50 @@ def _native_runner(cfg, texts, n_ctx) -> Callable:
                        prompt_eval_ms=r.prompt_eval_ms,
                        prompt_eval_tokens=r.prompt_eval_tokens, sampling_ms=r.sampling_ms,
                        draft_gen_ms=r.draft_gen_ms, acc_rate_pos=r.acc_rate_pos)
+    return run
+
+
+def server_argv(cfg: PathsConfig, n_ctx: int, sd: bool) -> list[str]:
+    """The server's flags: the target alone, or the configuration as `invocations` prints it
+    for llama-server (cfg.server_flags, where given, replace its speculative flags)."""
+    from cpuspec.core.commands import SERVER, invocations
+    plain = ["-m", str(cfg.target), "-t", str(cfg.threads), "-c", str(n_ctx)]
+    if not sd:
+        return plain
+    if cfg.server_flags is not None:
+        draft = ["-td", str(cfg.threads)] if "-md" in cfg.server_flags else []
+        return [*plain, *cfg.server_flags, *draft]
+    return invocations(str(cfg.target), str(cfg.draft) if cfg.draft else None, cfg.k,
+                       cfg.drafter, cfg.threads, n_ctx)[SERVER][1:]
+
+
+def _server_runner(cfg, texts, n_ctx, stack: contextlib.ExitStack) -> Callable:
+    """llama-server, plain and with the configuration's speculative flags: both started once,
+    each request alone in its single slot. The record holds the client's end-to-end time, the
+    server's own timings and draft counters, and the CPU time the idle server used meanwhile
+    (it should be ~0: two servers must not compete for the cores)."""
+    import psutil
+
+    from cpuspec.llama.server import Server
+    servers = {mode: stack.enter_context(Server(cfg.bin_dir, server_argv(cfg, n_ctx,
+                                                                         mode == "static")))
+               for mode in ("raw", "static")}
+    procs = {mode: psutil.Process(s.pid) for mode, s in servers.items()}
+
+    def cpu_s(mode: str) -> float:
+        t = procs[mode].cpu_times()
+        return t.user + t.system
+
+    def run(p, mode, n):
+        other = "static" if mode == "raw" else "raw"
+        before, idle_before = servers[mode].metrics(), cpu_s(other)
+        r = servers[mode].complete(texts[p.prompt_id], n)
+        after, idle_after = servers[mode].metrics(), cpu_s(other)
+        rounds = after.get("spec_decode_num_drafts_total", 0.0) - \
+            before.get("spec_decode_num_drafts_total", 0.0)
+        return _record(p, LLAMA_SERVER, mode, r.tokens, r.e2e_s, r.text,
+                       prefill_s=r.prompt_ms / 1e3, decode_s=r.predicted_ms / 1e3,
+                       drafted=r.drafted, accepted=r.accepted, server_rounds=int(rounds),
+                       server_prompt_tokens=r.prompt_tokens, stop_type=r.stop,
+                       idle_server_cpu_s=idle_after - idle_before)
     return run

@@ -26,7 +26,7 @@ GPU_SKIP_REASON = "skipped: this llama-cpp-python build has no GPU offload"
 # Axes in loading order: the quants and GPU layers decide which models are loaded, cores are
 # re-pinned, threads, k and the depth change only the contexts.
 AXES = ("target_quant", "draft_quant", "n_gpu_layers", "draft_gpu_layers", "p_cores",
-        "e_cores", "threads", "k", "depth")
+        "e_cores", "threads", "k", "depth", "p_min")
 # The quant axes take quant types ("" = the file as given); the others, integers.
 QUANT_AXES = ("target_quant", "draft_quant")
 
@@ -89,6 +89,7 @@ class Point:
     threads: int = 0
     k: int = 4
     depth: int = 0           # tokens of context held before each prompt (bench --depth)
+    p_min: float = 0.0       # the static policy's confidence gate (bench --p-min)
 
     def key(self) -> tuple:
         return tuple(getattr(self, a) for a in AXES)
@@ -164,7 +165,8 @@ def point_config(base: BenchConfig, p: Point, plan: Plan, default_threads: int,
     if n_threads > n_cpus:
         warn(f"WARNING: --threads {n_threads} is more than the {n_cpus} CPUs this process "
              f"may use; threads will share cores and decode slower (try --threads {n_cpus})")
-    return dataclasses.replace(base, threads=n_threads, k=p.k, cpus=cpus, depth=p.depth)
+    return dataclasses.replace(base, threads=n_threads, k=p.k, cpus=cpus, depth=p.depth,
+                               p_min=p.p_min)
 
 
 def sweep_document(points: list[Point], meta: dict, argv: list[str], gpu_ok: bool) -> dict:

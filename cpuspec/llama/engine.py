@@ -157,6 +157,10 @@ def check_same_tokenizer(target: Model, draft: Model) -> None:
                 "target: draft and target must share a tokenizer")
 
 
+# llama.cpp's draft sampler keeps the 10 most likely tokens (common/speculative.cpp: top_k 10)
+CONFIDENCE_TOP_K = 10
+
+
 class Session:
     """One llama.cpp context holding one sequence; implements speculative.Decoder."""
 
@@ -229,6 +233,13 @@ class Session:
         if not ptr:
             raise EngineError("llama.cpp returned no logits")
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+
+    def confidence(self) -> float:
+        """The probability of the last decode's greedy token (its last logit row) over the 10
+        most likely tokens, as llama.cpp's draft sampler (top-k 10, then softmax) gives it to
+        --spec-draft-p-min."""
+        top = np.partition(self.logits(1)[0], -CONFIDENCE_TOP_K)[-CONFIDENCE_TOP_K:]
+        return float(1.0 / np.exp(top - top.max()).sum())
 
     def eval(self, tokens: Sequence[int], pos: int, n_out: int) -> list[int]:
         """The greedy token after each of the last n_out tokens. More than n_batch of them

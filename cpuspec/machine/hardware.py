@@ -391,6 +391,9 @@ class OwnedDecoder:
     def logits(self, n_out):
         return self.session.logits(n_out)
 
+    def confidence(self):
+        return self.owner.call(self.session.confidence)
+
     def truncate(self, pos):
         self.owner.call(self.session.truncate, pos)
 

@@ -77,6 +77,13 @@ def wait_child(proc, poll_s: float = 0.1, timeout_s: float | None = None) -> int
     return proc.wait()
 
 
+def stop_child(proc) -> int:
+    """Stop a child started by start_child now: kill its process group, reap it; its exit
+    status (negative: the signal)."""
+    _kill_group(proc)
+    return proc.returncode
+
+
 def _exited(proc) -> bool:
     """Whether the child has exited, without reaping it (it stays a zombie, holding its pid)."""
     if not hasattr(os, "waitid"):

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 from cpuspec.core import commands
-from cpuspec.results.schema import CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, REDECODE
+from cpuspec.results.schema import CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, LLAMA_SERVER, REDECODE
 from cpuspec.results.records import Machine
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import e2e_tok_s, speedup_stats
@@ -20,6 +20,8 @@ PATH_NOTES = {
     REDECODE: "cpuspec's loop + llama.cpp's draft re-decode of each verify batch",
     LLAMA_CPP_PYTHON: "Llama.create_completion, draft_model=cpuspec.DraftModel",
     LLAMA_CPP: "llama-completion / llama-speculative-simple",
+    LLAMA_SERVER: "llama-server over HTTP, plain / with the configuration's flags "
+                  "(timed at the client)",
 }
 
 
@@ -85,42 +87,17 @@ def round_budget(doc: dict) -> dict[str, dict]:
     less the prompt's own prefill (llama-completion's, same prompt), and it holds the draft's
     re-decode of the batch too: llama.cpp times a decode up to the context's next
     synchronize, which comes after common_speculative_process (seen in its debug log's
-    timestamps); "other" is the rest of the decode window."""
+    timestamps); "other" is the rest of the decode window. llama-server counts its rounds
+    (/metrics) and its generation time, nothing finer."""
     out: dict[str, dict] = {}
     sd = [r for r in doc["runs"] if r["mode"] == "static"]
     for path in doc["settings"]["paths"]:
         runs = [r for r in sd if r["path"] == path]
-        if path in (CPUSPEC, REDECODE):
-            runs = [r for r in runs if "verify_s" in r and r["rounds"]]
-            n = sum(len(r["rounds"]) for r in runs)
-            if not n:
-                continue
-            draft = sum(r["draft_s"] for r in runs)
-            verify = sum(r["verify_s"] for r in runs)
-            decode = sum(r["decode_s"] for r in runs)
-            out[path] = {"rounds": n, "tokens_per_round": sum(a + 1 for r in runs
-                                                              for a, _ in r["rounds"]) / n,
-                         "draft_ms": 1e3 * draft / n, "verify_ms": 1e3 * verify / n,
-                         "sampling_ms": None, "other_ms": 1e3 * (decode - draft - verify) / n,
-                         "round_ms": 1e3 * decode / n}
-        elif path == LLAMA_CPP:
-            raw = {r["prompt_id"]: r for r in doc["runs"]
-                   if r["path"] == LLAMA_CPP and r["mode"] == "raw"}
-            runs = [r for r in runs if r.get("draft_calls") and r.get("prompt_eval_ms")
-                    is not None and r["prompt_id"] in raw]
-            n = sum(r["draft_calls"] for r in runs)
-            if not n:
-                continue
-            verify = sum(r["prompt_eval_ms"] - raw[r["prompt_id"]]["prompt_eval_ms"]
-                         for r in runs)
-            draft = sum(r["draft_gen_ms"] or 0.0 for r in runs)
-            sampling = sum(r["sampling_ms"] or 0.0 for r in runs)
-            decode = 1e3 * sum(r["decode_s"] for r in runs)
-            out[path] = {"rounds": n, "tokens_per_round": sum(r["n_tokens"] for r in runs) / n,
-                         "draft_ms": draft / n, "verify_ms": verify / n,
-                         "redecode_in_verify": True, "sampling_ms": sampling / n,
-                         "other_ms": (decode - draft - verify - sampling) / n,
-                         "round_ms": decode / n}
+        budget = _loop_budget(runs) if path in (CPUSPEC, REDECODE) else \
+            _native_budget(doc, runs) if path == LLAMA_CPP else \
+            _server_budget(runs) if path == LLAMA_SERVER else None
+        if budget:
+            out[path] = budget
     for path, b in out.items():   # generations whose first round kept none of its drafts
         firsts = [r["rounds"][0] for r in sd if r["path"] == path and r.get("rounds")]
         b["first_round_none"] = (f"{sum(1 for a, d in firsts if d and not a)}/{len(firsts)}"
@@ -130,6 +107,50 @@ def round_budget(doc: dict) -> dict[str, dict]:
         out[REDECODE]["verify_ms"] -= extra
         out[REDECODE]["redecode_ms"] = extra
     return out
+
+
+def _loop_budget(runs: list[dict]) -> dict | None:
+    runs = [r for r in runs if "verify_s" in r and r["rounds"]]
+    n = sum(len(r["rounds"]) for r in runs)
+    if not n:
+        return None
+    draft = sum(r["draft_s"] for r in runs)
+    verify = sum(r["verify_s"] for r in runs)
+    decode = sum(r["decode_s"] for r in runs)
+    return {"rounds": n, "tokens_per_round": sum(a + 1 for r in runs for a, _ in r["rounds"]) / n,
+            "draft_ms": 1e3 * draft / n, "verify_ms": 1e3 * verify / n,
+            "sampling_ms": None, "other_ms": 1e3 * (decode - draft - verify) / n,
+            "round_ms": 1e3 * decode / n}
+
+
+def _native_budget(doc: dict, runs: list[dict]) -> dict | None:
+    raw = {r["prompt_id"]: r for r in doc["runs"]
+           if r["path"] == LLAMA_CPP and r["mode"] == "raw"}
+    runs = [r for r in runs if r.get("draft_calls") and r.get("prompt_eval_ms")
+            is not None and r["prompt_id"] in raw]
+    n = sum(r["draft_calls"] for r in runs)
+    if not n:
+        return None
+    verify = sum(r["prompt_eval_ms"] - raw[r["prompt_id"]]["prompt_eval_ms"] for r in runs)
+    draft = sum(r["draft_gen_ms"] or 0.0 for r in runs)
+    sampling = sum(r["sampling_ms"] or 0.0 for r in runs)
+    decode = 1e3 * sum(r["decode_s"] for r in runs)
+    return {"rounds": n, "tokens_per_round": sum(r["n_tokens"] for r in runs) / n,
+            "draft_ms": draft / n, "verify_ms": verify / n, "redecode_in_verify": True,
+            "sampling_ms": sampling / n, "other_ms": (decode - draft - verify - sampling) / n,
+            "round_ms": decode / n}
+
+
+def _server_budget(runs: list[dict]) -> dict | None:
+    runs = [r for r in runs if r.get("server_rounds")]
+    n = sum(r["server_rounds"] for r in runs)
+    if not n:
+        return None
+    decode = 1e3 * sum(r["decode_s"] for r in runs)
+    # the server's first token comes from the prompt's prefill, the rest from its rounds
+    return {"rounds": n, "tokens_per_round": sum(r["n_tokens"] - 1 for r in runs) / n,
+            "draft_ms": None, "verify_ms": None, "sampling_ms": None, "other_ms": None,
+            "round_ms": decode / n}
 
 
 def _ms(value: float | None) -> str:
@@ -145,7 +166,7 @@ def render_paths(doc: dict) -> str:
              f"end to end (prefills + every token), paired by prompt"]
     lines += _task_tables(summarize_paths(doc))
     lines += _budget_lines(round_budget(doc))
-    lines += _native_phase_lines(doc) + _first_token_lines(doc)
+    lines += _native_phase_lines(doc) + _first_token_lines(doc) + _server_lines(doc)
     lines += ["", "paths: " + "; ".join(f"{p}: {PATH_NOTES[p]}" for p in s["paths"])]
     if LLAMA_CPP in s["paths"]:
         lines.append(f"llama.cpp's raw and SD: {s['native_window']}" if s.get("native_window")
@@ -225,6 +246,56 @@ def _native_phase_lines(doc: dict) -> list[str]:
             f"round: drafting {statistics.median(x[0] for x in phases):.0f} ms, verify + "
             f"the draft's re-decode + sampling "
             f"{statistics.median(x[1] for x in phases):.0f} ms"]
+
+
+def server_time(doc: dict) -> dict[str, dict]:
+    """llama-server's own account of each mode's requests against the client's clock (mean
+    ms per request): its prompt processing, its generation, and the rest (HTTP, JSON, the
+    request's queueing and the slot's setup), plus decode-only t/s and what the idle server
+    used of the CPU meanwhile."""
+    out = {}
+    for mode in ("raw", "static"):
+        runs = [r for r in doc["runs"] if r["path"] == LLAMA_SERVER and r["mode"] == mode]
+        if not runs:
+            continue
+        n = len(runs)
+        prompt = 1e3 * sum(r["prefill_s"] for r in runs) / n
+        gen = 1e3 * sum(r["decode_s"] for r in runs) / n
+        e2e = 1e3 * sum(r["e2e_s"] for r in runs) / n
+        out[mode] = {"requests": n, "e2e_ms": e2e, "prompt_ms": prompt, "predicted_ms": gen,
+                     "other_ms": e2e - prompt - gen,
+                     "decode_tok_s": sum(r["n_tokens"] - 1 for r in runs) /
+                     max(sum(r["decode_s"] for r in runs), 1e-9),
+                     "prompt_tokens": sum(r.get("server_prompt_tokens", 0) for r in runs) / n,
+                     "idle_server_cpu_s": sum(r.get("idle_server_cpu_s", 0.0) for r in runs)}
+    return out
+
+
+def _server_lines(doc: dict) -> list[str]:
+    from tabulate import tabulate
+
+    st = server_time(doc)
+    if not st:
+        return []
+    lines = ["", "llama-server's time per request, mean ms (its timings against the client's "
+             "clock; decode t/s: tokens after the first over its generation time):",
+             tabulate([[m, s["requests"], f"{s['prompt_tokens']:.0f}", _ms(s["prompt_ms"]),
+                        _ms(s["predicted_ms"]), _ms(s["other_ms"]), _ms(s["e2e_ms"]),
+                        fmt_value(s["decode_tok_s"], ".1f"), f"{s['idle_server_cpu_s']:.2f}"]
+                       for m, s in st.items()],
+                      headers=["mode", "requests", "prompt tokens", "prompt", "generation",
+                               "other", "client e2e", "decode t/s", "idle server CPU s"],
+                      tablefmt="simple", disable_numparse=True)]
+    if "raw" in st and "static" in st:
+        lines.append(f"decode only, the server's SD ×raw: "
+                     f"{st['static']['decode_tok_s'] / st['raw']['decode_tok_s']:.2f}; its "
+                     f"prompt processing with the draft: "
+                     f"{st['static']['prompt_ms'] / max(st['raw']['prompt_ms'], 1e-9):.2f}× "
+                     "the plain server's")
+    flags = doc["settings"].get("server_flags")
+    if flags:
+        lines.append("llama-server's SD flags (--server-flags): " + " ".join(flags))
+    return lines
 
 
 def _first_token_lines(doc: dict) -> list[str]:

@@ -19,7 +19,8 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 # The stacks a paths file measures (cpuspec paths --paths).
 CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP = ("cpuspec", "cpuspec+redecode",
                                                   "llama-cpp-python", "llama.cpp")
-ALL_PATHS = (CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP)
+LLAMA_SERVER = "llama-server"
+ALL_PATHS = (CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP, LLAMA_SERVER)
 
 
 class ResultsError(ValueError):
