@@ -335,7 +335,8 @@ def measured_paths(target: str, draft: str | None, k: int, drafter: str,
             same = (Path(s["target"]).name == Path(target).name
                     and (Path(s["draft"]).name if s.get("draft") else None)
                     == (Path(draft).name if draft else None)
-                    and s["k"] == k and s["drafter"] == drafter)
+                    and s["k"] == k and s["drafter"] == drafter
+                    and not s.get("server_flags"))
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if same and doc.get("complete") and (
@@ -354,17 +355,20 @@ def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: in
     lines.append(f"{indent}llama-cpp-python: "
                  f"{commands.python_snippet(target, draft, k, drafter, threads)}")
     found = measured_paths(target, draft, k, drafter, meta)
+    measure = (f"cpuspec paths --target {shlex.quote(str(target))}"
+               + (f" --draft {shlex.quote(str(draft))}" if draft else "")
+               + f" -k {k}" + (f" --drafter {drafter}" if drafter != "model" else ""))
     if found is None:
-        lines.append(f"{indent}how much of the gain each keeps: cpuspec paths --target "
-                     f"{shlex.quote(str(target))}"
-                     + (f" --draft {shlex.quote(str(draft))}" if draft else "")
-                     + f" -k {k}" + (f" --drafter {drafter}" if drafter != "model" else ""))
+        lines.append(f"{indent}how much of the gain each keeps: {measure}")
         return lines
     row = summarize_paths(found[0]).get(OVERALL, {})
     kept = [f"{p} SD ×raw {row[p]['speedup']:.2f} = {row[p]['over_cpuspec']:.2f} of "
             f"cpuspec's {row['cpuspec']['speedup']:.2f}"
-            for p in (LLAMA_CPP, LLAMA_CPP_PYTHON) if p in row and "cpuspec" in row
+            for p in (LLAMA_SERVER, LLAMA_CPP, LLAMA_CPP_PYTHON) if p in row and "cpuspec" in row
             and row[p].get("over_cpuspec")]
     if kept:
         lines.append(f"{indent}measured here ({found[1].stem}): " + "; ".join(kept))
+    if LLAMA_SERVER not in row:
+        lines.append(f"{indent}{commands.SERVER} with these flags, not measured here yet: "
+                     f"{measure} --paths cpuspec,{LLAMA_SERVER}")
     return lines
