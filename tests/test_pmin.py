@@ -110,3 +110,31 @@ def test_a_gated_round_pays_for_the_token_it_dropped():
     _, alpha_ungated, _ = round_terms(probe, rounds, 4)
     assert alpha_ungated == pytest.approx((4 + 1 + 0) * 0.01 / 3 / 0.11)
     assert a == pytest.approx(8 / 3)
+
+
+def test_the_printed_flags_carry_the_measured_p_min():
+    from cpuspec.core.commands import SERVER, invocations
+    argv = invocations("t.gguf", "d.gguf", 5, "model", 2, p_min=0.75)[SERVER]
+    assert argv[argv.index("--spec-draft-p-min") + 1] == "0.75"
+    argv = invocations("t.gguf", "d.gguf", 5, "model", 2)[SERVER]
+    assert argv[argv.index("--spec-draft-p-min") + 1] == "0"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "--p-min", "1.5"], "a probability from 0 to below 1"),
+    (["bench", "--p-min", "x"], "'x' is not a number"),
+    (["bench", "--p-min", "0.5", "--drafter", "lookup"], "--drafter lookup has none"),
+    (["bench", "--p-min", "0.5", "--policy", "adaptive"], "apply to the static policy"),
+    (["bench", "--n-min", "2", "--schedule", "parallel", "--draft-cores", "0"],
+     "apply to the static policy"),
+    (["paths", "--p-min", "0.5", "--drafter", "lookup"], "needs --drafter model"),
+    (["paths", "--p-min", "0.5"], "DraftModel and the cpuspec+redecode imitation have no"),
+    (["paths", "--p-min", "0.5", "--paths", "cpuspec,cpuspec+redecode"], "have no gate"),
+    (["bench", "--p-min", "0.5", "--temperature", "0.7"], "use --temperature 0"),
+])
+def test_gate_flags_that_cannot_apply_are_refused(args, message):
+    from click.testing import CliRunner
+
+    from cpuspec.cli.main import main
+    res = CliRunner().invoke(main, [*args, "--no-save"])
+    assert res.exit_code == 2 and message in res.output, res.output

@@ -100,7 +100,8 @@ def predict_from_rounds(probe: dict, k: int, sd: list[dict],
                                                           draft_tokens, gate_k))
 
 
-def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int) -> tuple[int, list]:
+def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int, gate_k: int | None = None
+                       ) -> tuple[int, list]:
     """choose_k for drafters whose drafts per round vary (lookup, hybrid): each k's predicted
     speedup a ÷ (1 + α + β) from the recorded rounds replayed at k (no i.i.d. break-even
     acceptance: their acceptance is not one rate)."""
@@ -110,7 +111,7 @@ def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int) -> tuple[int, li
     for k in range(1, k_max + 1):
         if not rounds:
             break
-        a, alpha, beta = round_terms(costs, rounds, k, share, catchup)
+        a, alpha, beta = round_terms(costs, rounds, k, share, catchup, gate_k)
         table.append(KChoice(k, a, a / (1.0 + alpha + beta), None))
     best = max(table, key=lambda c: c.predicted_speedup)
     return best.k, table

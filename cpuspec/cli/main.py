@@ -190,7 +190,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     if draft_window and (drafter == "lookup" or schedule == "parallel" or not policies):
         raise click.UsageError("--draft-window needs a draft model (--drafter model or "
                                "hybrid), the serial schedule and an SD policy")
-    check_gate(p_min, n_min, drafter, policies, schedule)
+    check_gate(p_min, n_min, drafter, policies, schedule, temperature)
     prompts = _bench_prompts(tasks, prompts_file, prompts_per_task, depth)
     axes = {"target_quant": target_quant or [""], "draft_quant": draft_quant or [""],
             "n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
@@ -316,3 +316,7 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
 for _command in (hw, contention, costs, paths, quality, tune, models, advise, report, compare,
                  plot, runs):
     main.add_command(_command)
+
+
+if __name__ == "__main__":   # python -m cpuspec.cli.main (another venv's build, tests)
+    main()

@@ -40,9 +40,10 @@ def hw(as_json):
       cpuspec hw
       taskset -c 0-3 cpuspec hw --json
     """
-    info = detect_hardware()
+    from cpuspec.llama.engine import ggml_devices
+    info, devices = detect_hardware(), ggml_devices()
     if as_json:
-        click.echo(json.dumps(info.to_dict(), indent=1))
+        click.echo(json.dumps({**info.to_dict(), "ggml_devices": devices}, indent=1))
         return
     kinds = "; ".join(f"{k}: {','.join(map(str, v))}" for k, v in info.cores_by_kind.items())
     mem = f"{info.memory_total_bytes / 2**30:.1f} GiB" if info.memory_total_bytes else "?"
@@ -56,6 +57,10 @@ def hw(as_json):
             ("governor", info.governor or "not readable"),
             ("turbo", info.turbo or "not readable")]:
         click.echo(f"{label:>15}: {value}")
+    for i, d in enumerate(devices):   # what -ngl/-ngld offload to
+        mem = f", {d['memory_total_bytes'] / 2**30:.1f} GiB" if d["memory_total_bytes"] else ""
+        click.echo(f"{'ggml device ' + str(i):>15}: {d['name']} ({d['type']}{mem}): "
+                   f"{d['description']}")
 
 
 @click.command()
@@ -227,15 +232,15 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
     need = {core.LLAMA_CPP: native.MEASURED, core.LLAMA_SERVER: (native.SERVER,)}
     wanted = [p for p in chosen if p in need]
     try:
-        if build_native:
-            native.build(log)
+        built = native.build(log) if build_native else None
         if llama_bin is not None:   # a folder the user named must hold them: no fallback
             lacking = [t for p in wanted for t in need[p] if not (llama_bin / t).is_file()]
             if lacking:
                 raise native.NativeError(
                     f"{llama_bin} has no {', '.join(lacking)}; build llama.cpp's tools there, "
                     "run `cpuspec paths --build-native`, or leave the path out of --paths")
-        bin_dir = llama_bin or native.find_bin_dir(None, [t for p in wanted for t in need[p]])
+        bin_dir = llama_bin or built or native.find_bin_dir(None, [t for p in wanted
+                                                                   for t in need[p]])
         for p in wanted if bin_dir is None else []:
             bin_dir = bin_dir or native.find_bin_dir(None, need[p])
     except native.NativeError as exc:
@@ -278,6 +283,9 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
 @click.option("--llama-bin", type=click.Path(path_type=Path, file_okay=False),
               help="Folder with llama.cpp's llama-speculative-simple, llama-completion and "
                    "llama-server [default: $CPUSPEC_LLAMA_BIN, cpuspec's build, then PATH].")
+@click.option("--p-min", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0,
+              show_default=True, help="Gate every path's drafts on the draft's confidence, as "
+              "llama.cpp's --spec-draft-p-min (not llama-cpp-python's DraftModel).")
 @click.option("--server-flags", metavar="FLAGS",
               help="The SD server's speculative flags in place of the configuration's, e.g. "
                    "'--spec-type ngram-mod' or '--spec-default' (llama-server path only).")
@@ -288,8 +296,8 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
 def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, threads,
-          path_list, llama_bin, server_flags, build_native, native_rounds, json_path, save,
-          force):
+          path_list, llama_bin, p_min, server_flags, build_native, native_rounds, json_path,
+          save, force):
     """Does the speedup reach your stack? One configuration through cpuspec's loop,
     llama-cpp-python (with cpuspec.DraftModel) and llama.cpp's own programs, each SD ×raw.
 
@@ -302,6 +310,11 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
     from cpuspec.llama.engine import EngineError
     chosen = _chosen_paths(path_list, drafter, draft, llama_bin, build_native, native_rounds)
     extra = _server_flags(server_flags, chosen)
+    if p_min and (drafter == "lookup" or {core.LLAMA_CPP_PYTHON, core.REDECODE} & set(chosen)):
+        raise click.UsageError("--p-min gates a draft model's drafts: it needs --drafter model "
+                               f"or hybrid, and {core.LLAMA_CPP_PYTHON}'s DraftModel and the "
+                               f"{core.REDECODE} imitation have no gate (leave them out of "
+                               "--paths)")
     threads = threads or default_threads()
     check_limits([k], max_tokens, [threads], None)
     reg = registry()
@@ -318,7 +331,8 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
             files = [resolve_model(reg, n).path for n in names]
             cfg = core.PathsConfig(files[0], files[1] if len(files) > 1 else None, k, drafter,
                                    builtin_prompts(tasks, prompts_per_task), max_tokens,
-                                   threads, tuple(chosen), bin_dir, native_rounds, extra)
+                                   threads, tuple(chosen), bin_dir, native_rounds, extra,
+                                   p_min)
             doc = core.measure_paths(
                 cfg, environment(threads), log,
                 lambda d: sink({"schema_version": SCHEMA_VERSION, **d}))

@@ -62,7 +62,8 @@ def advise(run, as_json):
             click.echo("\n".join(how_to_run(target, draft, k_best,
                                              settings.get("drafter", "model"),
                                              settings["threads"], indent="  ",
-                                             meta=results.get("meta"))))
+                                             meta=results.get("meta"),
+                                             p_min=settings.get("p_min") or 0.0)))
 
 
 @click.command()

@@ -114,7 +114,7 @@ def probabilities(ctx, param, value):
     return list(dict.fromkeys(out))
 
 
-def check_gate(p_min, n_min, drafter, policies, schedule) -> None:
+def check_gate(p_min, n_min, drafter, policies, schedule, temperature=0.0) -> None:
     """--p-min/--n-min gate the static policy's draft model (the hybrid's model part too)."""
     if not any(p_min) and not n_min:
         return
@@ -122,6 +122,9 @@ def check_gate(p_min, n_min, drafter, policies, schedule) -> None:
     if drafter == "lookup":
         raise click.UsageError(f"{given} gate a draft model's drafts on its confidence; "
                                "--drafter lookup has none (use --drafter model or hybrid)")
+    if temperature > 0:
+        raise click.UsageError(f"{given} gate greedy drafts (llama.cpp's p-min is a greedy "
+                               "draft's probability): use --temperature 0")
     if "static" not in policies or schedule == "parallel":
         raise click.UsageError(f"{given} apply to the static policy on the serial schedule "
                                "(the adaptive policy chooses its k itself)")

@@ -128,10 +128,11 @@ def audit_pair(target, prompt_tokens: list[int], raw: list[int], sd: list[int],
 
 def environment(threads: int | list[int]) -> dict:
     import llama_cpp
-    from cpuspec.llama.engine import system_info
+    from cpuspec.llama.engine import ggml_devices, system_info
     return {"cpuspec_version": __version__, "llama_cpp_python_version": llama_cpp.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
             "llama_system_info": system_info(), "hardware": detect_hardware().to_dict(),
+            "ggml_devices": ggml_devices(),
             "threads": threads,
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 

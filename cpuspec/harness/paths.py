@@ -45,7 +45,8 @@ class PathsConfig:
     bin_dir: Path | None = None  # llama.cpp's programs, for the llama.cpp and server paths
     native_rounds: bool = False  # also run llama.cpp's SD once more, untimed, per round
     server_flags: tuple[str, ...] | None = None   # the SD server's speculative flags, in place
-    #                              of the configuration's (llama.cpp's draftless types, p-min)
+    #                              of the configuration's (llama.cpp's draftless types)
+    p_min: float = 0.0           # every path's confidence gate (llama.cpp's --spec-draft-p-min)
 
 
 def verify_redecode(target: Decoder, draft: Decoder, last: int, drafts: list[int], pos: int):
@@ -86,7 +87,8 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
                         "prompts": [p.prompt_id for p in cfg.prompts],
                         "llama_bin": str(cfg.bin_dir) if cfg.bin_dir else None,
                         "native_window": native.WINDOW if LLAMA_CPP in cfg.paths else None,
-                        "server_flags": list(cfg.server_flags) if cfg.server_flags else None},
+                        "server_flags": list(cfg.server_flags) if cfg.server_flags else None,
+                        "p_min": cfg.p_min},
            "windows": "end to end: the prompt's prefill (the draft's too) and every token",
            "runs": []}
     with Model(cfg.target) as target_m:
@@ -161,7 +163,8 @@ def _loop_runner(cfg, target_m, target, draft, encoded, path: str, verify) -> Ca
     def run(p, mode, n):
         toks = encoded[p.prompt_id]
         g = generate_raw(target, toks, n) if mode == "raw" else \
-            generate_speculative(target, draft, toks, n, cfg.k, verify=verify)
+            generate_speculative(target, draft, toks, n, cfg.k, verify=verify,
+                                 gate=(cfg.p_min, 0))
         drafted = sum(r.k for r in g.rounds)
         return _record(p, path, mode, len(g.tokens), g.e2e_s,
                        target_m.detokenize(g.tokens), tokens=g.tokens,
@@ -227,12 +230,12 @@ def _native_runner(cfg, texts, n_ctx) -> Callable:
                            prompt_eval_ms=r.prompt_eval_ms,
                            prompt_eval_tokens=r.prompt_eval_tokens)
         r = native.run_speculative(cfg.bin_dir, str(cfg.target), draft, text, n, cfg.k,
-                                   cfg.threads, n_ctx, cfg.drafter)
+                                   cfg.threads, n_ctx, cfg.drafter, p_min=cfg.p_min)
         rounds, phases = [], []
         if cfg.native_rounds:   # untimed: debug logging slows the program
             detail = native.run_speculative(cfg.bin_dir, str(cfg.target), draft, text, n,
                                             cfg.k, cfg.threads, n_ctx, cfg.drafter,
-                                            per_round=True)
+                                            per_round=True, p_min=cfg.p_min)
             rounds, phases = detail.rounds, detail.round_phases_ms
         return _record(p, LLAMA_CPP, mode, r.tokens, r.e2e_s, r.text, prefill_s=r.prefill_s,
                        decode_s=r.decode_s, drafted=r.drafted, accepted=r.accepted,
@@ -256,7 +259,7 @@ def server_argv(cfg: PathsConfig, n_ctx: int, sd: bool) -> list[str]:
         draft = ["-td", str(cfg.threads)] if "-md" in cfg.server_flags else []
         return [*plain, *cfg.server_flags, *draft]
     return invocations(str(cfg.target), str(cfg.draft) if cfg.draft else None, cfg.k,
-                       cfg.drafter, cfg.threads, n_ctx)[SERVER][1:]
+                       cfg.drafter, cfg.threads, n_ctx, cfg.p_min)[SERVER][1:]
 
 
 def _server_runner(cfg, texts, n_ctx, stack: contextlib.ExitStack) -> Callable:

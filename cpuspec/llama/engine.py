@@ -53,6 +53,50 @@ def supports_gpu_offload() -> bool:
     return bool(ll.llama_supports_gpu_offload())
 
 
+DEVICE_TYPES = ("CPU", "GPU", "iGPU", "accelerator", "meta")   # enum ggml_backend_dev_type
+
+
+def ggml_devices() -> list[dict]:
+    """ggml's devices as llama.cpp sees them (what -ngl offloads to): name, description, type
+    and memory, read through ggml's C API in the libggml that llama-cpp-python loaded (its
+    Python bindings do not wrap these). [] where that library cannot be found."""
+    init_backend()
+    lib_dir = Path(ll.__file__).parent / "lib"
+    found = sorted(lib_dir.glob("libggml.so*")) + sorted(lib_dir.glob("libggml.dylib")) + \
+        sorted(lib_dir.glob("ggml.dll"))
+    if not found:
+        return []
+    try:
+        return _read_devices(ctypes.CDLL(str(found[0])))
+    except (OSError, AttributeError):   # another ggml, without these symbols
+        return []
+
+
+def _read_devices(lib) -> list[dict]:
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+        getattr(lib, name).restype = ctypes.c_char_p
+        getattr(lib, name).argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                            ctypes.POINTER(ctypes.c_size_t)]
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        kind = lib.ggml_backend_dev_type(dev)
+        out.append({"name": (lib.ggml_backend_dev_name(dev) or b"").decode(errors="replace"),
+                    "description": (lib.ggml_backend_dev_description(dev) or b"").decode(
+                        errors="replace"),
+                    "type": DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else str(kind),
+                    "memory_total_bytes": total.value, "memory_free_bytes": free.value})
+    return out
+
+
 class Model:
     """A loaded GGUF model and its vocabulary."""
 

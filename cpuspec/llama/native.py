@@ -165,12 +165,12 @@ _LINE = r"{}\s+(\d+) tokens in\s+([\d.]+) seconds"
 
 def run_speculative(bin_dir: Path, target: str, draft: str | None, prompt: str, n: int, k: int,
                     threads: int, n_ctx: int, drafter: str = "model",
-                    per_round: bool = False) -> NativeRun:
+                    per_round: bool = False, p_min: float = 0.0) -> NativeRun:
     """llama-speculative-simple, greedy, on one prompt (chat-formatted text; specials are
     parsed). Its "encoded" window holds both prompt prefills, "decoded" every round.
     per_round: log at debug level to read each round's accepted/drafted (the logging costs
     time: not for timed runs)."""
-    argv = [str(bin_dir / SPECULATIVE), "-m", str(target), *spec_flags(draft, k, drafter),
+    argv = [str(bin_dir / SPECULATIVE), "-m", str(target), *spec_flags(draft, k, drafter, p_min),
             "-p", prompt, "-n", str(n), "--temp", "0", "--top-k", "1", "--seed", "1",
             "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx),
             *(["-v"] if per_round else ["-lv", "4"])]

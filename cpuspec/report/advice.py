@@ -25,6 +25,9 @@ def advise(results: dict) -> dict[str, dict]:
     costs = CostProbe.of(probe)
     draft_s, verify_s = costs.draft_s, costs.verify_s
     drafter = results["settings"].get("drafter", "model")
+    # a gated model drafts 0..k per round: its rounds are replayed, as lookup's are
+    gate_k = k if drafter == "model" and results["settings"].get("p_min") else None
+    replayed = drafter != "model" or gate_k is not None
     out = {}
     for task, s in summarize(results).items():
         if "per_position_acceptance_pct" not in s:
@@ -32,11 +35,12 @@ def advise(results: dict) -> dict[str, dict]:
         sd = [r for r in results["runs"] if r["mode"] == "static"
               and (task == OVERALL or r["task"] == task)]
         survival = [p / 100.0 for p in s["per_position_acceptance_pct"]]
-        k_best, table = choose_k(survival, draft_s, verify_s) if drafter == "model" else \
-            choose_k_by_replay(probe, sd, k)
-        out[task] = _task_advice(s, k, k_best, table, draft_s, verify_s, drafter)
-        if drafter != "model":
-            out[task].update(_replayed_terms(probe, sd, k_best or k))
+        k_best, table = choose_k_by_replay(probe, sd, k, gate_k) if replayed else \
+            choose_k(survival, draft_s, verify_s)
+        out[task] = _task_advice(s, k, k_best, table, draft_s, verify_s,
+                                 "replayed" if replayed else drafter)
+        if replayed:
+            out[task].update(_replayed_terms(probe, sd, k_best or k, gate_k))
         else:  # the curve past k: where measuring a longer k is worth it
             out[task].update(_beyond_k(survival, draft_s, verify_s, table[k_best]))
         if results["settings"].get("draft_cpus"):  # a core split: both schedules, end to end
@@ -69,12 +73,14 @@ def _task_advice(s: dict, k: int, k_best: int, table: list, draft_s: float,
         "break_even_computed": drafter == "model"}
 
 
-def _replayed_terms(probe: dict, sd: list[dict], k_terms: int) -> dict:
-    """Lookup and the hybrid: a, α and β of the recorded rounds replayed at k_terms."""
+def _replayed_terms(probe: dict, sd: list[dict], k_terms: int, gate_k: int | None = None
+                    ) -> dict:
+    """Lookup, the hybrid and a gated model: a, α and β of the recorded rounds replayed at
+    k_terms."""
     rounds, share, catchup = replay_inputs(sd)
     if not rounds:
         return {}
-    a, alpha, beta = round_terms(probe, rounds, k_terms, share, catchup)
+    a, alpha, beta = round_terms(probe, rounds, k_terms, share, catchup, gate_k)
     return {"terms": {"k": k_terms, "a": a, "alpha": alpha, "beta": beta,
                       "break_even_a": 1.0 + alpha + beta}}
 

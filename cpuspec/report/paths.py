@@ -88,7 +88,9 @@ def round_budget(doc: dict) -> dict[str, dict]:
     re-decode of the batch too: llama.cpp times a decode up to the context's next
     synchronize, which comes after common_speculative_process (seen in its debug log's
     timestamps); "other" is the rest of the decode window. llama-server counts its rounds
-    (/metrics) and its generation time, nothing finer."""
+    (/metrics: verification steps, so rounds with a draft; a step whose draft came out empty,
+    as near the answer's end or under p-min, is a plain decode it does not count, and its
+    token is spread over the counted rounds) and its generation time, nothing finer."""
     out: dict[str, dict] = {}
     sd = [r for r in doc["runs"] if r["mode"] == "static"]
     for path in doc["settings"]["paths"]:
@@ -162,7 +164,9 @@ def render_paths(doc: dict) -> str:
     s = doc["settings"]
     lines = [f"{Path(s['target']).name} + "
              f"{Path(s['draft']).name if s['draft'] else 'no draft model'}, drafter "
-             f"{s['drafter']}, k = {s['k']}, {s['threads']} threads, {s['max_tokens']} tokens; "
+             f"{s['drafter']}, k = {s['k']}"
+             + (f", p-min {s['p_min']:g}" if s.get("p_min") else "")
+             + f", {s['threads']} threads, {s['max_tokens']} tokens; "
              f"end to end (prefills + every token), paired by prompt"]
     lines += _task_tables(summarize_paths(doc))
     lines += _budget_lines(round_budget(doc))
@@ -286,7 +290,7 @@ def _server_lines(doc: dict) -> list[str]:
                       headers=["mode", "requests", "prompt tokens", "prompt", "generation",
                                "other", "client e2e", "decode t/s", "idle server CPU s"],
                       tablefmt="simple", disable_numparse=True)]
-    if "raw" in st and "static" in st:
+    if "raw" in st and "static" in st and st["raw"]["decode_tok_s"] > 0:
         lines.append(f"decode only, the server's SD ×raw: "
                      f"{st['static']['decode_tok_s'] / st['raw']['decode_tok_s']:.2f}; its "
                      f"prompt processing with the draft: "
@@ -315,7 +319,7 @@ def _first_token_lines(doc: dict) -> list[str]:
 # --- what a saved paths run says about a configuration, printed under tune and advise ---
 
 def measured_paths(target: str, draft: str | None, k: int, drafter: str,
-                   meta: dict | None = None) -> tuple[dict, Path] | None:
+                   meta: dict | None = None, p_min: float = 0.0) -> tuple[dict, Path] | None:
     """The newest complete saved `cpuspec paths` run of this configuration (same target and
     draft files by name, k and drafter); with `meta` (the environment of the file being
     printed), only one from the same machine (CPU model and llama.cpp's system info): a
@@ -336,7 +340,7 @@ def measured_paths(target: str, draft: str | None, k: int, drafter: str,
                     and (Path(s["draft"]).name if s.get("draft") else None)
                     == (Path(draft).name if draft else None)
                     and s["k"] == k and s["drafter"] == drafter
-                    and not s.get("server_flags"))
+                    and (s.get("p_min") or 0.0) == p_min and not s.get("server_flags"))
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if same and doc.get("complete") and (
@@ -346,18 +350,20 @@ def measured_paths(target: str, draft: str | None, k: int, drafter: str,
 
 
 def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,
-               indent: str = "    ", meta: dict | None = None) -> list[str]:
+               indent: str = "    ", meta: dict | None = None, p_min: float = 0.0) -> list[str]:
     """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
     command lines, the llama-cpp-python call, and how much of cpuspec's gain each kept when
     `cpuspec paths` measured it here (or the command that measures it)."""
     lines = [f"{indent}{tool}: {commands.shell(argv)}"
-             for tool, argv in commands.invocations(target, draft, k, drafter, threads).items()]
+             for tool, argv in commands.invocations(target, draft, k, drafter, threads,
+                                                    p_min=p_min).items()]
     lines.append(f"{indent}llama-cpp-python: "
                  f"{commands.python_snippet(target, draft, k, drafter, threads)}")
-    found = measured_paths(target, draft, k, drafter, meta)
+    found = measured_paths(target, draft, k, drafter, meta, p_min)
     measure = (f"cpuspec paths --target {shlex.quote(str(target))}"
                + (f" --draft {shlex.quote(str(draft))}" if draft else "")
-               + f" -k {k}" + (f" --drafter {drafter}" if drafter != "model" else ""))
+               + f" -k {k}" + (f" --drafter {drafter}" if drafter != "model" else "")
+               + (f" --p-min {p_min:g} --paths cpuspec,llama.cpp,llama-server" if p_min else ""))
     if found is None:
         lines.append(f"{indent}how much of the gain each keeps: {measure}")
         return lines
@@ -370,5 +376,5 @@ def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: in
         lines.append(f"{indent}measured here ({found[1].stem}): " + "; ".join(kept))
     if LLAMA_SERVER not in row:
         lines.append(f"{indent}{commands.SERVER} with these flags, not measured here yet: "
-                     f"{measure} --paths cpuspec,{LLAMA_SERVER}")
+                     + (measure if p_min else f"{measure} --paths cpuspec,{LLAMA_SERVER}"))
     return lines

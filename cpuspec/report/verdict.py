@@ -128,7 +128,7 @@ def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
     if not target:
         return []
     argv = invocations(target, draft, k, settings.get("drafter", "model"),
-                       settings.get("threads") or 1)[SERVER]
+                       settings.get("threads") or 1, p_min=settings.get("p_min") or 0.0)[SERVER]
     text = " ".join(shlex.quote(a) for a in argv)
     wrapped = textwrap.wrap(text, WIDTH - 6, break_on_hyphens=False, break_long_words=False)
     return ([f"Next: run it where you serve models ({', '.join(tasks)}; k = {k}):"]

@@ -1,0 +1,64 @@
+"""ggml's devices and the offload path. On every build: the device list that `cpuspec hw` and
+every results file carry. With the Vulkan build of bench/vulkan_check.sh present (its own venv,
+$CPUSPEC_VULKAN_VENV or ~/.cache/cpuspec/vulkan-venv): the tiny models offloaded to a real ggml
+device (lavapipe here, a GPU on a laptop), raw and SD, every placement."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.cli.main import main
+from cpuspec.llama.engine import ggml_devices, supports_gpu_offload
+
+VULKAN_VENV = Path(os.environ.get("CPUSPEC_VULKAN_VENV",
+                                  Path.home() / ".cache" / "cpuspec" / "vulkan-venv"))
+
+
+def test_the_cpu_device_is_listed_with_its_memory():
+    devices = ggml_devices()
+    cpu = [d for d in devices if d["type"] == "CPU"]
+    assert len(cpu) == 1 and cpu[0]["name"] == "CPU"
+    assert cpu[0]["memory_total_bytes"] > 2**30          # this machine's RAM, not 0
+    if not supports_gpu_offload():
+        assert all(d["type"] in ("CPU", "accelerator") for d in devices)
+
+
+def test_hw_prints_the_devices():
+    res = CliRunner().invoke(main, ["hw"])
+    assert res.exit_code == 0 and "ggml device 0: CPU (CPU" in res.output
+    data = json.loads(CliRunner().invoke(main, ["hw", "--json"]).output)
+    assert data["ggml_devices"][0]["name"] == "CPU"
+
+
+def vulkan_python() -> Path:
+    py = VULKAN_VENV / "bin" / "python"
+    if not py.is_file():
+        pytest.skip(f"no Vulkan build of llama-cpp-python at {VULKAN_VENV} "
+                    "(bash bench/vulkan_check.sh builds one)")
+    return py
+
+
+def test_every_placement_runs_on_the_vulkan_device(tiny_models, tmp_path):
+    py = vulkan_python()
+    # this checkout's cpuspec on that venv's llama-cpp-python
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           "GGML_VK_VISIBLE_DEVICES": os.environ.get("GGML_VK_VISIBLE_DEVICES", "0")}
+    out = tmp_path / "offload.json"
+    proc = subprocess.run(
+        [str(py), "-m", "cpuspec.cli.main", "bench", "--target", str(tiny_models["target"]),
+         "--draft", str(tiny_models["draft"]), "-ngl", "0,99", "-ngld", "0,99", "-k", "3",
+         "-n", "12", "--tasks", "json", "--prompts-per-task", "2", "--policy", "static",
+         "--threads", "1", "--warmup", "0", "--json", str(out), "--no-save"],
+        capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    placements = {(r["n_gpu_layers"], r["draft_gpu_layers"]) for r in doc["rows"]}
+    assert placements == {(0, 0), (99, 0), (0, 99), (99, 99)}
+    assert all("skipped" not in r for r in doc["rows"])
+    devices = doc["meta"]["ggml_devices"]
+    assert any(d["type"] != "CPU" for d in devices), devices
+    for point in doc["points"]:          # lossless on the device too
+        assert all(a["identical"] for a in point["audit"])
