@@ -120,11 +120,12 @@ def check_gate(p_min, n_min, drafter, policies, schedule, temperature=0.0) -> No
         return
     given = ", ".join(f for f, on in (("--p-min", any(p_min)), ("--n-min", n_min)) if on)
     if drafter == "lookup":
-        raise click.UsageError(f"{given} gate a draft model's drafts on its confidence; "
+        verb = "gate" if "," in given else "gates"
+        raise click.UsageError(f"{given} {verb} a draft model's drafts on its confidence; "
                                "--drafter lookup has none (use --drafter model or hybrid)")
     if temperature > 0:
-        raise click.UsageError(f"{given} gate greedy drafts (llama.cpp's p-min is a greedy "
-                               "draft's probability): use --temperature 0")
+        raise click.UsageError(f"{given}: only greedy drafts are gated (llama.cpp's p-min "
+                               "is a greedy draft's probability): use --temperature 0")
     if "static" not in policies or schedule == "parallel":
         raise click.UsageError(f"{given} apply to the static policy on the serial schedule "
                                "(the adaptive policy chooses its k itself)")
