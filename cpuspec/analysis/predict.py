@@ -81,6 +81,29 @@ def replay_inputs(sd: list[dict]) -> tuple[list[tuple[int, int, int]], float, fl
     return rounds, share, catchup
 
 
+def gated_runs(sd: list[dict], p_min: float) -> list[dict] | None:
+    """The runs of a draft model at a fixed k as a p-min gate would have drafted them, from each
+    round's recorded draft confidences (runs made with record_confidence): a round drafts up
+    to its first token below p_min and keeps min(n_accepted, that many). Within a round the
+    drafts are the same greedy tokens whether gated or not; the rounds' boundaries are taken as
+    recorded, as replaying at a smaller k takes them. None where a run lacks confidences."""
+    if not sd or any(len(r.get("draft_confidence", ())) != len(r.get("rounds", ()))
+                     for r in sd):
+        return None
+    i_k, i_acc, i_emit = (ROUND_FIELDS.index(f) for f in ("k", "n_accepted", "n_emitted"))
+    out = []
+    for r in sd:
+        rows = []
+        for row, conf in zip(r["rounds"], r["draft_confidence"]):
+            j = next((i for i, c in enumerate(conf[:row[i_k]]) if c < p_min), row[i_k])
+            new = list(row)
+            new[i_k], new[i_acc] = j, min(row[i_acc], j)
+            new[i_emit] = min(row[i_emit], new[i_acc] + 1)
+            rows.append(new)
+        out.append({**r, "rounds": rows})
+    return out
+
+
 def predict_from_rounds(probe: dict, k: int, sd: list[dict],
                         draft_window: Sequence[int] | None = None,
                         gate_k: int | None = None) -> tuple[float, str] | None:

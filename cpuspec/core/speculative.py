@@ -68,6 +68,9 @@ class Generation:
     extra: dict = field(default_factory=dict)   # schedule-specific counts (parallel)
     drafter_stats: dict = field(default_factory=dict)  # the hybrid drafter's counts
     reused: int = 0                     # prompt tokens already in the KV (a follow-up turn)
+    # per round, each drafted token's confidence (draft.confidence()), where asked for: what
+    # a p-min gate would have seen, so one ungated run prices every p-min (replay)
+    draft_confidence: list[list[float]] | None = None
 
     @property
     def decode_tokens(self) -> int:
@@ -129,7 +132,7 @@ def prefill_draft(draft: Decoder, tokens: Sequence[int], pos: int) -> list[int]:
 
 
 def draft_tokens(draft: Decoder, pending: Sequence[int], pos: int, k: int,
-                 p_min: float = 0.0) -> tuple[list[int], int]:
+                 p_min: float = 0.0, seen: list[float] | None = None) -> tuple[list[int], int]:
     """Greedily draft up to k tokens; return them and the draft's KV length afterwards.
     `pending` holds the tokens the draft has not seen yet (the last emitted one, plus the
     previous round's last draft if it was accepted), placed at `pos`. The k-th draft is never
@@ -139,13 +142,21 @@ def draft_tokens(draft: Decoder, pending: Sequence[int], pos: int, k: int,
     (--spec-draft-p-min): drafting stops at the first token whose probability under the draft
     (draft.confidence(), over its 10 most likely tokens as llama.cpp's draft sampler sees
     them) is below p_min, and that token is dropped. A dropped token was never decoded by the
-    draft, so the KV length is unchanged."""
+    draft, so the KV length is unchanged. `seen`, where given, gets every drafted token's
+    confidence (the dropped one's too)."""
     drafts = draft.eval(pending, pos, 1)
     pos += len(pending)
     while True:
-        if drafts[-1] == NO_DRAFT or (p_min > 0 and draft.confidence() < p_min):
+        if drafts[-1] == NO_DRAFT:
             drafts.pop()
             break
+        if p_min > 0 or seen is not None:
+            c = draft.confidence()
+            if seen is not None:
+                seen.append(c)
+            if c < p_min:
+                drafts.pop()
+                break
         if len(drafts) >= k or draft.is_eog(drafts[-1]):
             break
         drafts += draft.eval(drafts[-1:], pos, 1)
@@ -220,6 +231,7 @@ class _Run:
     t_prev: float
     rounds: list[RoundStats] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
+    confidence: list[list[float]] | None = None   # per round, where recorded
 
     def close_round(self, target: Decoder, drafts: list[int], n_accepted: int, next_token: int,
                     draft_s: float, verify_s: float, clock: Clock) -> RoundStats:
@@ -246,7 +258,8 @@ def _keep_draft_kv(draft: Decoder, kv: int, keep: int) -> int:
 
 
 def _round_drafts(draft: Decoder, tokens: list[int], n_prompt: int, n_draft_kv: int | None,
-                  k: int, gate: tuple[float, int] = (0.0, 0)) -> tuple[list[int], int | None]:
+                  k: int, gate: tuple[float, int] = (0.0, 0), seen: list[float] | None = None
+                  ) -> tuple[list[int], int | None]:
     """This round's drafts and the draft's KV length after them. Once prefilled, the draft's
     KV covers the prompt, so what it has not seen is a tail of tokens. gate: (p_min, n_min)
     as llama.cpp's --spec-draft-p-min and --spec-draft-n-min: fewer than n_min confident
@@ -254,7 +267,7 @@ def _round_drafts(draft: Decoder, tokens: list[int], n_prompt: int, n_draft_kv: 
     if k <= 0:
         return [], n_draft_kv
     pending = tokens[n_draft_kv - n_prompt:] if n_draft_kv is not None else []
-    drafts, kv = draft_tokens(draft, pending, n_draft_kv, k, gate[0])
+    drafts, kv = draft_tokens(draft, pending, n_draft_kv, k, gate[0], seen)
     return (drafts if len(drafts) >= gate[1] else []), kv
 
 
@@ -262,24 +275,23 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
                          max_tokens: int, k: int | KPolicy,
                          clock: Clock = time.perf_counter,
                          verify: Verify = verify_greedy, reuse: int = 0,
-                         gate: tuple[float, int] = (0.0, 0)) -> Generation:
+                         gate: tuple[float, int] = (0.0, 0),
+                         record_confidence: bool = False) -> Generation:
     """Speculative decoding. Greedy by default: with exact arithmetic its output equals
     generate_raw's. `k` is a fixed draft length or a policy that picks one per round
     (policy.py); `verify` is the acceptance rule (sampling.py has the stochastic one);
     `gate` = (p_min, n_min) stops a round's drafting at the first unsure draft token
-    (draft_tokens), so a round drafts between 0 and k.
+    (draft_tokens), so a round drafts between 0 and k; record_confidence keeps each drafted
+    token's confidence per round (Generation.draft_confidence; drafters with confidence()).
 
     Invariant at the start of a round, with n = len(prompt) + len(tokens): the target's KV holds
     positions [0, n - 1) and tokens[-1] (at position n - 1) is emitted but not yet decoded; the
     draft's KV holds positions [0, n_draft_kv) with n_draft_kv ≤ n - 1.
 
     The draft reads the prompt only when the first round drafts (a policy that never speculates
-    never pays the draft's prefill); that prefill is timed as draft_prefill_s, outside the
-    round and the decode-only window, inside the end-to-end one.
-
-    reuse: both the target's and the draft's KV already hold prompt[:reuse] (a follow-up
-    turn); both read only the rest.
-    """
+    never pays the draft's prefill), timed as draft_prefill_s: outside the round and the
+    decode-only window, inside the end-to-end one. reuse: both KVs already hold
+    prompt[:reuse] (a follow-up turn); both read only the rest."""
     policy = StaticPolicy(k) if isinstance(k, int) else k
     _check_reuse(prompt, reuse)
     target.truncate(reuse)
@@ -288,36 +300,48 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
     run = _Run(target.eval(prompt[reuse:], reuse, 1), clock())
     t_prefill, draft_prefill_s = run.t_prev, 0.0
     n_draft_kv = None  # the draft has not read the prompt yet
+    run.confidence = [] if record_confidence else None
     while (stop := _stop_reason(target, run.tokens, max_tokens)) is None:
         n = len(prompt) + len(run.tokens)
         # Never draft past max_tokens: k drafts + 1 bonus must fit in what remains.
         cap = max_tokens - len(run.tokens) - 1
         k_round = min(policy.next_k(cap), cap)
         if k_round > 0 and n_draft_kv is None:  # the draft's prompt prefill, on first use
-            t_draft_prefill = clock()
-            prefill_draft(draft, prompt[reuse:], reuse)
+            draft_prefill_s += _read_prompt_into_draft(draft, prompt, reuse, run, clock)
             n_draft_kv = len(prompt)
-            spent = clock() - t_draft_prefill
-            draft_prefill_s += spent
-            run.t_prev += spent  # keep it out of this round's time
         t_draft_start = clock()
+        seen = [] if run.confidence is not None else None
         drafts, draft_kv = _round_drafts(draft, run.tokens, len(prompt), n_draft_kv, k_round,
-                                         gate)
+                                         gate, seen)
         t_drafted = clock()
         n_accepted, next_token = verify(target, draft, run.tokens[-1], drafts, n - 1)
         t_verified = clock()
-        # Roll back rejected positions. Target: keep tokens[-1] and the accepted drafts.
+        # Roll back rejected positions. Target: keep tokens[-1] and the accepted drafts. Draft:
+        # it decoded the pending tokens and drafts (all but a model's last) at n..; keep the
+        # accepted ones among them.
         if n_accepted < len(drafts):
             target.truncate(n + n_accepted)
-        # Draft: it decoded the pending tokens and drafts (all but the last, for a model) at
-        # n..; keep the accepted ones among them.
         if draft_kv is not None:
             n_draft_kv = _keep_draft_kv(draft, draft_kv, n + n_accepted)
         policy.observe(run.close_round(target, drafts, n_accepted, next_token,
                                        t_drafted - t_draft_start, t_verified - t_drafted, clock))
+        if seen is not None:
+            run.confidence.append(seen)
     return Generation(len(prompt), run.tokens, t_prefill - t0,
                       run.t_prev - t_prefill - draft_prefill_s, run.latencies, run.rounds, stop,
-                      draft_prefill_s=draft_prefill_s, reused=reuse)
+                      draft_prefill_s=draft_prefill_s, reused=reuse,
+                      draft_confidence=run.confidence)
+
+
+def _read_prompt_into_draft(draft: Decoder, prompt: Sequence[int], reuse: int, run: _Run,
+                            clock: Clock) -> float:
+    """The draft's prompt prefill, on the first round that drafts; its seconds, kept out of
+    that round's time."""
+    t0 = clock()
+    prefill_draft(draft, prompt[reuse:], reuse)
+    spent = clock() - t0
+    run.t_prev += spent
+    return spent
 
 
 # --- a parallel schedule: the draft works on the next round while the target verifies --------

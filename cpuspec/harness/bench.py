@@ -76,6 +76,8 @@ class BenchConfig:
     #                                 and last TAIL tokens only (window.py); None: all of it
     p_min: float = 0.0              # the static policy's confidence gate (llama.cpp's
     n_min: int = 0                  # --spec-draft-p-min / -n-min; core.speculative.draft_tokens)
+    record_confidence: bool = False  # static runs of a draft model keep each drafted token's
+    #                                  confidence (tune replays p-min from them)
     argv: list[str] = field(default_factory=list)
 
 
@@ -102,7 +104,9 @@ def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str,
             "rounds": [r.as_row() for r in g.rounds], "stop": g.stop,
             **({"reused_prompt_tokens": g.reused} if g.reused else {}),
             "noise": noise.to_dict(), **({"schedule": g.extra} if g.extra else {}),
-            **({"drafter_stats": g.drafter_stats} if g.drafter_stats else {})}
+            **({"drafter_stats": g.drafter_stats} if g.drafter_stats else {}),
+            **({"draft_confidence": [[round(c, 6) for c in r] for r in g.draft_confidence]}
+               if g.draft_confidence is not None else {})}
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -177,6 +181,10 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
                             "n_prompts": len(cfg.prompts), "argv": cfg.argv,
                             "policies": cfg.policies, "drafter": cfg.drafter,
                             "p_min": cfg.p_min, "n_min": cfg.n_min,
+                            # each drafted token's confidence kept (and its top-10 softmax
+                            # timed inside the draft's time): tune's choosing runs
+                            "record_confidence": cfg.record_confidence
+                            and cfg.drafter == "model",
                             "cpus": cfg.cpus, "draft_cpus": cfg.draft_cpus,
                             "draft_threads": cfg.draft_threads or cfg.threads,
                             "n_gpu_layers": cfg.n_gpu_layers,
@@ -268,7 +276,9 @@ class Generator:
                                                  self.owner.submit, self.draft_async)
         if mode == "static":
             return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify,
-                                        reuse=reuse, gate=(cfg.p_min, cfg.n_min))
+                                        reuse=reuse, gate=(cfg.p_min, cfg.n_min),
+                                        record_confidence=cfg.record_confidence
+                                        and cfg.drafter == "model")
         policy = self.adaptive_policy(task, window_reads(cfg.draft_window, len(tokens), reuse),
                                       max_tokens)
         start = len(policy.trace)

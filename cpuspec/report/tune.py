@@ -24,7 +24,7 @@ def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
         return []
     return how_to_run(opt("--target"), opt("--draft"), int(opt("-k")),
                       opt("--drafter", default="model"), int(opt("--threads", default="1")),
-                      meta=meta)
+                      meta=meta, p_min=float(opt("--p-min", default="0")))
 
 
 def _measured(c: dict, key: str) -> str:
@@ -85,10 +85,17 @@ def render_tune(doc: dict) -> str:
     return "\n".join(out + lines)
 
 
+def _k_cell(rec: dict) -> str:
+    """An answer's draft length, with its p-min where it gates ("-": SD off)."""
+    if not rec["k"]:
+        return "-"
+    return f"{rec['k']}, p-min {rec['p_min']:g}" if rec.get("p_min") else str(rec["k"])
+
+
 def _fastest_row(task: str, rec: dict, ref: str, ppl: dict) -> list:
     target = rec["candidate"].split(" + ")[0].removesuffix(" (SD off)")
     c = rec.get("confirmed", {})
-    return [task, rec["candidate"], rec["k"] or "-",
+    return [task, rec["candidate"], _k_cell(rec),
             f"{rec['predicted_vs_reference_raw']:.2f}",
             _measured(c, "vs_reference_raw") if c or rec["k"] or target != ref
             else "1 (itself)",
@@ -99,7 +106,7 @@ def _best_sd_row(task: str, best: dict) -> list:
     c = best.get("confirmed", {})
     t = best.get("terms") or {}
     pv = best["predicted_vs_reference_raw"]
-    return [task, best["candidate"], best["k"], f"{best['predicted_speedup']:.2f}",
+    return [task, best["candidate"], _k_cell(best), f"{best['predicted_speedup']:.2f}",
             _measured(c, "measured_speedup"), f"{pv:.2f}" if pv == pv else "-",
             _measured(c, "vs_reference_raw"), _audit(c),
             f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"]
@@ -124,7 +131,7 @@ def _task_lines(task: str, r: dict, meta: dict | None) -> list[str]:
         short = t["break_even_a"] - t["a"]
         lines.append(
             f"{task}: SD does not pay with any candidate: the best, {best['candidate']} at "
-            f"k = {best['k']}, yields a = {t['a']:.2f} tokens per round against a round "
+            f"k = {_k_cell(best)}, yields a = {t['a']:.2f} tokens per round against a round "
             f"cost of 1 + α + β = {t['break_even_a']:.2f} decodes (α = {t['alpha']:.2f} "
             f"drafting, β = {t['beta']:.2f} verifying); a is short by {short:.2f}")
     for key, what in (("best_sd", "SD ×raw"), ("recommended", "fastest ×ref raw")):
@@ -203,7 +210,7 @@ def _depth_lines(depth: dict) -> list[str]:
     ds = sorted({r["depth"] for d in depth.values() for r in d["by_depth"]})
     out = ["", "SD at depth, predicted (" + next(iter(depth.values()))["predicted_from"]
            + "; `cpuspec bench --depth` measures it):",
-           tabulate([[task, d["candidate"], d["k"],
+           tabulate([[task, d["candidate"], _k_cell(d),
                       *[next((_depth_cell(r) for r in d["by_depth"] if r["depth"] == x),
                              "-") for x in ds],
                       f"{d['crossover']} at {d['crossover_depth']}" if d["crossover"]

@@ -10,7 +10,7 @@ from typing import Callable
 
 from cpuspec.harness.bench import BenchConfig, run_bench
 from cpuspec.core.costs import ceiling_speedup
-from cpuspec.analysis.predict import predict_from_probe, predict_from_rounds
+from cpuspec.analysis.predict import gated_runs, predict_from_probe, predict_from_rounds
 from cpuspec.harness.probe import run_costs
 from cpuspec.results.records import CostProbe
 from cpuspec.analysis.summary import OVERALL, summarize
@@ -22,6 +22,11 @@ PILOT_TOKENS = 48
 # Repetitions per batch size of the ranking's cost curves (median taken). With 3, machine C's
 # Q4_0-pair ceiling came out at 1.20 in one run and 1.03 in the next, which reordered the run.
 COST_REPS = 5
+
+# The p-min values tune prices for a draft model (llama.cpp's --spec-draft-p-min; 0 is no gate),
+# each replayed from the choosing runs' recorded draft confidences (predict.gated_runs): the
+# values issue 43 named for the sweep, not tuned.
+P_MIN_GRID = (0.5, 0.75, 0.9)
 
 
 @dataclass(frozen=True)
@@ -61,13 +66,15 @@ class Option:
     cand: Candidate | None = None       # SD: the candidate ...
     results: dict | None = None         # ... and its measured (choosing) run
     target: object | None = None        # raw: the target (FetchedModel)
+    p_min: float = 0.0                  # SD with a draft model: its confidence gate
 
     @property
-    def key(self) -> tuple[str, int]:
-        return self.candidate, self.k
+    def key(self) -> tuple[str, int, float]:
+        return self.candidate, self.k, self.p_min
 
     def public(self) -> dict:
         return {"candidate": self.candidate, "k": self.k,
+                **({"p_min": self.p_min} if self.p_min else {}),
                 "predicted_speedup": self.predicted_speedup,
                 "predicted_vs_reference_raw": self.predicted_vs_reference_raw}
 
@@ -117,7 +124,9 @@ def predictions(results: dict, k_max: int, probe: dict | None = None
 
 
 def predictions_with(probe: dict, results: dict, k_max: int) -> dict[str, list[dict]]:
-    """predictions(), with the costs of `probe` and the acceptance of `results`' runs."""
+    """predictions(), with the costs of `probe` and the acceptance of `results`' runs; for a
+    draft model whose runs recorded their draft confidences, every k at each p-min of
+    P_MIN_GRID too (the runs replayed as the gate would have drafted them)."""
     summ = summarize(results)
     fixed = results["settings"].get("drafter", "model") == "model"
     draft_window = results["settings"].get("draft_window")
@@ -133,9 +142,31 @@ def predictions_with(probe: dict, results: dict, k_max: int) -> dict[str, list[d
                 if fixed else predict_from_rounds(probe, k, sd, draft_window)
             if pred:
                 rows.append({"k": k, "predicted_speedup": pred[0]})
+        if fixed:
+            rows += _gated_rows(probe, sd, rows, results["settings"]["k"], draft_window)
         out[task] = {"rows": rows, "raw_tok_s": s["raw_tok_s"],
                      "acceptance_pct": s.get("acceptance_pct")}
     return out
+
+
+def _gated_rows(probe: dict, sd: list[dict], ungated: list[dict], k_run: int,
+                draft_window) -> list[dict]:
+    """Every (k, p-min > 0) of the ungated rows: the ungated prediction times the gate's
+    effect, both sides replayed alike (the runs replayed under the gate ÷ the same runs
+    replayed without it, so the replay's own bias cancels and a gate wins only by what it
+    changes); none where the runs recorded no confidences."""
+    plain = gated_runs(sd, 0.0)
+    rows = []
+    for row in ungated if plain else ():
+        k = row["k"]
+        base = predict_from_rounds(probe, k, plain, draft_window, gate_k=k_run)
+        for p_min in P_MIN_GRID:
+            pred = predict_from_rounds(probe, k, gated_runs(sd, p_min), draft_window,
+                                       gate_k=k_run)
+            if pred and base:
+                rows.append({"k": k, "p_min": p_min,
+                             "predicted_speedup": row["predicted_speedup"] * pred[0] / base[0]})
+    return rows
 
 
 def pool_probes(target_probes: list[dict], draft_probes: list[dict]) -> dict:
@@ -223,6 +254,8 @@ def pilot_rank(cand: Candidate, probe: dict, pilot: dict, ref_v1: float, k_max: 
     best: dict = {}
     for task, p in predictions_with(probe, pilot, k_max).items():
         for row in p["rows"]:
+            if row.get("p_min"):   # the pilot ranks drafters; the gate is chosen later
+                continue
             score = row["predicted_speedup"] * max(1.0, vs_ref)
             if score > best.get("pilot_score", float("-inf")):
                 best = {"pilot_speedup": row["predicted_speedup"],
@@ -263,11 +296,12 @@ def predict_at_depths(cfg: BenchConfig, chosen: dict[str, Option], depths: list[
             if curves[key] is None:
                 continue
             pred = predictions_with(curves[key], option.results, k_max).get(task)
-            row = next((r for r in (pred or {}).get("rows", []) if r["k"] == option.k),
-                       None)
+            row = next((r for r in (pred or {}).get("rows", []) if r["k"] == option.k
+                        and r.get("p_min", 0.0) == option.p_min), None)
             if row:
                 rows.append({"depth": depth, "predicted_speedup": row["predicted_speedup"]})
-        out[task] = {"candidate": cand.name, "k": option.k, "by_depth": rows,
+        out[task] = {"candidate": cand.name, "k": option.k,
+                     **({"p_min": option.p_min} if option.p_min else {}), "by_depth": rows,
                      **crossover(rows, "predicted_speedup"),
                      "predicted_from": "cost curve at each depth + the choosing runs' "
                                        "acceptance at depth 0"}

@@ -40,7 +40,7 @@ from cpuspec.tune.candidates import (Candidate, Option, PILOT_TOKENS, calibrate_
                          pilot_rank, pooled_probe, predict_at_depths, predictions,
                          rank_candidates, run_pilots)
 from cpuspec.core.costs import round_terms
-from cpuspec.analysis.predict import replay_inputs
+from cpuspec.analysis.predict import gated_runs, replay_inputs
 from cpuspec.results.records import CostProbe
 from cpuspec.analysis.stats import speedup_stats
 from cpuspec.analysis.summary import OVERALL, summarize
@@ -87,18 +87,22 @@ def _public(option: dict) -> dict:
     return {k: v for k, v in option.items() if not k.startswith("_")}
 
 
-def why_terms(results: dict, task: str, k: int) -> dict:
-    """a, α, β of a candidate's tuning run on one task, replayed at k: which one is short."""
+def why_terms(results: dict, task: str, k: int, p_min: float = 0.0) -> dict:
+    """a, α, β of a candidate's tuning run on one task, replayed at k (under a p-min gate):
+    which one is short."""
     sd = [r for r in results["runs"] if r["task"] == task and r["mode"] == "static"]
+    gate_k = None
+    if p_min:
+        sd, gate_k = gated_runs(sd, p_min) or [], results["settings"]["k"]
     rounds, share, catchup = replay_inputs(sd)
     if not rounds:
         return {}
-    a, alpha, beta = round_terms(results["cost_probe"], rounds, k, share, catchup)
+    a, alpha, beta = round_terms(results["cost_probe"], rounds, k, share, catchup, gate_k)
     return {"a": a, "alpha": alpha, "beta": beta, "break_even_a": 1.0 + alpha + beta}
 
 
 def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
-                target=None) -> str:
+                target=None, p_min: float = 0.0) -> str:
     """The `cpuspec bench` line that reproduces a recommendation (k = 0: raw decoding on
     `target`)."""
     if cand is None:
@@ -107,7 +111,7 @@ def command_for(cfg: BenchConfig, cand: Candidate | None, k: int, task: str,
         args = ["cpuspec", "bench", "--target", str(cand.target.path)]
         args += ["--draft", str(cand.draft.path)] if cand.draft else []
         args += ["--drafter", cand.drafter] if cand.drafter != "model" else []
-        args += ["-k", str(k)]
+        args += ["-k", str(k)] + (["--p-min", f"{p_min:g}"] if p_min else [])
         if cand.draft and cfg.draft_window:
             args += ["--draft-window", ",".join(map(str, cfg.draft_window))]
     args += ["--threads", str(cfg.threads), "--max-tokens", str(cfg.max_tokens)]
@@ -189,7 +193,9 @@ class _Search:
                           "confirm_prompts": [p.prompt_id for p in confirm_prompts],
                           "ranking": [], "measured": [], "raw_runs": [], "recommendations": {},
                           "skipped_for_budget": []}
-        self.base = dataclasses.replace(cfg, policies=["static"], warmup=1)
+        # static runs; a draft model's keep their draft confidences, which price every p-min
+        self.base = dataclasses.replace(cfg, policies=["static"], warmup=1,
+                                        record_confidence=True)
         self.raw_base = dataclasses.replace(cfg, policies=[], warmup=1, drafter="lookup",
                                             draft_path=None, draft_window=None, k=1)
         self.targets = {c.target.spec.name: c.target for c in candidates}
@@ -317,7 +323,8 @@ class _Search:
             for row in (p["rows"] if p else []):
                 sd_options.append(Option(cand.name, row["k"], row["predicted_speedup"],
                                          row["predicted_speedup"] * own / ref_raw,
-                                         cand=cand, results=m["results"]))
+                                         cand=cand, results=m["results"],
+                                         p_min=row.get("p_min", 0.0)))
         raw_options = [Option(f"{t} (SD off)", 0, 1.0, self.raw_speed[(t, task)] / ref_raw,
                               target=self.targets[t]) for t in self.targets
                        if (t, task) in self.raw_speed]
@@ -335,7 +342,7 @@ class _Search:
                                                   -o.predicted_vs_reference_raw)[:5]]}
         rec["recommended"]["sd"] = fastest.k > 0
         rec["recommended"]["command"] = command_for(self.cfg, fastest.cand, fastest.k, task,
-                                                    fastest.target)
+                                                    fastest.target, fastest.p_min)
         best_sd = max(sd_options, key=lambda o: o.predicted_speedup) if sd_options else None
         rec["best_sd"] = self.best_sd_answer(best_sd, task)
         to_confirm = [("best_sd", best_sd)] if rec["best_sd"]["pays"] else []
@@ -366,8 +373,9 @@ class _Search:
                     "predicted_vs_reference_raw": float("nan"), "command": ""}
         out = best_sd.public()
         out["pays"] = best_sd.predicted_speedup > 1.0
-        out["command"] = command_for(self.cfg, best_sd.cand, best_sd.k, task)
-        out["terms"] = why_terms(best_sd.results, task, best_sd.k)
+        out["command"] = command_for(self.cfg, best_sd.cand, best_sd.k, task,
+                                     p_min=best_sd.p_min)
+        out["terms"] = why_terms(best_sd.results, task, best_sd.k, best_sd.p_min)
         return out
 
     def confirm_option(self, rec: dict, key: str, option: Option, task: str) -> None:
@@ -383,10 +391,12 @@ class _Search:
                                          "n_prompts": vs_ref["units"]}
             return
         prompts = [p for p in self.confirm_prompts if p.task == task]
-        self.log(f"tune: confirming {task}: {option.candidate}, k = {option.k} on "
+        gate = f", p-min {option.p_min:g}" if option.p_min else ""
+        self.log(f"tune: confirming {task}: {option.candidate}, k = {option.k}{gate} on "
                  f"{len(prompts)} other prompts")
-        res = run_bench(option.cand.bench_config(self.base, prompts=prompts, k=option.k),
-                        self.log)
+        res = run_bench(option.cand.bench_config(self.base, prompts=prompts, k=option.k,
+                                                 p_min=option.p_min,
+                                                 record_confidence=False), self.log)
         self.doc.setdefault("confirm_runs", []).append(res)
         s = summarize(res)[task]
         raw = [r for r in res["runs"] if r["mode"] == "raw"]
