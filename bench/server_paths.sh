@@ -5,7 +5,8 @@
 # prompts (5 each, 64 tokens, 2 threads). Then llama.cpp's draftless types in the server
 # against cpuspec's lookup on the grounded task (answers that copy from their input; the long
 # suites' ~1,000-token prompts take ~35 s to prefill on 2 cores, 4 reads per prompt per path:
-# LONG=1 runs them on long-edit instead). One benchmark at a time: run nothing else meanwhile.
+# LONG=1 runs them on long-edit instead; FOLLOWUP=1 adds long-followup's second turn). One
+# benchmark at a time: run nothing else meanwhile.
 #
 # Needs llama.cpp's programs: `cpuspec paths --build-native` once (~16 min on 2 cores).
 # Usage: bash bench/server_paths.sh [OUT_DIR]   (default bench/results/<machine>)
@@ -27,4 +28,17 @@ if [ "${DRAFTLESS:-1}" = 1 ]; then
   run "server_ngram_simple_$task" "${copy[@]}"
   run "server_ngram_mod_$task" "${copy[@]}" --server-flags '--spec-type ngram-mod'
   run "server_spec_default_$task" "${copy[@]}" --server-flags '--spec-default'
+fi
+# Follow-up turns (FOLLOWUP=1): long-followup's second turn ("now add type hints to the module
+# you just described"), the whole conversation read by every path; the lookup against the
+# server's ngram-simple (its own flags), or against FOLLOWUP_FLAGS (e.g. '--spec-default').
+if [ "${FOLLOWUP:-0}" = 1 ]; then
+  follow=(--pair qwen2.5-coder-1.5b-q8_0 --drafter lookup -k 7 -t 2 --tasks long-followup
+          --prompts-per-task 5 -n 64 --paths cpuspec,llama-server)
+  if [ -n "${FOLLOWUP_FLAGS:-}" ]; then
+    name=$(printf '%s' "$FOLLOWUP_FLAGS" | tr -cs 'a-z0-9' '_' | sed 's/^_*//; s/_*$//')
+    run "server_${name}_long-followup" "${follow[@]}" --server-flags "$FOLLOWUP_FLAGS"
+  else
+    run server_ngram_simple_long-followup "${follow[@]}"
+  fi
 fi

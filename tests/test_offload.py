@@ -65,3 +65,71 @@ def test_every_placement_runs_on_the_vulkan_device(tiny_models, tmp_path):
     assert any(d["type"] != "CPU" for d in devices), devices
     for point in doc["points"]:          # lossless on the device too
         assert all(a["identical"] for a in point["audit"])
+
+
+RECORDED_SWEEP = Path(__file__).resolve().parent / "recorded" / "epyc-family25-model1" / \
+    "offload_vulkan_lavapipe_tiny.json"
+
+
+def test_the_offload_table_names_each_placement_and_its_device():
+    """The recorded Vulkan sweep: one row per placement saying where the target and the draft
+    ran, its verdict, and above the table the device and backend, marked as software."""
+    from click.testing import CliRunner
+
+    from cpuspec.cli.main import main
+    res = CliRunner().invoke(main, ["report", str(RECORDED_SWEEP)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].startswith("offload device: Vulkan0 (Vulkan backend): llvmpipe")
+    assert "software driver running on the CPU" in lines[0]
+    doc = json.loads(RECORDED_SWEEP.read_text())
+    for r in doc["rows"]:
+        t = "CPU" if not r["n_gpu_layers"] else "Vulkan0"
+        d = "CPU" if not r["draft_gpu_layers"] else "Vulkan0"
+        row = next(x for x in lines if f"target {t}, draft {d}" in x)
+        assert row.split()[:2] == [str(r["n_gpu_layers"]), str(r["draft_gpu_layers"])]
+        assert " OFF " in row     # SD's verdict per placement (the tiny draft never pays)
+
+
+def test_compare_sets_two_offload_sweeps_side_by_side_and_refuses_other_workloads(tmp_path):
+    from click.testing import CliRunner
+
+    from cpuspec.cli.main import main
+    res = CliRunner().invoke(main, ["compare", str(RECORDED_SWEEP), str(RECORDED_SWEEP)])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("offload device: Vulkan0") == 2
+    placements = [x for x in res.output.splitlines() if " placement " in x]
+    assert len(placements) == 4 and "target Vulkan0, draft CPU" in "".join(placements)
+    other = Path(__file__).resolve().parent / "recorded" / "avx2-build" / "sweep_threads_k.json"
+    res = CliRunner().invoke(main, ["compare", str(RECORDED_SWEEP), str(other)])
+    assert res.exit_code == 1 and "different workloads" in res.output and "axes:" in res.output
+    bench = Path(__file__).resolve().parent / "recorded" / "avx2-build" / "bench_2threads.json"
+    res = CliRunner().invoke(main, ["compare", str(bench), str(RECORDED_SWEEP)])
+    assert res.exit_code == 1 and "not a bench one" in res.output
+
+
+def test_plot_draws_the_placements_as_categories(tmp_path):
+    pytest.importorskip("matplotlib")
+    from cpuspec.report.plots import figure_data, render
+    doc = json.loads(RECORDED_SWEEP.read_text())
+    d = figure_data([doc], ["lavapipe"])["offload"]["lavapipe"]
+    assert d["labels"] == ["target CPU\ndraft CPU", "target CPU\ndraft Vulkan0",
+                           "target Vulkan0\ndraft CPU", "target Vulkan0\ndraft Vulkan0"]
+    assert d["verdict"] == ["OFF"] * 4 and "software driver" in d["device"]
+    files = render([doc], ["lavapipe"], tmp_path)
+    assert {f.name for f in files} == {"offload_lavapipe.png", "offload_lavapipe.svg"}
+    svg = (tmp_path / "offload_lavapipe.svg").read_text()
+    assert "llvmpipe" in svg and "target Vulkan0" in svg   # the caption and the tick labels
+
+
+def test_an_old_sweep_with_skipped_gpu_points_still_renders():
+    """Until 2026-12-03 a CPU build ran a sweep's GPU points as rows marked skipped; such
+    points are refused up front now, and the files that hold them still print."""
+    from click.testing import CliRunner
+
+    from cpuspec.cli.main import main
+    old = Path(__file__).resolve().parent.parent / "bench" / "results" / "avx2-build" / \
+        "sweep_gpu_skip.json"
+    res = CliRunner().invoke(main, ["report", str(old)])
+    assert res.exit_code == 0, res.output
+    assert "skipped: this llama-cpp-python build has no GPU offload" in res.output

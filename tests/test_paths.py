@@ -206,3 +206,66 @@ def test_a_file_from_another_machine_is_not_answered_with_this_machines_paths_ru
     out = CliRunner().invoke(main, ["report", str(tune_c)]).output
     assert "SD pays most" in out and "llama-server -m" in out
     assert "measured here" not in out and "how much of the gain each keeps" in out
+
+
+def test_advise_says_whether_one_draftless_flag_pays(cpuspec_home):
+    """Under a recorded bench run's advice: llama.cpp's draftless types as saved paths runs of
+    this machine measured them in llama-server on the same target, each with the server's SD
+    ×raw as that run's own report prints it, and whether one pays (an interval above 1)."""
+    here = RECORDED / "epyc-family25-model1"
+    run = here / "pmin0_adaptive_q8_0_k7.json"
+    out = CliRunner().invoke(main, ["advise", str(run)]).output
+    assert "One flag, no draft model" in out
+    assert "not measured here yet: cpuspec paths --target" in out and \
+        "--server-flags '--spec-default'" in out
+    saved = cpuspec_home / "results"
+    saved.mkdir(parents=True)
+    names = ("server_ngram_simple_grounded", "server_ngram_mod_grounded",
+             "server_spec_default_grounded")
+    for i, name in enumerate(names):
+        (saved / f"20261203T00000{i}Z-host-AMD-EPYC-paths.json").write_text(
+            (here / f"{name}.json").read_text())
+    out = CliRunner().invoke(main, ["advise", str(run)]).output
+    line = next(x for x in out.splitlines() if x.strip().startswith("grounded:"))
+    for name, flags in zip(names, ("--spec-type ngram-simple --spec-ngram-simple-size-n 2",
+                                   "--spec-type ngram-mod", "--spec-default")):
+        printed = CliRunner().invoke(main, ["report", str(here / f"{name}.json")]).output
+        server = next(x for x in printed.split("overall:")[1].splitlines()
+                      if x.startswith("llama-server"))
+        assert f"{flags}" in line and server.split()[3] in line, (line, server)
+    # 1.21, 1.13 and 1.10 over 5 prompts, none with its interval above 1
+    assert "none shown to pay" in line
+    # a file from another machine (B) is not answered with this machine's runs
+    other = RECORDED / "epyc-family25-model17" / "bench_q8_0_k7.json"
+    out = CliRunner().invoke(main, ["advise", str(other)]).output
+    assert "not measured here yet" in out
+
+
+def test_a_follow_up_is_measured_at_its_second_turn_read_whole(tiny_models):
+    """A follow-up prompt: the target answers the first turn once (greedy, untimed), and every
+    path reads the whole conversation. Checked against the engine directly: the recorded first
+    answer is the target's greedy answer, and the measured raw text continues the second
+    turn's conversation as greedy decoding does."""
+    from cpuspec.core.speculative import generate_raw
+    from cpuspec.harness.paths import PathsConfig, measure_paths
+    from cpuspec.harness.turns import FIRST_TURN_TOKENS
+    from cpuspec.inputs.tasks import Prompt
+    p = Prompt("json", "turn-1", "Name three colours as a JSON list.",
+               "Now the same list, reversed.")
+    cfg = PathsConfig(tiny_models["target"], tiny_models["draft"], 3, "model", [p], 10, 1,
+                      ("cpuspec",))
+    doc = measure_paths(cfg, {}, lambda _: None)
+    with Model(tiny_models["target"]) as tm, Session(tm, 512, 1) as s:
+        first = tm.tokenize(tm.format_chat(p.text))
+        answer = [t for t in generate_raw(s, first, FIRST_TURN_TOKENS).tokens
+                  if not tm.is_eog(t)]
+        answer_text = tm.detokenize(answer)
+        conversation = tm.format_chat(p.followup, [(p.text, answer_text)])
+        second = tm.tokenize(conversation)
+        want = tm.detokenize(generate_raw(s, second, 10).tokens)
+    info = doc["followups"]["turn-1"]
+    assert info["first_answer"] == answer_text and answer_text
+    assert info["second_turn_tokens"] == len(second) > info["first_turn_tokens"]
+    raw = next(r for r in doc["runs"] if r["mode"] == "raw")
+    sd = next(r for r in doc["runs"] if r["mode"] == "static")
+    assert raw["text"] == want == sd["text"]

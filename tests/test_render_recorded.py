@@ -24,6 +24,8 @@ CASES = [
     ("report", "avx2-build/sweep_threads_k.json", "text"),
     ("report", "epyc-family25-model1/tune_json_code.json", "text"),
     ("report", "epyc-family25-model17/paths_q8_0_k7.json", "text"),
+    # GPU offload on a real ggml device (Vulkan on lavapipe): the per-placement table
+    ("report", "epyc-family25-model1/offload_vulkan_lavapipe_tiny.json", "text"),
     # long inputs: the target's prefill shared between modes (summary.py, report.py)
     ("report", "epyc-family25-model17/adaptive_heldout_long_q8_0_k7_n128_v6.json",
      "text"),

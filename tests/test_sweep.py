@@ -1,5 +1,5 @@
-"""Sweeps: value parsing, point order, the skip path without GPU offload (the build installed
-here), and a sweep killed mid-way that keeps its finished points."""
+"""Sweeps: value parsing, point order, offload refused on a build without a GPU backend (the build
+installed here), and a sweep killed mid-way that keeps its finished points."""
 import json
 import signal
 import subprocess
@@ -123,7 +123,7 @@ def test_unpinned_point_after_a_pinned_one_runs_where_the_sweep_started(monkeypa
     try:
         sweep.run_sweep(BenchConfig(prompts=[], threads=1), [pinned, free],
                         lambda base, p: BenchConfig(prompts=[], threads=1, cpus=cpus[p]),
-                        lambda *a: None, gpu_ok=False)
+                        lambda *a: None)
     finally:
         os.sched_setaffinity(0, start)
     assert seen == [[start[0]], start]

@@ -27,7 +27,7 @@ from cpuspec.inputs.registry import ModelError
 from cpuspec.report.tables import render_csv, sweep_rows
 from cpuspec.analysis.summary import summarize
 from cpuspec.results.store import results_dir
-from cpuspec.harness.sweep import (GPU_SKIP_REASON, SweepError, add_point, plan, point_config,
+from cpuspec.harness.sweep import (SweepError, add_point, plan, point_config,
                                    run_sweep, sweep_csv, sweep_document)
 from cpuspec.report.sweep import headline, render_sweep
 from cpuspec.inputs.tasks import ALL_TASKS, DEFAULT_TASKS
@@ -280,33 +280,27 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
     log(f"cpuspec bench: sweep of {len(where.points)} points over {', '.join(axes)}")
     sink(doc)
 
-    def on_point(point, results, skip):
-        row = add_point(doc, point, results, skip)
-        if skip:
-            log(f"point {point.label()}: {skip}")
-        else:
-            click.echo(f"point {', '.join(f'{a}={row[a]}' for a in axes)}: raw "
-                       f"{row['raw_tok_s']:.1f} t/s, SD {row['sd_tok_s']:.1f} t/s "
-                       f"({row['sd_speedup']:.2f}× end-to-end), a {row['a'] or 0:.2f}, "
-                       f"SD {row['verdict']}")
+    def on_point(point, results):
+        row = add_point(doc, point, results)
+        click.echo(f"point {', '.join(f'{a}={row[a]}' for a in axes)}: raw "
+                   f"{row['raw_tok_s']:.1f} t/s, SD {row['sd_tok_s']:.1f} t/s "
+                   f"({row['sd_speedup']:.2f}× end-to-end), a {row['a'] or 0:.2f}, "
+                   f"SD {row['verdict']}")
         sink(doc)
 
     with guarded(sink):
         try:
             run_sweep(base, where.points,
                       lambda cfg, p: point_config(cfg, p, where, fallback_threads, log),
-                      on_point, doc["gpu_offload_supported"], log)
+                      on_point, log)
         except (ModelError, EngineError, ValueError) as exc:
             raise click.ClickException(str(exc))
     doc["complete"] = True
     sink(doc)
     click.echo("")
     rows = sweep_rows(doc)
-    click.echo(render_sweep(rows, axes))
-    if any("skipped" in r for r in rows):
-        click.echo(f"\nGPU points {GPU_SKIP_REASON}. Install a GPU build of llama-cpp-python "
-                   "(see the README: CUDA, Metal or Vulkan) to measure them.")
-    line = headline(rows)
+    click.echo(render_sweep(rows, axes, devices=doc["meta"].get("ggml_devices")))
+    line = headline(rows, doc["meta"].get("ggml_devices"))
     if line:
         click.echo(line)
     if csv_path:

@@ -9,14 +9,15 @@ import click
 
 from cpuspec.report.advice import advise as advise_results, render_advice
 from cpuspec.cli.util import load_results, log, print_bench, reads_results, run_names
-from cpuspec.report.compare import mismatches, render_compare
-from cpuspec.report.paths import how_to_run, render_paths
+from cpuspec.report.compare import (mismatches, render_compare, render_compare_sweeps,
+                                     sweep_mismatches)
+from cpuspec.report.paths import draftless_lines, how_to_run, render_paths
 from cpuspec.report.plots import PLOT_HINT, PlotError, render
 from cpuspec.report.listings import render_per_prompt, render_runs
 from cpuspec.report.tables import (per_prompt_rows, render_csv, render_rows_json, render_trace,
                      sweep_rows)
-from cpuspec.results.schema import ResultsError, read_bench
-from cpuspec.results.store import OutputError, results_dir, run_listing, saved_runs
+from cpuspec.results.schema import ResultsError, read_bench, read_json
+from cpuspec.results.store import OutputError, resolve_run, results_dir, run_listing, saved_runs
 from cpuspec.analysis.summary import summarize
 from cpuspec.report.sweep import headline, render_sweep
 from cpuspec.report.tune import render_tune
@@ -64,6 +65,9 @@ def advise(run, as_json):
                                              settings["threads"], indent="  ",
                                              meta=results.get("meta"),
                                              p_min=settings.get("p_min") or 0.0)))
+    if target:
+        click.echo("\n" + "\n".join(draftless_lines(target, settings["threads"],
+                                                     meta=results.get("meta"))))
 
 
 @click.command()
@@ -107,8 +111,9 @@ def report(run, fmt, details, per_prompt, task_filter, trace):
             raise click.ClickException(f"{path}: a damaged sweep file (no rows or axes)")
         rows = sweep_rows(results)
         click.echo(render_sweep(rows, results["axes"],
-                                "github" if fmt == "markdown" else "simple"))
-        line = headline(rows)
+                                "github" if fmt == "markdown" else "simple",
+                                devices=(results.get("meta") or {}).get("ggml_devices")))
+        line = headline(rows, (results.get("meta") or {}).get("ggml_devices"))
         if line:
             click.echo(line)
         return
@@ -164,17 +169,43 @@ def compare(runs, fmt, force):
     """
     if len(runs) < 2:
         raise click.UsageError("give two or more results files or run ids")
-    loaded = [load_results(r) for r in runs]
+    if all(_kind_of(r) == "sweep" for r in runs):
+        loaded = [load_results(r, bench_only=False) for r in runs]
+        _compare_sweeps([res for res, _ in loaded], run_names([path for _, path in loaded]),
+                        fmt, force)
+        return
+    loaded = [load_results(r) for r in runs]   # bench files only (sweeps go with sweeps)
     results = [res for res, _ in loaded]
-    diff = mismatches(results)
+    _check_workloads(mismatches(results), force, "runs")
+    names = run_names([path for _, path in loaded])
+    click.echo(render_compare(results, names, fmt))
+
+
+def _kind_of(ref: str) -> str | None:
+    """A results file's kind, read without validating it (None where it cannot be read)."""
+    try:
+        doc = read_json(resolve_run(ref))
+    except (OutputError, ResultsError):
+        return None
+    return doc.get("kind") if isinstance(doc, dict) else None
+
+
+def _compare_sweeps(results: list[dict], names: list[str], fmt: str, force: bool) -> None:
+    if fmt != "text":
+        raise click.UsageError("sweeps are compared as text only; `cpuspec report SWEEP "
+                               "--format markdown` gives one sweep's table as markdown")
+    _check_workloads(sweep_mismatches(results), force, "sweeps")
+    click.echo(render_compare_sweeps(results, names))
+
+
+def _check_workloads(diff: list[str], force: bool, what: str) -> None:
+    """Refuse runs of different workloads (naming the differences) unless --force."""
     if diff and not force:
-        raise click.ClickException("these runs measured different workloads, so their numbers "
-                                   "are not comparable: " + "; ".join(diff)
+        raise click.ClickException(f"these {what} measured different workloads, so their "
+                                   "numbers are not comparable: " + "; ".join(diff)
                                    + " (--force compares them anyway)")
     if diff:
         log("WARNING: comparing different workloads: " + "; ".join(diff))
-    names = run_names([path for _, path in loaded])
-    click.echo(render_compare(results, names, fmt))
 
 
 @click.command()

@@ -11,7 +11,10 @@ several paths, each against its own raw decoding, on the same prompts, files and
                      (the ones tune and advise print), asked over HTTP on 127.0.0.1
 
 Every window is end to end (the prompt's prefill, the draft's too, and every token). The order
-of the paths alternates from prompt to prompt. No printing: progress goes to `log`, the document
+of the paths alternates from prompt to prompt. A follow-up prompt (long-followup, a prompts
+file's "followup") is measured at its second turn: the first answered once by the target
+(greedy, untimed), then the whole conversation read by every path, as a server whose prompt
+cache is off reads it (first_turns). No printing: progress goes to `log`, the document
 to `on_update` after each prompt (a results file that grows). What a run shows: paths_report.
 """
 from __future__ import annotations
@@ -96,7 +99,7 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
         try:
             if draft_m is not None:
                 check_same_tokenizer(target_m, draft_m)
-            texts = {p.prompt_id: target_m.format_chat(p.text) for p in cfg.prompts}
+            texts = first_turns(target_m, cfg, Session, doc)
             encoded = {pid: target_m.tokenize(t) for pid, t in texts.items()}
             n_ctx = max(map(len, encoded.values())) + cfg.max_tokens + cfg.k + CTX_SLACK
             with contextlib.ExitStack() as stack:
@@ -112,6 +115,26 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
                 draft_m.close()
     doc["complete"] = True
     return doc
+
+
+def first_turns(target_m, cfg: PathsConfig, Session, doc: dict) -> dict[str, str]:
+    """The text every path reads per prompt: its message in the chat template, or for a
+    follow-up the second turn after the first, answered by the target alone (greedy, up to
+    turns.FIRST_TURN_TOKENS tokens, not timed); what each first turn was goes to
+    doc["followups"]."""
+    from cpuspec.harness.turns import FIRST_TURN_TOKENS, answer_first_turn
+    texts = {}
+    for p in cfg.prompts:
+        if not p.followup:
+            texts[p.prompt_id] = target_m.format_chat(p.text)
+            continue
+        first = target_m.tokenize(target_m.format_chat(p.text))
+        with Session(target_m, len(first) + FIRST_TURN_TOKENS + CTX_SLACK, cfg.threads) as s:
+            _, info = answer_first_turn(target_m, s, p, first)
+        texts[p.prompt_id] = target_m.format_chat(p.followup, [(p.text, info["first_answer"])])
+        doc.setdefault("followups", {})[p.prompt_id] = {
+            k: info[k] for k in ("first_answer", "first_turn_tokens", "second_turn_tokens")}
+    return texts
 
 
 def _run_prompts(cfg: PathsConfig, runners: dict, doc: dict, log: Callable[[str], None],

@@ -22,7 +22,6 @@ from cpuspec.report.tables import FIELDS, csv_text, sweep_figures
 from cpuspec.results.schema import SCHEMA_VERSION
 
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
-GPU_SKIP_REASON = "skipped: this llama-cpp-python build has no GPU offload"
 # Axes in loading order: the quants and GPU layers decide which models are loaded, cores are
 # re-pinned, threads, k and the depth change only the contexts.
 AXES = ("target_quant", "draft_quant", "n_gpu_layers", "draft_gpu_layers", "p_cores",
@@ -176,14 +175,14 @@ def sweep_document(points: list[Point], meta: dict, argv: list[str], gpu_ok: boo
             "gpu_offload_supported": gpu_ok, "rows": [], "points": []}
 
 
-def add_point(doc: dict, point: Point, results: dict | None, skip: str | None) -> dict:
-    """Record one finished (or skipped) point in the sweep's document: its coordinates (and
-    why it was skipped) in "rows", its raw runs in "points"; returns its row with the figures,
-    computed as every reader computes them (sweep_rows)."""
-    doc["rows"].append(point.as_dict() | ({"skipped": skip} if skip else
-                                          {"threads": results["settings"]["threads"]}))
-    doc["points"].append(results or {"point": point.as_dict(), "skipped": skip})
-    return sweep_row(point, results, skip)
+def add_point(doc: dict, point: Point, results: dict) -> dict:
+    """Record one finished point in the sweep's document: its coordinates in "rows", its raw
+    runs in "points"; returns its row with the figures, computed as every reader computes them
+    (sweep_rows). (Files written before 2026-12-03 may hold GPU points skipped on a CPU build,
+    rows with "skipped": such points are now refused before the sweep starts.)"""
+    doc["rows"].append(point.as_dict() | {"threads": results["settings"]["threads"]})
+    doc["points"].append(results)
+    return sweep_row(point, results)
 
 
 def sweep_csv(rows: list[dict]) -> str:
@@ -194,9 +193,10 @@ def sweep_csv(rows: list[dict]) -> str:
 
 def run_sweep(base: BenchConfig, points: list[Point],
               point_cfg: Callable[[BenchConfig, Point], BenchConfig],
-              on_point: Callable[[Point, dict | None, str | None], None],
-              gpu_ok: bool, log: Callable[[str], None] = lambda _: None) -> None:
-    """Run every point; on_point(point, results, skip_reason) after each one."""
+              on_point: Callable[[Point, dict], None],
+              log: Callable[[str], None] = lambda _: None) -> None:
+    """Run every point; on_point(point, results) after each one. Offloaded points need a GPU
+    build (the CLI refuses them before this runs on one without)."""
     fetched = resolve_models(base, log)
     initial_cpus = sorted(os.sched_getaffinity(0))
     pinner = CorePinner()
@@ -204,10 +204,6 @@ def run_sweep(base: BenchConfig, points: list[Point],
             points, lambda p: (p.target_quant, p.draft_quant, p.n_gpu_layers,
                                p.draft_gpu_layers)):
         group = list(group)
-        if (ngl or dgl) and not gpu_ok:
-            for p in group:
-                on_point(p, None, GPU_SKIP_REASON)
-            continue
         load_cfg = dataclasses.replace(base, n_gpu_layers=ngl, draft_gpu_layers=dgl)
         with load_pair(load_cfg, log, quantized(fetched, tq, dq, log)) as loaded:
             for p in group:
@@ -216,7 +212,7 @@ def run_sweep(base: BenchConfig, points: list[Point],
                 # the pinned point before it.
                 pinner.pin(cfg.cpus or initial_cpus)
                 log(f"measuring point {p.label()}")
-                on_point(p, run_bench(cfg, log, loaded), None)
+                on_point(p, run_bench(cfg, log, loaded))
 
 
 
@@ -234,9 +230,7 @@ def quantized(fetched: tuple, target_quant: str, draft_quant: str,
     return target, draft, pair
 
 
-def sweep_row(point: Point, results: dict | None, skip: str | None) -> dict:
-    """One row per point: its coordinates and the overall figures (or why it was skipped)."""
+def sweep_row(point: Point, results: dict) -> dict:
+    """One row per point: its coordinates and the overall figures."""
     row = point.as_dict()
-    if skip:
-        return row | {"skipped": skip}
     return row | {"threads": results["settings"]["threads"]} | sweep_figures(results)

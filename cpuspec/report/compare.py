@@ -114,3 +114,54 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
     lines.append(tabulate(table, headers=headers, tablefmt="github" if fmt == "markdown"
                           else "simple", disable_numparse=True))
     return "\n".join(lines)
+
+
+# --- sweeps side by side: the CPU-vs-offload table of two machines (or two builds) ----------
+
+SWEEP_COMPARE_METRICS = (("raw_tok_s", "raw t/s e2e", ".1f"), ("sd_tok_s", "SD t/s e2e", ".1f"),
+                         ("sd_speedup", "SD ×raw e2e", ".2f"), ("verdict", "SD", ""))
+
+
+def sweep_mismatches(runs: list[dict]) -> list[str]:
+    """What differs in the workload between sweeps, judged on each sweep's first point (every
+    point of a sweep shares its models, prompts and tokens, save the axes)."""
+    firsts = [next((p for p in r.get("points") or [] if isinstance(p, dict) and "runs" in p),
+                   {}) for r in runs]
+    return mismatches(firsts) + ([f"axes: {' vs '.join('/'.join(r['axes']) for r in runs)}"]
+                                 if len({tuple(r.get("axes") or []) for r in runs}) > 1 else [])
+
+
+def render_compare_sweeps(runs: list[dict], names: list[str]) -> str:
+    """One row per (point, metric), the points matched by their coordinates: for offload
+    sweeps, one row per placement in each run's own words (its device and backend, from its
+    ggml device list), and run 2 ÷ run 1 for two runs."""
+    from tabulate import tabulate
+
+    from cpuspec.report.sweep import device_line, placement
+    from cpuspec.report.tables import sweep_rows
+    axes = runs[0].get("axes") or ["threads"]
+    per_run = [{tuple(r.get(a) for a in axes): r for r in sweep_rows(run) if "skipped" not in r}
+               for run in runs]
+    devices = [(run.get("meta") or {}).get("ggml_devices") for run in runs]
+    offload = {"n_gpu_layers", "draft_gpu_layers"} & set(axes)
+    table = []
+    for key in dict.fromkeys(k for pr in per_run for k in pr):
+        point = ", ".join(f"{a} {v}" for a, v in zip(axes, key))
+        where = [placement(pr[key], d) if offload and key in pr else "" for pr, d in
+                 zip(per_run, devices)]
+        for metric, header, fmt in SWEEP_COMPARE_METRICS:
+            values = [pr.get(key, {}).get(metric) for pr in per_run]
+            ratio = values[1] / values[0] if len(runs) == 2 and fmt and all(
+                isinstance(v, (int, float)) and v for v in values) else None
+            table.append([point, header] + [fmt_value(v, fmt) for v in values]
+                         + ([fmt_value(ratio, ".2f")] if len(runs) == 2 else []))
+        if offload:
+            table.append([point, "placement"] + where + ([""] if len(runs) == 2 else []))
+    machines = [Machine.of(r) for r in runs]
+    lines = [f"run {i + 1}: {n}: {m.label()}; "
+             + (device_line(d) or "no offload device recorded")
+             for i, (n, m, d) in enumerate(zip(names, machines, devices))]
+    headers = ["point", "metric"] + [f"run {i + 1}" for i in range(len(runs))] \
+        + (["2 ÷ 1"] if len(runs) == 2 else [])
+    return "\n".join(lines + [tabulate(table, headers=headers, tablefmt="simple",
+                                       disable_numparse=True)])

@@ -318,35 +318,107 @@ def _first_token_lines(doc: dict) -> list[str]:
 
 # --- what a saved paths run says about a configuration, printed under tune and advise ---
 
-def measured_paths(target: str, draft: str | None, k: int, drafter: str,
-                   meta: dict | None = None, p_min: float = 0.0) -> tuple[dict, Path] | None:
-    """The newest complete saved `cpuspec paths` run of this configuration (same target and
-    draft files by name, k and drafter); with `meta` (the environment of the file being
-    printed), only one from the same machine (CPU model and llama.cpp's system info): a
-    recorded file from elsewhere is not answered with this machine's runs."""
+def _saved_paths_runs(meta: dict | None):
+    """Complete saved `cpuspec paths` runs, newest first, as (doc, path); with `meta` (the
+    environment of the file being printed), only those from the same machine (CPU model and
+    llama.cpp's system info): a recorded file from elsewhere is not answered with this
+    machine's runs."""
     import json
 
     try:
         runs = saved_runs()
     except OutputError:
-        return None
+        return
     for path in reversed(runs):
         if not path.stem.endswith("-paths"):
             continue
         try:
             doc = json.loads(path.read_text())
-            s = doc["settings"]
+            doc["settings"]["target"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if doc.get("complete") and (
+                meta is None or Machine.of(doc).same_as(Machine.of({"meta": meta}))):
+            yield doc, path
+
+
+def measured_paths(target: str, draft: str | None, k: int, drafter: str,
+                   meta: dict | None = None, p_min: float = 0.0) -> tuple[dict, Path] | None:
+    """The newest saved paths run of this configuration (same target and draft files by name,
+    k and drafter, p-min, the configuration's own server flags), from this machine when
+    `meta` is given (_saved_paths_runs)."""
+    for doc, path in _saved_paths_runs(meta):
+        s = doc["settings"]
+        try:
             same = (Path(s["target"]).name == Path(target).name
                     and (Path(s["draft"]).name if s.get("draft") else None)
                     == (Path(draft).name if draft else None)
                     and s["k"] == k and s["drafter"] == drafter
                     and (s.get("p_min") or 0.0) == p_min and not s.get("server_flags"))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             continue
-        if same and doc.get("complete") and (
-                meta is None or Machine.of(doc).same_as(Machine.of({"meta": meta}))):
+        if same:
             return doc, path
     return None
+
+
+def measured_draftless(target: str, threads: int, meta: dict | None = None
+                       ) -> dict[str, list[dict]]:
+    """Per task, llama.cpp's draftless drafters as saved paths runs measured them in
+    llama-server on this target (runs with --server-flags and no draft model, or of the lookup
+    drafter, whose server flags are ngram-simple's) with these threads: the newest run of each
+    flag set, with the server's SD ×raw. A damaged saved file is passed over."""
+    out: dict[str, list[dict]] = {}
+    seen: set[tuple[str, str]] = set()
+    for doc, path in _saved_paths_runs(meta):
+        s = doc["settings"]
+        try:
+            flags = s.get("server_flags")
+            if not flags and s.get("drafter") == "lookup":   # the lookup's own: ngram-simple
+                flags = commands.spec_flags(None, s["k"], "lookup")
+            if LLAMA_SERVER not in s.get("paths", ()) or not flags \
+                    or {"-md", "--model-draft"} & set(flags) or s.get("threads") != threads \
+                    or Path(s["target"]).name != Path(target).name:
+                continue
+            summary = summarize_paths(doc)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        for task, row in summary.items():
+            key = (task, commands.shell(flags))
+            if task == OVERALL or LLAMA_SERVER not in row or key in seen:
+                continue
+            seen.add(key)
+            out.setdefault(task, []).append({"flags": key[1], "run": path.stem,
+                                             **row[LLAMA_SERVER]})
+    return out
+
+
+def draftless_lines(target: str, threads: int, meta: dict | None = None,
+                    indent: str = "  ") -> list[str]:
+    """Whether one llama-server flag (a draftless type: no second model) pays here: per task
+    measured, each flag set's SD ×raw in the server; it pays only where its interval lies
+    above 1. Where none was measured, the command that measures one."""
+    found = measured_draftless(target, threads, meta)
+    head = "One flag, no draft model (llama.cpp's draftless types in llama-server):"
+    if not found:
+        return [head, f"{indent}not measured here yet: cpuspec paths --target "
+                f"{shlex.quote(str(target))} --drafter lookup -t {threads} --paths "
+                f"cpuspec,{LLAMA_SERVER} --server-flags '--spec-default' --tasks long-edit"]
+    lines = [head]
+    for task, rows in found.items():
+        rows.sort(key=lambda r: -r["speedup"])
+        cells = "; ".join(f"{r['flags']} {_server_cell(r)}" for r in rows)
+        pays = [r for r in rows if r.get("significance") == "faster"]
+        verdict = f"pays: {pays[0]['flags']}" if pays else \
+            "none shown to pay (no interval above 1)"
+        lines.append(f"{indent}{task}: {verdict}; measured {cells}")
+    return lines
+
+
+def _server_cell(r: dict) -> str:
+    return speedup_cell({"speedup": r["speedup"], "speedup_ci": r.get("ci"),
+                         "speedup_range": r.get("range"), "speedup_units": r.get("units")},
+                        "") or "-"
 
 
 def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,

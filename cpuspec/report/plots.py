@@ -23,6 +23,7 @@ import numpy as np
 from cpuspec.report.compare import mismatches
 from cpuspec.results.records import CostProbe, Machine, RecordError
 from cpuspec.report.tables import sweep_rows, table_rows
+from cpuspec.report.sweep import device_line, placement
 from cpuspec.analysis.stats import percentile
 from cpuspec.analysis.summary import OVERALL, policy_events, summarize
 
@@ -127,6 +128,29 @@ def sweep_data(sweep: dict) -> dict[str, Any]:
             "sd": [r.get("sd_tok_s") for r in rows],
             "on": [x_ for x_, r in zip(x, rows) if r.get("verdict") == "ON"],
             "other_axes": [a for a in axes if a != axis]}
+
+
+OFFLOAD_AXES = ("n_gpu_layers", "draft_gpu_layers")
+
+
+def offload_data(sweep: dict) -> dict[str, Any] | None:
+    """A sweep with offloaded points: one bar pair per placement (raw and SD t/s), its SD ×raw
+    and verdict, labelled with where the models ran and the device's backend (None: no
+    offloaded point)."""
+    rows = [r for r in sweep_rows(sweep) if "skipped" not in r]
+    if not any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows):
+        return None
+    devices = (sweep.get("meta") or {}).get("ggml_devices")
+    others = [a for a in sweep.get("axes") or [] if a not in OFFLOAD_AXES]
+
+    def label(r: dict) -> str:   # the other axes' values too, where the sweep crosses them
+        return "\n".join([", ".join(f"{a} {r.get(a)}" for a in others)] * bool(others)
+                         + placement(r, devices).split(", "))
+    return {"labels": [label(r) for r in rows], "other_axes": others,
+            "raw": [r.get("raw_tok_s") for r in rows], "sd": [r.get("sd_tok_s") for r in rows],
+            "speedup": [r.get("sd_speedup") for r in rows],
+            "verdict": [r.get("verdict") or "-" for r in rows],
+            "device": device_line(devices) or "offload device: not recorded"}
 
 
 def depth_data(sweep: dict) -> dict[str, Any] | None:
@@ -240,6 +264,7 @@ def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
         out["verify_cost"] = verify_cost_data(list(rs), list(ns))
     if sweeps:
         out["sweep"] = {n: sweep_data(r) for r, n in sweeps}
+        out["offload"] = {n: d for r, n in sweeps if (d := offload_data(r))}
     # one figure for every depth sweep given: a line per run (and per other axis value), with
     # single-depth bench runs of the same workload joining their sweep's line
     lines, drawn = depth_lines(sweeps, bench)
@@ -296,6 +321,12 @@ def _figures(plt, data: dict, cap: str, by_name: dict):
     if "verify_cost" in data and data["verify_cost"]["curves"]:
         yield _verify_cost_figure(plt, data["verify_cost"]["curves"]), "verify_cost", cap
     for name, d in data.get("sweep", {}).items():
+        if name in data.get("offload", {}):   # placements are categories, not an axis
+            off = data["offload"][name]
+            yield _offload_figure(plt, off), f"offload_{name.replace('/', '_')}", \
+                f"{off['device']}\n{caption(by_name[name])}"
+            if not off["other_axes"]:
+                continue
         yield _sweep_figure(plt, d), f"sweep_{name.replace('/', '_')}", caption(by_name[name])
     if "depth" in data:
         d = data["depth"]
@@ -366,6 +397,23 @@ def _sweep_figure(plt, d: dict):
                                if d["other_axes"] else ""))
     ax.set_ylabel("tokens/s end to end")
     ax.set_title("Sweep: where SD turns ON (green)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _offload_figure(plt, d: dict):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = np.arange(len(d["labels"]))
+    ax.bar(x - 0.2, d["raw"], 0.4, label="raw")
+    bars = ax.bar(x + 0.2, d["sd"], 0.4, label="SD (static)")
+    for bar, sp, verdict in zip(bars, d["speedup"], d["verdict"]):
+        if sp is not None:
+            ax.annotate(f"{sp:.2f}× {verdict}", (bar.get_x() + bar.get_width() / 2,
+                                                  bar.get_height()),
+                        ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, d["labels"], fontsize=7)
+    ax.set_ylabel("tokens/s end to end")
+    ax.set_title("CPU vs offload: SD ×raw and verdict per placement")
     ax.legend(fontsize=7)
     return fig
 

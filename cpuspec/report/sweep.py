@@ -1,5 +1,9 @@
-"""The sweep's table: one row per point, and the sentence on where SD flips with offload."""
+"""The sweep's table: one row per point, and the sentence on where SD flips with offload. With
+offloaded points, each row says where the target and the draft ran (ggml's device list, as the
+results file recorded it), and a line above the table names the device and its backend."""
 from __future__ import annotations
+
+import re
 
 from cpuspec.report.tables import FIELDS, IN_SPEEDUP_CELL, SWEEP_METRICS, speedup_cell
 
@@ -11,9 +15,55 @@ def _upgrade_row(row: dict) -> dict:
     return row
 
 
-def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") -> str:
-    """Markdown table: the axes that vary, then the metrics; with GPU points, each point's raw
-    tok/s relative to the CPU-only point of the same threads/k/cores."""
+# Vulkan drivers that run on the CPU: such a device checks the offload path, not a GPU's speed.
+SOFTWARE_DEVICES = ("llvmpipe", "lavapipe", "swiftshader")
+
+
+def offload_device(devices: list[dict] | None) -> dict | None:
+    """The device ggml offloads layers to: its first GPU (None: none; an accelerator such as
+    BLAS takes no layers)."""
+    return next((d for d in devices or [] if d.get("type") in ("GPU", "iGPU")), None)
+
+
+def backend_of(device: dict) -> str:
+    """ggml's backend by the device's name: Vulkan0 → Vulkan, CUDA0 → CUDA, Metal → Metal."""
+    return re.sub(r"\d+$", "", device.get("name") or "?") or "?"
+
+
+def is_software(device: dict) -> bool:
+    return any(s in (device.get("description") or "").lower() for s in SOFTWARE_DEVICES)
+
+
+def device_line(devices: list[dict] | None) -> str | None:
+    """The offload device in one line, and what its numbers mean."""
+    dev = offload_device(devices)
+    if dev is None:
+        return None
+    gib = (dev.get("memory_total_bytes") or 0) / 2 ** 30
+    line = (f"offload device: {dev['name']} ({backend_of(dev)} backend): "
+            f"{dev.get('description') or '?'}, {gib:.1f} GiB")
+    if is_software(dev):
+        line += ("; a software driver running on the CPU: it checks the offload path, "
+                 "not a GPU's speed")
+    return line
+
+
+def placement(row: dict, devices: list[dict] | None) -> str:
+    """Where a point's target and draft ran: CPU, the device (-ngl 99: every layer) or the
+    device with that many layers."""
+    dev = offload_device(devices)
+    name = dev["name"] if dev else "GPU"
+
+    def where(layers: int) -> str:
+        return "CPU" if not layers else name if layers >= 99 else f"{name} ({layers} layers)"
+    return f"target {where(row['n_gpu_layers'])}, draft {where(row['draft_gpu_layers'])}"
+
+
+def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
+                 devices: list[dict] | None = None) -> str:
+    """Markdown table: the axes that vary, then the metrics; with GPU points, where each
+    point's models ran and its raw tok/s relative to the CPU-only point of the same
+    threads/k/cores, under a line naming the device (`devices`: meta.ggml_devices)."""
     from tabulate import tabulate
     rows = [_upgrade_row(r) for r in rows]
     fields = {f.name: f for f in FIELDS}
@@ -21,11 +71,11 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") ->
     gpu = any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows)
     cpu_raw = {(r["p_cores"], r["e_cores"], r["threads"], r["k"]): r.get("raw_tok_s")
                for r in rows if not r["n_gpu_layers"] and not r["draft_gpu_layers"]}
-    headers = list(axes) + [fields[m].header for m in shown] + ["SD"] \
-        + (["raw ×CPU"] if gpu else [])
+    headers = list(axes) + (["placement"] if gpu else []) \
+        + [fields[m].header for m in shown] + ["SD"] + (["raw ×CPU"] if gpu else [])
     out = []
     for r in rows:
-        line = [r[a] for a in axes]
+        line = [r[a] for a in axes] + ([placement(r, devices)] if gpu else [])
         if "skipped" in r:
             out.append(line + [r["skipped"]] + [""] * (len(headers) - len(line) - 1))
             continue
@@ -44,10 +94,12 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github") ->
             base = cpu_raw.get((r["p_cores"], r["e_cores"], r["threads"], r["k"]))
             line.append(f"{r['raw_tok_s'] / base:.2f}" if base else "-")
         out.append(line)
-    return tabulate(out, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    table = tabulate(out, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    above = device_line(devices) if gpu else None
+    return f"{above}\n\n{table}" if above else table
 
 
-def headline(rows: list[dict]) -> str | None:
+def headline(rows: list[dict], devices: list[dict] | None = None) -> str | None:
     """Where SD flips from OFF on the CPU to ON with offload, and why (c and β)."""
     cpu = [r for r in rows if "skipped" not in r and not r["n_gpu_layers"]
            and not r["draft_gpu_layers"]]
@@ -59,8 +111,8 @@ def headline(rows: list[dict]) -> str | None:
     for g in gpu:
         for c in cpu:
             if (c["threads"], c["k"]) == (g["threads"], g["k"]) and c["verdict"] != g["verdict"]:
-                lines.append(f"SD flips {c['verdict']} → {g['verdict']} with target/draft GPU "
-                             f"layers {g['n_gpu_layers']}/{g['draft_gpu_layers']} (k = {g['k']}):"
+                lines.append(f"SD flips {c['verdict']} → {g['verdict']} with the "
+                             f"{placement(g, devices)} (k = {g['k']}):"
                              f" c {c['c']:.2f} → {g['c']:.2f}, β {c['beta']:.2f} → "
                              f"{g['beta']:.2f}")
     return "\n".join(lines) or "SD's verdict is the same on the CPU and with offload."
