@@ -105,7 +105,9 @@ def test_compare_sets_two_offload_sweeps_side_by_side_and_refuses_other_workload
     assert res.exit_code == 1 and "different workloads" in res.output and "axes:" in res.output
     bench = Path(__file__).resolve().parent / "recorded" / "avx2-build" / "bench_2threads.json"
     res = CliRunner().invoke(main, ["compare", str(bench), str(RECORDED_SWEEP)])
-    assert res.exit_code == 1 and "not a bench one" in res.output
+    assert res.exit_code == 2 and "sweep files with sweep files" in res.output
+    res = CliRunner().invoke(main, ["compare", str(RECORDED_SWEEP), str(tmp_path / "no.json")])
+    assert res.exit_code == 1 and "no results file or saved run" in res.output
 
 
 def test_plot_draws_the_placements_as_categories(tmp_path):

@@ -169,7 +169,14 @@ def compare(runs, fmt, force):
     """
     if len(runs) < 2:
         raise click.UsageError("give two or more results files or run ids")
-    if all(_kind_of(r) == "sweep" for r in runs):
+    kinds = [_kind_of(r) for r in runs]
+    for r, kind in zip(runs, kinds):   # an unreadable file gets its own message first
+        if kind is None:
+            load_results(r, bench_only=False)
+    if "sweep" in kinds and set(kinds) != {"sweep"}:
+        raise click.UsageError("compare takes bench files, or sweep files with sweep files; "
+                               "these are: " + ", ".join(map(str, kinds)))
+    if set(kinds) == {"sweep"}:
         loaded = [load_results(r, bench_only=False) for r in runs]
         _compare_sweeps([res for res, _ in loaded], run_names([path for _, path in loaded]),
                         fmt, force)
