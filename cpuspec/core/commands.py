@@ -12,9 +12,10 @@ SERVER = "llama-server"
 CLI = "llama-cli"
 
 
-def spec_flags(draft: str | None, k: int, drafter: str, p_min: float = 0.0) -> list[str]:
-    """llama.cpp's speculative flags for a cpuspec configuration. p-min as measured (0 unless
-    the run gated its drafts) and n-min 0: with p-min 0, k tokens every round, as cpuspec's
+def spec_flags(draft: str | None, k: int, drafter: str, p_min: float = 0.0,
+               n_min: int = 0) -> list[str]:
+    """llama.cpp's speculative flags for a cpuspec configuration. p-min and n-min as measured
+    (0 unless the run gated its drafts): with p-min 0, k tokens every round, as cpuspec's
     static policy drafts (llama.cpp's own defaults: n-max 3, p-min 0).
     lookup and the hybrid map to llama.cpp's ngram-simple drafter, which matches one n-gram
     length (cpuspec's lookup tries 6 down to 2): the nearest equivalent, not the same drafter."""
@@ -24,21 +25,23 @@ def spec_flags(draft: str | None, k: int, drafter: str, p_min: float = 0.0) -> l
         flags += ["--spec-ngram-simple-size-n", str(spec.ngram_size),
                   "--spec-ngram-simple-size-m", str(k)]
     if spec.uses_model:
-        flags += ["-md", str(draft), "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+        flags += ["-md", str(draft), "--spec-draft-n-max", str(k), "--spec-draft-n-min", str(n_min),
                   "--spec-draft-p-min", f"{p_min:g}"]
     return flags
 
 
 def invocations(target: str, draft: str | None, k: int, drafter: str, threads: int,
-                n_ctx: int = 4096, p_min: float = 0.0) -> dict[str, list[str]]:
-    """The command lines (argv) that run this configuration in llama.cpp's server and CLI.
-    Greedy (temperature 0) is what cpuspec measured; the server takes the temperature per
-    request."""
-    common = ["-m", str(target), *spec_flags(draft, k, drafter, p_min), "-t", str(threads),
-              "-c", str(n_ctx)]
+                n_ctx: int = 4096, p_min: float = 0.0, n_min: int = 0,
+                draft_threads: int | None = None, slots: int = 1) -> dict[str, list[str]]:
+    """The command lines (argv) that run this configuration in llama.cpp's server and CLI:
+    the threads, draft threads, p-min and n-min measured, and the server with `slots` slots
+    (-np; cpuspec measures one request at a time, llama-server's default is 4). Greedy
+    (temperature 0) is what cpuspec measured; the server takes the temperature per request."""
+    common = ["-m", str(target), *spec_flags(draft, k, drafter, p_min, n_min),
+              "-t", str(threads), "-c", str(n_ctx)]
     if drafter != "lookup":
-        common += ["-td", str(threads)]
-    return {SERVER: [SERVER, *common],
+        common += ["-td", str(draft_threads or threads)]
+    return {SERVER: [SERVER, *common, "-np", str(slots)],
             CLI: [CLI, *common, "--temp", "0"]}
 
 

@@ -281,8 +281,9 @@ def server_argv(cfg: PathsConfig, n_ctx: int, sd: bool) -> list[str]:
     if cfg.server_flags is not None:
         draft = ["-td", str(cfg.threads)] if "-md" in cfg.server_flags else []
         return [*plain, *cfg.server_flags, *draft]
-    return invocations(str(cfg.target), str(cfg.draft) if cfg.draft else None, cfg.k,
-                       cfg.drafter, cfg.threads, n_ctx, cfg.p_min)[SERVER][1:]
+    argv = invocations(str(cfg.target), str(cfg.draft) if cfg.draft else None, cfg.k,
+                       cfg.drafter, cfg.threads, n_ctx, cfg.p_min)[SERVER]
+    return argv[1:argv.index("-np")]   # the Server adds its own slots (-np 1) and --metrics
 
 
 def _server_runner(cfg, texts, n_ctx, stack: contextlib.ExitStack) -> Callable:

@@ -4,17 +4,14 @@ rest (per-position acceptance, histograms, the audit's divergences, adaptive dec
 `--details`."""
 from __future__ import annotations
 
-import re
-import shlex
-import textwrap
 from pathlib import Path
 
 from cpuspec.core.commands import SERVER, invocations
+from cpuspec.report.screen import WIDTH, command, cut, table as _table, wrap
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import MIN_CI_UNITS
 from cpuspec.analysis.summary import OVERALL
 
-WIDTH = 100
 TASK_WIDTH = 14   # longer task names (a prompts file's) are cut in the table
 VERDICT = {"faster": "faster", "slower": "slower", "not significant": "no difference"}
 
@@ -43,8 +40,7 @@ def _p99(s: dict) -> str:
 
 
 def _wrap(text: str, indent: str = "") -> list[str]:
-    return textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False,
-                         break_long_words=False)
+    return wrap(text, indent)
 
 
 def verdict_table(summary: dict) -> str:
@@ -55,7 +51,7 @@ def verdict_table(summary: dict) -> str:
         against = (f"{a:.2f} {'>' if a > need else '<'} {need:.2f}"
                    if a is not None and need is not None else fmt_value(a, ".2f"))
         audit = s.get("audit") or {}
-        name = task if len(task) <= TASK_WIDTH else task[:TASK_WIDTH - 1] + "…"
+        name = cut(task, TASK_WIDTH)
         rows.append([name, _speedup(s), _verdict(s), against,
                      fmt_value(s.get("acceptance_pct"), ".0f"),
                      fmt_value(s.get("zero_accept_pct"), ".0f"), _p99(s),
@@ -64,42 +60,57 @@ def verdict_table(summary: dict) -> str:
                    "p99 ms raw→SD", "same"], rows)
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    """Columns as wide as their widest cell, two spaces apart (tabulate pads more)."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    def line(cells):
-        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
-    return "\n".join([line(headers), line("-" * w for w in widths), *map(line, rows)])
-
-
-def _measured(s: dict) -> str:
-    """What the run itself shows for SD: faster, slower, or unclear (no difference, a range
-    that straddles 1, or nothing measured)."""
-    sig, rng = s.get("sd_significance"), s.get("sd_speedup_range")
+def _measured(s: dict, prefix: str = "sd_") -> str:
+    """What the run itself shows: faster or slower (an interval that excludes 1), faster* or
+    slower* (a range of fewer than MIN_CI_UNITS prompts on one side of 1: a lead, not a
+    verdict), or unclear (no difference, a range that straddles 1, or nothing measured)."""
+    sig, rng = s.get(f"{prefix}significance"), s.get(f"{prefix}speedup_range")
     if sig in ("faster", "slower"):
         return sig
-    if not s.get("sd_speedup_ci") and rng:
-        return "faster" if rng[0] > 1 else "slower" if rng[1] < 1 else "unclear"
+    if not s.get(f"{prefix}speedup_ci") and rng:
+        return "faster*" if rng[0] > 1 else "slower*" if rng[1] < 1 else "unclear"
     return "unclear"
 
 
+def _number(value) -> float | None:
+    """A summary figure, None where it was not measured (the summary stores NaN)."""
+    return value if isinstance(value, (int, float)) and value == value else None
+
+
 def _advice(s: dict, a: dict | None, k: int) -> tuple[str, int | None]:
-    """One task's advice, and the k to turn SD on with (None: keep it off). The measurement
-    decides on or off; the cost model (advise) picks k where SD is on, and says where it
-    predicts a gain that this run did not show."""
+    """One task's advice, and the k to turn SD on with (None: keep it off). Only an interval
+    turns SD on or off, and only at the k this run measured; the cost model (advise) may
+    name another k, labelled predicted."""
+    if _number(s.get("sd_speedup")) is None:
+        return _adaptive_only(s), None
     measured = _measured(s)
-    if s.get("sd_speedup") is None and isinstance(s.get("adaptive_speedup"), float):
-        return (f"static SD not measured; the adaptive policy ran {s['adaptive_speedup']:.2f}× "
-                "raw", None)
+    predicted = a["k_best"] if a and a["verdict"] == "ON" else None
     if measured == "faster":
-        k_on = a["k_best"] if a and a["verdict"] == "ON" else k
-        return f"turn SD on with k = {k_on} (measured faster)", k_on
+        other = (f"; the cost model predicts k = {predicted} pays more"
+                 if predicted not in (None, k) else "")
+        return f"turn SD on with k = {k} (measured faster at k = {k}{other})", k
     if measured == "slower":
-        return "turn SD off (measured slower)", None
-    if a and a["verdict"] == "ON":
-        return (f"SD may pay with k = {a['k_best']} (predicted, not shown by this run: "
+        return f"turn SD off (measured slower at k = {k})", None
+    n = s.get("sd_speedup_units") or 0
+    if measured in ("faster*", "slower*"):
+        return (f"SD looked {measured[:-1]} on {n} prompts (a range, not an interval): "
+                f"measure {MIN_CI_UNITS} or more before turning it on or off"), None
+    if predicted is not None:
+        return (f"SD may pay with k = {predicted} (predicted, not shown by this run: "
                 "measure more prompts)"), None
     return "keep SD off (no gain shown)", None
+
+
+def _adaptive_only(s: dict) -> str:
+    """A task with no static SD runs: what the adaptive policy measured, with its verdict."""
+    speedup = _number(s.get("adaptive_speedup"))
+    if speedup is None:
+        return "nothing measured (no SD runs finished)"
+    cell = speedup_cell(s, "adaptive_") or f"{speedup:.2f}"
+    shown = {"faster": "faster", "slower": "slower", "faster*": "faster on a range",
+             "slower*": "slower on a range"}.get(_measured(s, "adaptive_"), "no difference")
+    return (f"the adaptive policy measured {cell} ({shown}); static SD not measured, so no "
+            "llama.cpp flags: cpuspec bench --policy static gives them")
 
 
 def _advice_lines(summary: dict, advice: dict | None, k: int
@@ -128,11 +139,15 @@ def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
     if not target:
         return []
     argv = invocations(target, draft, k, settings.get("drafter", "model"),
-                       settings.get("threads") or 1, p_min=settings.get("p_min") or 0.0)[SERVER]
-    text = " ".join(shlex.quote(a) for a in argv)
-    wrapped = textwrap.wrap(text, WIDTH - 6, break_on_hyphens=False, break_long_words=False)
-    return ([f"Next: run it where you serve models ({', '.join(tasks)}; k = {k}):"]
-            + [f"  {line} \\" for line in wrapped[:-1]] + [f"  {wrapped[-1]}"])
+                       settings.get("threads") or 1, p_min=settings.get("p_min") or 0.0,
+                       **_measured_flags(settings))[SERVER]
+    return command(argv, f"Next: run it where you serve models ({', '.join(tasks)}; "
+                         f"k = {k}):")
+
+
+def _measured_flags(settings: dict) -> dict:
+    """What the run used beyond k and p-min, for the printed commands: n-min, draft threads."""
+    return {"n_min": settings.get("n_min") or 0, "draft_threads": settings.get("draft_threads")}
 
 
 def render_verdict(results: dict, summary: dict, advice: dict | None,
