@@ -38,7 +38,8 @@ def test_compare_two_machines_side_by_side():
     res = run("compare", str(OLD), str(NEW))
     assert res.exit_code == 0, res.output
     assert "[AVX2] 2t" in res.output and "[AVX512+AVX_VNNI] 2t" in res.output
-    assert "ISA AVX AVX2 F16C FMA;" in res.output and "AVX512_VNNI" in res.output
+    wide = run("compare", str(OLD), str(NEW), "--details").output
+    assert "ISA AVX AVX2 F16C FMA;" in wide and "AVX512_VNNI" in wide
     rows = compare_rows([read_json(OLD), read_json(NEW)])
     raw = next(r for r in rows if r["task"] == "json" and r["metric"] == "raw_tok_s")
     old_s, new_s = summarize(read_json(OLD))["json"], summarize(read_json(NEW))["json"]
@@ -146,7 +147,8 @@ def test_advise_predicts_both_schedules_for_a_core_split():
     for task in ("json", "code"):
         predicted = advice[task]["predicted_e2e_parallel_at_k"]
         assert abs(measured[task]["sd_speedup"] / predicted - 1) < 0.10
-    assert "e2e parallel k=3" in run("advise", str(RESULTS / "split_serial.json")).output
+    assert "e2e parallel k=3" in run("advise", str(RESULTS / "split_serial.json"),
+                                     "--details").output
 
 
 def test_advise_replays_lookup_rounds_instead_of_assuming_k_drafts():

@@ -3,6 +3,7 @@ every results file carry. With the Vulkan build of bench/vulkan_check.sh present
 $CPUSPEC_VULKAN_VENV or ~/.cache/cpuspec/vulkan-venv): the tiny models offloaded to a real ggml
 device (lavapipe here, a GPU on a laptop), raw and SD, every placement."""
 import json
+import re
 import os
 import subprocess
 from pathlib import Path
@@ -81,8 +82,16 @@ def test_the_offload_table_names_each_placement_and_its_device():
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0].startswith("offload device: Vulkan0 (Vulkan backend): llvmpipe")
-    assert "software driver running on the CPU" in lines[0]
+    assert "software driver running on the CPU" in " ".join(lines[:2])
     doc = json.loads(RECORDED_SWEEP.read_text())
+    for r in doc["rows"]:   # one screen: where each model ran and the verdict measured
+        t = "CPU" if not r["n_gpu_layers"] else "Vulkan0"
+        d = "CPU" if not r["draft_gpu_layers"] else "Vulkan0"
+        row = next(x for x in lines if x.startswith(f"T {t}, D {d} "))
+        assert " slower* " in row    # two prompts a point: a range, never a verdict
+    res = CliRunner().invoke(main, ["report", str(RECORDED_SWEEP), "--details"])
+    lines = res.output.splitlines()
+    assert "software driver running on the CPU" in lines[0]
     for r in doc["rows"]:
         t = "CPU" if not r["n_gpu_layers"] else "Vulkan0"
         d = "CPU" if not r["draft_gpu_layers"] else "Vulkan0"
@@ -134,4 +143,7 @@ def test_an_old_sweep_with_skipped_gpu_points_still_renders():
         "sweep_gpu_skip.json"
     res = CliRunner().invoke(main, ["report", str(old)])
     assert res.exit_code == 0, res.output
+    assert "skipped: this llama-cpp-python build has no GPU offload" not in res.output
+    assert re.search(r"T GPU, D CPU\s+-\s+skipped: this llama-cpp…\s+skipped", res.output)
+    res = CliRunner().invoke(main, ["report", str(old), "--details"])
     assert "skipped: this llama-cpp-python build has no GPU offload" in res.output

@@ -163,7 +163,7 @@ def test_advise_prints_how_to_run_the_advised_k_outside_cpuspec():
     advice = json.loads(CliRunner().invoke(main, ["advise", str(run), "--json"]).output)
     ks = {a["k_best"] for a in advice.values() if a["verdict"] == "ON"}
     assert ks, "the recorded run has tasks where SD is advised"
-    out = CliRunner().invoke(main, ["advise", str(run)]).output
+    out = CliRunner().invoke(main, ["advise", str(run), "--details"]).output
     target, draft = doc["models"]["target"]["path"], doc["models"]["draft"]["path"]
     for k in ks:
         assert f"llama-server -m {target} --spec-type draft-simple -md {draft} " \
@@ -177,7 +177,7 @@ def test_tune_report_prints_how_to_run_and_what_paths_measured(cpuspec_home):
     run of that configuration is saved here, what it measured (the figures its own report
     prints)."""
     tune = RECORDED / "epyc-family25-model17" / "tune.json"
-    out = CliRunner().invoke(main, ["report", str(tune)]).output
+    out = CliRunner().invoke(main, ["report", str(tune), "--details"]).output
     assert "code: SD pays most: cpuspec bench" in out
     assert "--spec-type ngram-simple,draft-simple --spec-ngram-simple-size-n 8" in out  # hybrid
     assert "how much of the gain each keeps: cpuspec paths" in out
@@ -185,8 +185,8 @@ def test_tune_report_prints_how_to_run_and_what_paths_measured(cpuspec_home):
     saved = cpuspec_home / "results"
     saved.mkdir(parents=True)
     (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(recorded.read_text())
-    out = CliRunner().invoke(main, ["report", str(tune)]).output
-    printed = CliRunner().invoke(main, ["report", str(recorded)]).output   # paths' own report
+    out = CliRunner().invoke(main, ["report", str(tune), "--details"]).output
+    printed = CliRunner().invoke(main, ["report", str(recorded), "--details"]).output   # paths' own report
     overall = printed.split("overall:")[1]
     row = {line.split()[0]: line.split() for line in overall.splitlines()[3:7] if line.strip()}
     line = next(x for x in out.splitlines() if "measured here" in x)
@@ -203,7 +203,7 @@ def test_a_file_from_another_machine_is_not_answered_with_this_machines_paths_ru
     recorded = RECORDED / "epyc-family25-model17" / "paths_q8_0_k7.json"
     (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(recorded.read_text())
     tune_c = RECORDED / "epyc-family25-model1" / "tune_json_code.json"
-    out = CliRunner().invoke(main, ["report", str(tune_c)]).output
+    out = CliRunner().invoke(main, ["report", str(tune_c), "--details"]).output
     assert "SD pays most" in out and "llama-server -m" in out
     assert "measured here" not in out and "how much of the gain each keeps" in out
 
@@ -214,7 +214,7 @@ def test_advise_says_whether_one_draftless_flag_pays(cpuspec_home):
     ×raw as that run's own report prints it, and whether one pays (an interval above 1)."""
     here = RECORDED / "epyc-family25-model1"
     run = here / "pmin0_adaptive_q8_0_k7.json"
-    out = CliRunner().invoke(main, ["advise", str(run)]).output
+    out = CliRunner().invoke(main, ["advise", str(run), "--details"]).output
     assert "One flag, no draft model" in out
     assert "not measured here yet: cpuspec paths --target" in out and \
         "--server-flags '--spec-default'" in out
@@ -225,11 +225,12 @@ def test_advise_says_whether_one_draftless_flag_pays(cpuspec_home):
     for i, name in enumerate(names):
         (saved / f"20261203T00000{i}Z-host-AMD-EPYC-paths.json").write_text(
             (here / f"{name}.json").read_text())
-    out = CliRunner().invoke(main, ["advise", str(run)]).output
+    out = CliRunner().invoke(main, ["advise", str(run), "--details"]).output
     line = next(x for x in out.splitlines() if x.strip().startswith("grounded:"))
     for name, flags in zip(names, ("--spec-type ngram-simple --spec-ngram-simple-size-n 2",
                                    "--spec-type ngram-mod", "--spec-default")):
-        printed = CliRunner().invoke(main, ["report", str(here / f"{name}.json")]).output
+        printed = CliRunner().invoke(main, ["report", str(here / f"{name}.json"),
+                                            "--details"]).output
         server = next(x for x in printed.split("overall:")[1].splitlines()
                       if x.startswith("llama-server"))
         assert f"{flags}" in line and server.split()[3] in line, (line, server)
@@ -237,7 +238,7 @@ def test_advise_says_whether_one_draftless_flag_pays(cpuspec_home):
     assert "none shown to pay" in line
     # a file from another machine (B) is not answered with this machine's runs
     other = RECORDED / "epyc-family25-model17" / "bench_q8_0_k7.json"
-    out = CliRunner().invoke(main, ["advise", str(other)]).output
+    out = CliRunner().invoke(main, ["advise", str(other), "--details"]).output
     assert "not measured here yet" in out
 
 

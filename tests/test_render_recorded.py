@@ -36,7 +36,7 @@ CASES = [
 def test_recorded_file_renders_as_stored(cmd, path, fmt):
     # the full report (--details): the one-screen verdict is tests/test_first_screen.py's
     args = [cmd, str(RECORDED / path)] + (["--format", fmt] if fmt else []) + \
-        (["--details"] if cmd == "report" and fmt == "text" else [])
+        (["--details"] if (cmd == "report" and fmt == "text") or cmd == "advise" else [])
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     name = f"{cmd}-{path.replace('/', '_')}" + (f".{fmt}" if fmt else "") + ".txt"

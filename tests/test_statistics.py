@@ -38,7 +38,7 @@ def test_advise_does_not_claim_a_break_even_it_never_computed(tmp_path):
     data["cost_probe"]["verify_s"] = {n: int(n) * v1 * 1.5 for n in data["cost_probe"]["verify_s"]}
     f = tmp_path / "dear.json"
     f.write_text(json.dumps(data))
-    res = CliRunner().invoke(main, ["advise", str(f)])
+    res = CliRunner().invoke(main, ["advise", str(f), "--details"])
     assert res.exit_code == 0, res.output
     assert "no acceptance is enough" not in res.output
     assert "break-even acceptance not computed" in res.output and "1 + α + β" in res.output

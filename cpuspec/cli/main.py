@@ -28,8 +28,8 @@ from cpuspec.report.tables import render_csv, sweep_rows
 from cpuspec.analysis.summary import summarize
 from cpuspec.results.store import results_dir
 from cpuspec.harness.sweep import (SweepError, add_point, plan, point_config,
-                                   run_sweep, sweep_csv, sweep_document)
-from cpuspec.report.sweep import headline, render_sweep
+                                   run_sweep, sweep_document)
+from cpuspec.report.sweep import headline, render_sweep, sweep_csv
 from cpuspec.inputs.tasks import ALL_TASKS, DEFAULT_TASKS
 
 

@@ -17,11 +17,11 @@ from cpuspec.cli.util import (check_depths, check_limits, check_model_file, chec
                       positive, prepare_outputs, prompts_or_exit, registry, resolve_model, save_options, task_list,
                       task_names, values, window_option)
 from cpuspec.harness.contention import ContentionConfig, run_contention
-from cpuspec.report.measurements import render_contention, render_cost_curve, render_quality
+from cpuspec.report.measurements import render_contention, render_costs_file, render_quality
 from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
 from cpuspec.machine.hardware import HardwareError, default_threads, detect_hardware, select_cpus
 from cpuspec.report.paths import render_paths
-from cpuspec.harness.probe import describe_costs, run_costs
+from cpuspec.harness.probe import run_costs
 from cpuspec.harness.quality import run_quality
 from cpuspec.inputs.registry import ModelError
 from cpuspec.results.schema import SCHEMA_VERSION
@@ -168,9 +168,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
         except (ModelError, EngineError, ValueError) as exc:
             raise click.ClickException(str(exc))
         sink(res)
-    click.echo(describe_costs(res))
-    click.echo(render_cost_curve(res["cost_probe"]))
-    click.echo(f"\nllama.cpp: {res['meta']['llama_system_info']}")
+    click.echo(render_costs_file(res))
     finish_outputs(sink)
 
 

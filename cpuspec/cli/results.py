@@ -7,27 +7,33 @@ from pathlib import Path
 
 import click
 
-from cpuspec.report.advice import advise as advise_results, render_advice
+from cpuspec.core.commands import SERVER, invocations
+from cpuspec.report import screen
+from cpuspec.report.advice import advise as advise_results, render_advice, render_advice_screen
 from cpuspec.cli.util import load_results, log, print_bench, reads_results, run_names
-from cpuspec.report.compare import (mismatches, render_compare, render_compare_sweeps,
+from cpuspec.report.compare import (mismatches, render_compare, render_compare_screen,
+                                     render_compare_sweeps,
                                      sweep_mismatches)
-from cpuspec.report.paths import draftless_lines, how_to_run, render_paths
+from cpuspec.report.paths import draftless_lines, how_to_run, render_paths, render_paths_screen
 from cpuspec.report.plots import PLOT_HINT, PlotError, render
 from cpuspec.report.listings import render_per_prompt, render_runs
 from cpuspec.report.tables import (per_prompt_rows, render_csv, render_rows_json, render_trace,
                      sweep_rows)
 from cpuspec.results.schema import ResultsError, read_bench, read_json
 from cpuspec.results.store import OutputError, resolve_run, results_dir, run_listing, saved_runs
-from cpuspec.analysis.summary import summarize
-from cpuspec.report.sweep import headline, render_sweep
-from cpuspec.report.tune import render_tune
+from cpuspec.analysis.summary import OVERALL, summarize
+from cpuspec.report.sweep import headline, render_sweep, render_sweep_screen, sweep_csv
+from cpuspec.report.tune import render_tune, render_tune_screen
+from cpuspec.report.measurements import render_costs_file, render_quality
 
 
 @click.command()
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--details", is_flag=True, help="Every column, the full command lines and the "
+              "draftless flags.")
 @reads_results
-def advise(run, as_json):
+def advise(run, as_json, details):
     """Per task: turn SD on (with the best k) or off (with the acceptance it would need).
 
     RUN is a results file of `cpuspec bench` (static policy) or a saved run's id (`cpuspec
@@ -51,6 +57,9 @@ def advise(run, as_json):
     if as_json:
         click.echo(json.dumps(advice, indent=1))
         return
+    if not details:
+        click.echo(_advise_screen(results, advice, run))
+        return
     click.echo(render_advice(advice, results["settings"]["k"]))
     models, settings = results.get("models") or {}, results["settings"]
     target = (models.get("target") or {}).get("path")
@@ -68,6 +77,30 @@ def advise(run, as_json):
     if target:
         click.echo("\n" + "\n".join(draftless_lines(target, settings["threads"],
                                                      meta=results.get("meta"))))
+
+
+def _advise_screen(results: dict, advice: dict, ref: str) -> str:
+    """advise on one screen: the table, then per k the llama-server command (model files by
+    name) of the tasks the cost model turns on."""
+    settings, models = results["settings"], results.get("models") or {}
+    lines = [*screen.wrap("Predicted from this run's acceptance and cost probe (k* = the "
+                          "best k up to the measured one); measured: this run's ×raw"), "",
+             *render_advice_screen(advice, settings["k"])]
+    target = (models.get("target") or {}).get("path")
+    draft = (models.get("draft") or {}).get("path")
+    on = {task: a["k_best"] for task, a in advice.items() if a["verdict"] == "ON"
+          and (task != OVERALL or len(advice) == 1)}
+    for k_best in sorted(set(on.values())) if target else []:
+        tasks = ", ".join(t for t, k in on.items() if k == k_best)
+        argv = invocations(target, draft, k_best, settings.get("drafter", "model"),
+                           settings["threads"], p_min=settings.get("p_min") or 0.0,
+                           n_min=settings.get("n_min") or 0,
+                           draft_threads=settings.get("draft_threads"))[SERVER]
+        lines += ["", *screen.command(argv, f"llama-server for {tasks} (k = {k_best}, "
+                                            "predicted):")]
+    return "\n".join(lines + ["", *screen.more(ref, "every column; llama-cli and "
+                                                    "llama-cpp-python; draftless flags",
+                                              "advise")])
 
 
 @click.command()
@@ -101,30 +134,11 @@ def report(run, fmt, details, per_prompt, task_filter, trace):
         note = f"(incomplete run: {how}; {kept} kept)"
         # on stderr for csv and json, whose stdout a program reads; above the table otherwise
         click.echo(note, err=fmt in ("csv", "json"))
-    if results.get("kind") == "tune":
-        if not isinstance(results.get("recommendations"), dict):
-            raise click.ClickException(f"{path}: a damaged tune file (no recommendations)")
-        click.echo(render_tune(results))
+    kind = results.get("kind")
+    if kind != "bench":
+        _refuse_bench_only(kind, fmt, per_prompt, task_filter, trace)
+        click.echo(_render_other(results, path, run, details, fmt))
         return
-    if results.get("kind") == "sweep":
-        if not isinstance(results.get("rows"), list) or not isinstance(results.get("axes"), list):
-            raise click.ClickException(f"{path}: a damaged sweep file (no rows or axes)")
-        rows = sweep_rows(results)
-        click.echo(render_sweep(rows, results["axes"],
-                                "github" if fmt == "markdown" else "simple",
-                                devices=(results.get("meta") or {}).get("ggml_devices")))
-        line = headline(rows, (results.get("meta") or {}).get("ggml_devices"))
-        if line:
-            click.echo(line)
-        return
-    if results.get("kind") == "paths":
-        if not isinstance(results.get("runs"), list) or "settings" not in results:
-            raise click.ClickException(f"{path}: a damaged paths file (no runs or settings)")
-        click.echo(render_paths(results))
-        return
-    if results.get("kind") != "bench":
-        raise click.ClickException(f"{path}: a {results.get('kind')} results file; report "
-                                   "prints bench, sweep, tune and paths files")
     if per_prompt:
         _print_per_prompt(results, path, task_filter, fmt)
         return
@@ -140,6 +154,51 @@ def report(run, fmt, details, per_prompt, task_filter, trace):
             click.echo(render_trace(results["runs"]))
 
 
+def _refuse_bench_only(kind, fmt: str, per_prompt: bool, task_filter, trace: bool) -> None:
+    """Options a file of another kind cannot honour are refused (exit 2), never ignored."""
+    given = [name for name, on in (("--per-prompt", per_prompt), ("--tasks", task_filter),
+                                   ("--trace", trace)) if on]
+    if fmt in ("csv", "json") and kind not in ("costs", "sweep"):
+        given.append(f"--format {fmt}")
+    if fmt == "markdown" and kind not in ("sweep",):
+        given.append("--format markdown")
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: for bench files; this is a {kind} file "
+                               "(its text report, and --details, are what it has)")
+
+
+def _render_other(results: dict, path, ref: str, details: bool, fmt: str) -> str:
+    """The report of a paths, tune, sweep, costs or quality file: one screen, or --details."""
+    kind, meta = results.get("kind"), results.get("meta") or {}
+    if kind == "tune":
+        if not isinstance(results.get("recommendations"), dict):
+            raise click.ClickException(f"{path}: a damaged tune file (no recommendations)")
+        return render_tune(results) if details else render_tune_screen(results, ref)
+    if kind == "sweep":
+        if not isinstance(results.get("rows"), list) or not isinstance(results.get("axes"), list):
+            raise click.ClickException(f"{path}: a damaged sweep file (no rows or axes)")
+        rows = sweep_rows(results)
+        if fmt == "csv":
+            return sweep_csv(rows).rstrip("\n")
+        if fmt == "json":
+            return json.dumps(rows, indent=1, default=str)
+        if not details and fmt == "text":
+            return render_sweep_screen(rows, results["axes"], meta.get("ggml_devices"), ref)
+        line = headline(rows, meta.get("ggml_devices"))
+        return render_sweep(rows, results["axes"], "github" if fmt == "markdown" else "simple",
+                            devices=meta.get("ggml_devices")) + (f"\n{line}" if line else "")
+    if kind == "paths":
+        if not isinstance(results.get("runs"), list) or "settings" not in results:
+            raise click.ClickException(f"{path}: a damaged paths file (no runs or settings)")
+        return render_paths(results) if details else render_paths_screen(results, ref)
+    if kind == "costs" and isinstance(results.get("cost_probe"), dict):
+        return render_costs_file(results, fmt)
+    if kind == "quality" and isinstance(results.get("models"), list):
+        return render_quality(results)
+    raise click.ClickException(f"{path}: a {kind} file; report prints bench, paths, tune, "
+                               "sweep, costs and quality files")
+
+
 def _print_per_prompt(results: dict, path, task_filter: str | None, fmt: str) -> None:
     tasks = [t for t in (task_filter or "").split(",") if t] or None
     rows = per_prompt_rows(results, tasks)
@@ -153,8 +212,9 @@ def _print_per_prompt(results: dict, path, task_filter: str | None, fmt: str) ->
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv", "json"]),
               default="text", show_default=True)
 @click.option("--force", is_flag=True, help="Compare runs whose workload differs.")
+@click.option("--details", is_flag=True, help="Every metric per task and run (the wide table).")
 @reads_results
-def compare(runs, fmt, force):
+def compare(runs, fmt, force, details):
     """Bench runs side by side, from any machines: files or saved-run ids.
 
     One column per run, labelled by its machine (CPU, ISA, threads); per task the end-to-end
@@ -185,7 +245,8 @@ def compare(runs, fmt, force):
     results = [res for res, _ in loaded]
     _check_workloads(mismatches(results), force, "runs")
     names = run_names([path for _, path in loaded])
-    click.echo(render_compare(results, names, fmt))
+    click.echo(render_compare(results, names, fmt) if details or fmt != "text"
+               else render_compare_screen(results, names))
 
 
 def _kind_of(ref: str) -> str | None:

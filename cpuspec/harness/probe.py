@@ -33,10 +33,3 @@ def run_costs(cfg: BenchConfig, reps: int, log: Log = lambda _: None) -> dict:
         res.pop(key)
     res["complete"] = True
     return res
-
-
-def describe_costs(res: dict) -> str:
-    m = res["models"]
-    return (f"target {m['target']['file']} ({m['target'].get('desc', '')}), draft "
-            f"{m['draft']['file']} ({m['draft'].get('desc', '')}); {res['settings']['threads']} "
-            f"threads; at KV position {res['cost_probe']['position']}")

@@ -185,12 +185,6 @@ def add_point(doc: dict, point: Point, results: dict) -> dict:
     return sweep_row(point, results)
 
 
-def sweep_csv(rows: list[dict]) -> str:
-    """Every row's every field, through report's one CSV writer."""
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    return csv_text(fields, [[r.get(f) for f in fields] for r in rows])
-
-
 def run_sweep(base: BenchConfig, points: list[Point],
               point_cfg: Callable[[BenchConfig, Point], BenchConfig],
               on_point: Callable[[Point, dict], None],

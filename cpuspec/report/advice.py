@@ -96,6 +96,29 @@ def _beyond_k(survival: list[float], draft_s: float, verify_s: dict, best) -> di
             "try_k_predicted": best_ahead.predicted_speedup if try_k else None}
 
 
+def _advice_cell(a: dict) -> str:
+    if a["verdict"] == "ON":
+        return f"ON, k = {a['k_best']}"
+    if not a.get("break_even_computed", True):
+        return "OFF: break-even not computed"
+    if a["needed_acceptance_pct"] is None:
+        return "OFF: no acceptance is enough"
+    return f"OFF: needs ≥ {a['needed_acceptance_pct']:.0f}% acc. (k = {a['needed_at_k']})"
+
+
+def render_advice_screen(advice: dict, k: int) -> list[str]:
+    """One screen's table: per task the cost model's advice, its predicted ×raw at its best
+    k and the ×raw measured at the run's k."""
+    from cpuspec.report import screen
+    return screen.table(["task", "cost model's advice", "predicted ×raw at k*",
+                         f"measured ×raw k={k}", "acc %"],
+                        [[screen.cut(t, 14), _advice_cell(a),
+                          fmt_value(a["predicted_speedup_best"], ".2f"),
+                          fmt_value(a["measured_speedup_at_k"], ".2f"),
+                          fmt_value(a["acceptance_pct"], ".0f")]
+                         for t, a in advice.items()]).splitlines()
+
+
 def render_advice(advice: dict, k: int) -> str:
     from tabulate import tabulate
     split = any("predicted_e2e_parallel_at_k" in a for a in advice.values())

@@ -77,6 +77,46 @@ def compare_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def render_compare_screen(runs: list[dict], names: list[str]) -> str:
+    """One screen: one row per task and run, the figures that decide (SD ×raw with its
+    interval, the verdict measured, a against 1 + α + β, raw t/s), and for two runs run 2's
+    SD ×raw over run 1's. Each run's machine on a line above."""
+    from cpuspec.report import screen
+    from cpuspec.report.verdict import measured_verdict
+    machines = [Machine.of(r) for r in runs]
+    lines = []
+    for i, (n, m, r) in enumerate(zip(names, machines, runs)):
+        note = "" if r.get("complete", True) else "; INCOMPLETE (interrupted or failed)"
+        lines += screen.wrap(f"run {i + 1}: {n}: {m.label()}" + (f" ({m.cpu_id})" if m.cpu_id
+                                                                else "") + note, "  ")
+    summaries = [summarize(r) for r in runs]
+    tasks = list(dict.fromkeys(t for s in summaries for t in s))
+    rows = []
+    for task in tasks:
+        for i, s in enumerate(summaries):
+            st = s.get(task)
+            if st is None:
+                continue
+            a, need = st.get("a"), (st.get("cost") or {}).get("break_even_a")
+            ratio = ""
+            if len(runs) == 2 and i == 1 and task in summaries[0]:
+                x0, x1 = summaries[0][task].get("sd_speedup"), st.get("sd_speedup")
+                ratio = fmt_value(x1 / x0 if x0 and x1 and x0 == x0 and x1 == x1 else None,
+                                  ".2f")
+            m = measured_verdict(st)
+            rows.append([screen.cut(task, 12), f"run {i + 1}",
+                         screen.speedup(st.get("sd_speedup"), st.get("sd_speedup_ci"),
+                                        st.get("sd_speedup_range")),
+                         {"unclear": "no difference"}.get(m, m),
+                         f"{a:.2f} vs {need:.2f}" if a is not None and need is not None
+                         else "-", fmt_value(st.get("raw_tok_s"), ".1f"), ratio])
+    lines += ["", screen.table(["task", "run", "SD ×raw e2e", "measured", "a vs 1+α+β",
+                                "raw t/s"] + (["SD 2 ÷ 1"] if len(runs) == 2 else []),
+                               [r if len(runs) == 2 else r[:-1] for r in rows])]
+    return "\n".join(lines + ["", "More: the same command with --details (every metric, "
+                                   "p99, c, β, adaptive)"])
+
+
 def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str:
     """The comparison as text, markdown, CSV or JSON, from compare_rows."""
     machines = [Machine.of(r) for r in runs]

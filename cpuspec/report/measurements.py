@@ -41,29 +41,54 @@ def render_contention(res: dict) -> str:
 
 
 def render_quality(res: dict) -> str:
-    from tabulate import tabulate
-    rows = [[m["file"], m.get("desc", ""), "derived" if m.get("derived") else m["source"],
+    from cpuspec.report import screen
+    rows = [[screen.cut(m["file"], 40), screen.cut(m.get("desc", ""), 20),
+             "derived" if m.get("derived") else screen.cut(m["source"], 10),
              f"{m['perplexity']:.3f}", f"{100 * m['top1_agreement_mean']:.1f}%"]
             for m in res["models"]]
-    return (tabulate(rows, headers=["model", "type", "source", "perplexity (built-in text)",
-                                    "top-1 agreement"], disable_numparse=True)
-            + f"\nperplexity over {res['text_tokens']} tokens of a fixed text; agreement with "
-            f"{res['reference']['file']}'s greedy output on {len(res['prompts'])} prompts × "
-            f"{res['max_tokens']} tokens (teacher-forced, 100 % = token for token).")
+    return "\n".join([screen.table(["model", "type", "source", "perplexity", "top-1 agree"],
+                                    rows),
+                       *screen.wrap(f"perplexity over {res['text_tokens']} tokens of a fixed "
+                                    f"text (built-in); top-1 agreement with "
+                                    f"{res['reference']['file']}'s greedy output on "
+                                    f"{len(res['prompts'])} prompts × {res['max_tokens']} "
+                                    "tokens (teacher-forced, 100 % = token for token).")])
 
 
 def render_cost_curve(probe: CostProbe | dict) -> str:
-    from tabulate import tabulate
+    from cpuspec.report import screen
     p = CostProbe.of(probe)
     rows = cost_curve(p)
     t = p.t
     best = max(rows, key=lambda r: r["ceiling_speedup"])
-    table = tabulate([[r["n"], r["n"] - 1, f"{r['verify_ms']:.1f}", f"{r['v_over_v1']:.2f}",
-                       f"{r['beta']:.2f}", f"{r['ms_per_token']:.1f}",
-                       f"{r['ceiling_speedup']:.2f}"] for r in rows],
-                     headers=["n tokens", "k = n-1", "V(n) ms", "V(n)/V(1)", "β(k)",
-                              "ms/token", "×raw if all accepted"], disable_numparse=True)
-    return (table + f"\ndraft decode {1e3 * p.draft_s:.1f} ms, target decode "
-            f"{1e3 * t:.1f} ms: c = {p.draft_s / t:.2f}. Even with every draft accepted, "
-            f"SD is at most {best['ceiling_speedup']:.2f}× raw (at k = {best['n'] - 1}); real "
-            "acceptance lowers that.")
+    table = screen.table(["n tokens", "k = n-1", "V(n) ms", "V(n)/V(1)", "β(k)", "ms/token",
+                          "×raw if all accepted"],
+                         [[r["n"], r["n"] - 1, f"{r['verify_ms']:.1f}", f"{r['v_over_v1']:.2f}",
+                           f"{r['beta']:.2f}", f"{r['ms_per_token']:.1f}",
+                           f"{r['ceiling_speedup']:.2f}"] for r in rows])
+    return "\n".join([table, *screen.wrap(
+        f"draft decode {1e3 * p.draft_s:.1f} ms, target decode {1e3 * t:.1f} ms: c = "
+        f"{p.draft_s / t:.2f}. Even with every draft accepted, SD is at most "
+        f"{best['ceiling_speedup']:.2f}× raw (at k = {best['n'] - 1}); real acceptance lowers "
+        "that.")])
+
+
+def render_costs_file(res: dict, fmt: str = "text") -> str:
+    """A `cpuspec costs` result, as the command prints it (one screen) or its curve as CSV or
+    JSON rows."""
+    rows = cost_curve(CostProbe.of(res["cost_probe"]))
+    if fmt == "json":
+        import json
+        return json.dumps(rows, indent=1)
+    if fmt == "csv":
+        from cpuspec.report.tables import csv_text
+        return csv_text(list(rows[0]), [list(r.values()) for r in rows]).rstrip("\n")
+    from cpuspec.report import screen
+    m = res["models"]
+    head = (f"target {m['target']['file']} ({m['target'].get('desc', '')}), draft "
+            f"{m['draft']['file']} ({m['draft'].get('desc', '')}); "
+            f"{res['settings']['threads']} threads; at KV position "
+            f"{res['cost_probe']['position']}")
+    info = (res.get("meta") or {}).get("llama_system_info")
+    return "\n".join([*screen.wrap(head), render_cost_curve(res["cost_probe"]),
+                      *(screen.wrap(f"llama.cpp: {info}", "  ") if info else [])])

@@ -10,6 +10,7 @@ from pathlib import Path
 from cpuspec.core import commands
 from cpuspec.results.schema import CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, LLAMA_SERVER, REDECODE
 from cpuspec.results.records import Machine
+from cpuspec.report import screen
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import e2e_tok_s, speedup_stats
 from cpuspec.results.store import OutputError, saved_runs
@@ -185,6 +186,47 @@ def render_paths(doc: dict) -> str:
     info = doc.get("meta", {}).get("llama_system_info")
     if info:
         lines.append(f"llama.cpp: {info}")
+    return "\n".join(lines)
+
+
+def render_paths_screen(doc: dict, source: str = "RUN") -> str:
+    """One screen: the configuration, per task and path SD ×raw end to end with its share
+    of cpuspec's gain, each path's round (ms and tokens), and the next command."""
+    s = doc["settings"]
+    head = (f"{Path(s['target']).name} + "
+            f"{Path(s['draft']).name if s.get('draft') else 'no draft model'}; drafter "
+            f"{s['drafter']}, k = {s['k']}" + (f", p-min {s['p_min']:g}" if s.get("p_min")
+                                                 else "")
+            + f", {s['threads']} threads, {s['max_tokens']} tokens; SD ×raw end to end, "
+            "paired by prompt (95 % interval; *: a range, under 5)")
+    lines = screen.wrap(head) + [""]
+    summary = summarize_paths(doc)
+    tasks = [t for t in summary if t != OVERALL] if len(summary) > 2 else []
+    rows = [(t, p, st) for t in [*tasks, OVERALL] if t in summary
+            for p, st in summary[t].items()]
+    if len(rows) > 24:   # many tasks: the overall rows, the tasks in --details
+        rows = [(t, p, st) for t, p, st in rows if t == OVERALL]
+    lines.append(screen.table(
+        ["task", "path", "raw t/s", "SD t/s", "SD ×raw", "÷ cpuspec", "acc %", "same"],
+        [[screen.cut(t, 12), p, fmt_value(st["raw_tok_s"], ".1f"),
+          fmt_value(st["sd_tok_s"], ".1f"),
+          speedup_cell({"sd_speedup": st["speedup"], "sd_speedup_ci": st["ci"],
+                        "sd_speedup_range": st["range"], "sd_speedup_units": st["units"]})
+          or "-", fmt_value(st["over_cpuspec"], ".2f"), fmt_value(st["acceptance_pct"], ".0f"),
+          st["same_output"]] for t, p, st in rows]))
+    budget = round_budget(doc)
+    if budget:
+        lines += [""] + screen.wrap("A round, ms for tokens: " + "; ".join(
+            f"{p} {b['round_ms']:.0f} ms for {b['tokens_per_round']:.2f}"
+            for p, b in budget.items()), "  ")
+    if not doc.get("complete", True):
+        ended = doc.get("ended")
+        lines += screen.wrap(f"FAILED ({ended.removeprefix('failed: ')}): the prompts that "
+                             "finished are shown" if isinstance(ended, str)
+                             and ended.startswith("failed") else
+                             "INTERRUPTED: the prompts that finished are shown")
+    lines += ["", *screen.more(source, "the round budget, the server's time, llama.cpp's "
+                                        "system info")]
     return "\n".join(lines)
 
 

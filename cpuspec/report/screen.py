@@ -57,3 +57,47 @@ def command(argv: Sequence[str] | str, head: str = "", indent: str = "  ") -> li
 def fits(text: str) -> bool:
     lines = text.rstrip("\n").splitlines()
     return len(lines) <= MAX_LINES and all(len(line) <= WIDTH for line in lines)
+
+
+def more(source: str, what: str, verb: str = "report") -> list[str]:
+    """The line that points at the rest: `cpuspec report RUN --details (what)`, the run's
+    name on a line of its own where it is long."""
+    head = f"More (RUN = {clean(source)}):"
+    lines = [head] if len(head) <= WIDTH else ["More:", *wrap(f"  RUN = {source}", "    ")]
+    return lines + wrap(f"  cpuspec {verb} RUN --details ({what})", "    ")
+
+
+def short_names(names: Sequence[str]) -> tuple[list[str], str]:
+    """Model names without the family prefix they all share ("qwen2.5-coder-1.5b-q8_0 +
+    qwen2.5-coder-0.5b-q4_0" → "1.5b-q8_0 + 0.5b-q4_0"), and that prefix ("" if none)."""
+    parts = [p for n in names for p in re.split(r" \+ ", str(n)) if "-" in p]
+    prefix = parts[0] if parts else ""
+    for p in parts[1:]:
+        while prefix and not p.startswith(prefix):
+            prefix = prefix[:-1]
+    prefix = prefix[:prefix.rfind("-") + 1] if "-" in prefix else ""
+    if not prefix:
+        return [clean(n) for n in names], ""
+    return [clean(" + ".join(p.removeprefix(prefix) for p in re.split(r" \+ ", str(n))))
+            for n in names], prefix
+
+
+def verdict_of(ci: Sequence[float] | None, rng: Sequence[float] | None) -> str:
+    """faster / slower / no difference from an interval; faster* / slower* / mixed* from a
+    range of fewer prompts (a lead, not a verdict); "-" from neither."""
+    if ci:
+        return "faster" if ci[0] > 1 else "slower" if ci[1] < 1 else "no difference"
+    if rng:
+        return "faster*" if rng[0] > 1 else "slower*" if rng[1] < 1 else "mixed*"
+    return "-"
+
+
+def speedup(x: float | None, ci: Sequence[float] | None, rng: Sequence[float] | None) -> str:
+    """A speedup with its interval [l, h] or its range (l–h), short enough for one screen."""
+    if x is None or x != x:
+        return "-"
+    if ci:
+        return f"{x:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+    if rng:
+        return f"{x:.2f} ({rng[0]:.2f}–{rng[1]:.2f})"
+    return f"{x:.2f}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from cpuspec.report.tables import FIELDS, IN_SPEEDUP_CELL, SWEEP_METRICS, speedup_cell
+from cpuspec.report import screen
+from cpuspec.report.tables import csv_text, FIELDS, IN_SPEEDUP_CELL, SWEEP_METRICS, speedup_cell
 
 
 def _upgrade_row(row: dict) -> dict:
@@ -97,6 +98,51 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
     table = tabulate(out, headers=headers, tablefmt=tablefmt, disable_numparse=True)
     above = device_line(devices) if gpu else None
     return f"{above}\n\n{table}" if above else table
+
+
+def sweep_csv(rows: list[dict]) -> str:
+    """Every row's every field, through report's one CSV writer."""
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    return csv_text(fields, [[r.get(f) for f in fields] for r in rows])
+
+
+def render_sweep_screen(rows: list[dict], axes: list[str], devices: list[dict] | None,
+                        source: str = "RUN") -> str:
+    """One screen: per point the axes that vary, where the models ran, raw t/s, SD ×raw end
+    to end with its interval, the verdict measured, and a against 1 + α + β."""
+    rows = [_upgrade_row(r) for r in rows]
+    gpu = any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows)
+    varying = [a for a in axes if len({str(r.get(a)) for r in rows}) > 1
+               and not (gpu and a in ("n_gpu_layers", "draft_gpu_layers"))] \
+        or ([] if gpu else list(axes[:1]))
+    out = []
+    for r in rows[:28]:
+        line = [screen.cut(r.get(a), 10) for a in varying]
+        if gpu:
+            line.append(screen.cut(placement(r, devices).replace("target ", "T ")
+                                   .replace("draft ", "D "), 22))
+        if "skipped" in r:
+            out.append(line + ["-", screen.cut(r["skipped"], 24), "skipped", ""])
+            continue
+        ci = [r.get("sd_speedup_ci_low"), r.get("sd_speedup_ci_high")]
+        rng = [r.get("sd_speedup_range_low"), r.get("sd_speedup_range_high")]
+        ci, rng = (ci if None not in ci else None), (rng if None not in rng else None)
+        a, need = r.get("a"), r.get("break_even_a")
+        out.append(line + [
+            "-" if r.get("raw_tok_s") is None else f"{r['raw_tok_s']:.1f}",
+            screen.speedup(r.get("sd_speedup"), ci, rng),
+            screen.verdict_of(ci, rng),
+            f"{a:.2f} vs {need:.1f}" if a is not None and need is not None else "-"])
+    headers = [*varying, *(["where (T/D: target/draft)"] if gpu else []), "raw t/s",
+               "SD ×raw", "measured", "a vs 1+α+β"]
+    lines = ([*screen.wrap(device_line(devices))] if gpu and device_line(devices) else []) \
+        + [screen.table(headers, out)]
+    if len(rows) > 28:
+        lines.append(f"({len(rows) - 28} more points: --details)")
+    line = headline(rows, devices)
+    if line:
+        lines += screen.wrap(line.splitlines()[0], "  ")
+    return "\n".join(lines + ["", *screen.more(source, "every metric of every point")])
 
 
 def headline(rows: list[dict], devices: list[dict] | None = None) -> str | None:

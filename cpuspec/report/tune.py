@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import shlex
 
+from cpuspec.core.commands import SERVER, invocations
+from cpuspec.report import screen
 from cpuspec.report.paths import how_to_run
 from cpuspec.report.tables import speedup_cell
 from cpuspec.core.window import describe_window
 
 
-def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
-    """Under a recommended SD configuration's `cpuspec bench` line: the same configuration in
-    llama.cpp's server and CLI and in llama-cpp-python, and what `cpuspec paths` measured of
-    it here (paths_report.how_to_run)."""
+def config_of(command: str) -> dict | None:
+    """The configuration a recommended `cpuspec bench` line runs (None: not an SD one)."""
     args = shlex.split(command)
 
     def opt(*names, default=None):
@@ -21,10 +21,63 @@ def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
                 return args[args.index(name) + 1]
         return default
     if opt("--target") is None or opt("-k") is None:
+        return None
+    return {"target": opt("--target"), "draft": opt("--draft"), "k": int(opt("-k")),
+            "drafter": opt("--drafter", default="model"),
+            "threads": int(opt("--threads", default="1")),
+            "p_min": float(opt("--p-min", default="0"))}
+
+
+def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
+    """Under a recommended SD configuration's `cpuspec bench` line: the same configuration in
+    llama.cpp's server and CLI and in llama-cpp-python, and what `cpuspec paths` measured of
+    it here (paths_report.how_to_run)."""
+    c = config_of(command)
+    if c is None:
         return []
-    return how_to_run(opt("--target"), opt("--draft"), int(opt("-k")),
-                      opt("--drafter", default="model"), int(opt("--threads", default="1")),
-                      meta=meta, p_min=float(opt("--p-min", default="0")))
+    return how_to_run(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
+                      meta=meta, p_min=c["p_min"])
+
+
+def render_tune_screen(doc: dict, source: str = "RUN") -> str:
+    """One screen: per task, the answer where SD pays most (or SD off), measured against raw
+    on prompts the search did not choose on, its verdict (only an interval is one) and the
+    terms of the rule; then the llama-server command of an answer measured faster."""
+    rows, server = [], None
+    answers = {task: (r.get("best_sd") or r) if "recommended" in r else r
+               for task, r in doc["recommendations"].items()}
+    names, prefix = screen.short_names([b["candidate"] for b in answers.values()])
+    for (task, best), name in zip(answers.items(), names):
+        c, t = best.get("confirmed") or {}, best.get("terms") or {}
+        # files written before the range existed stored 2 prompts' min and max as an interval
+        ci = c.get("measured_speedup_ci") if c.get("n_prompts") else None
+        rng = c.get("measured_speedup_range") or (c.get("measured_speedup_ci")
+                                                  if not c.get("n_prompts") else None)
+        verdict = screen.verdict_of(ci, rng)
+        if verdict == "-":
+            verdict = "SD off" if not best.get("pays") else "predicted"
+        rows.append([screen.cut(task, 12), screen.cut(name, 36), _k_cell(best),
+                     screen.speedup(c.get("measured_speedup"), ci, rng), verdict,
+                     f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
+        if verdict == "faster" and server is None and config_of(best["command"]):
+            server = (task, config_of(best["command"]))
+    lines = [*screen.wrap("cpuspec tune: where SD pays most per task, measured ×raw on prompts "
+                          "the search did not choose on (95 % interval; *: a range)"
+                          + (f"; models {prefix}…" if prefix else "")), "",
+             screen.table(["task", "target + draft", "k", "measured ×raw", "verdict",
+                           "a vs 1+α+β"], rows), ""]
+    lines += screen.more(source, "the ranking, the fastest per task, predictions, every "
+                                 "command")
+    if server:
+        task, c = server
+        argv = invocations(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
+                           p_min=c["p_min"])[SERVER]
+        lines += screen.command(argv, f"Next: run it where you serve models ({task}; "
+                                      f"k = {c['k']}):")
+    else:
+        lines += screen.wrap("Next: no answer was measured faster on 5 or more prompts; "
+                             "cpuspec costs shows which term of the rule is short")
+    return "\n".join(lines)
 
 
 def _measured(c: dict, key: str) -> str:

@@ -17,12 +17,13 @@ VERDICT = {"faster": "faster", "slower": "slower", "not significant": "no differ
 
 
 def _verdict(s: dict) -> str:
-    """faster / slower / no difference (interval), or the direction of a range."""
+    """faster / slower / no difference (interval), or the direction of a range (…*)."""
     sig = s.get("sd_significance")
     if sig in VERDICT:
         return VERDICT[sig]
     if s.get("sd_speedup_range"):
-        return {"faster": "faster*", "slower": "slower*"}.get(_measured(s), "mixed*")
+        m = measured_verdict(s)
+        return m if m.endswith("*") else "mixed*"
     return "-"
 
 
@@ -60,7 +61,7 @@ def verdict_table(summary: dict) -> str:
                    "p99 ms raw→SD", "same"], rows)
 
 
-def _measured(s: dict, prefix: str = "sd_") -> str:
+def measured_verdict(s: dict, prefix: str = "sd_") -> str:
     """What the run itself shows: faster or slower (an interval that excludes 1), faster* or
     slower* (a range of fewer than MIN_CI_UNITS prompts on one side of 1: a lead, not a
     verdict), or unclear (no difference, a range that straddles 1, or nothing measured)."""
@@ -83,7 +84,7 @@ def _advice(s: dict, a: dict | None, k: int) -> tuple[str, int | None]:
     name another k, labelled predicted."""
     if _number(s.get("sd_speedup")) is None:
         return _adaptive_only(s), None
-    measured = _measured(s)
+    measured = measured_verdict(s)
     predicted = a["k_best"] if a and a["verdict"] == "ON" else None
     if measured == "faster":
         other = (f"; the cost model predicts k = {predicted} pays more"
@@ -108,7 +109,7 @@ def _adaptive_only(s: dict) -> str:
         return "nothing measured (no SD runs finished)"
     cell = speedup_cell(s, "adaptive_") or f"{speedup:.2f}"
     shown = {"faster": "faster", "slower": "slower", "faster*": "faster on a range",
-             "slower*": "slower on a range"}.get(_measured(s, "adaptive_"), "no difference")
+             "slower*": "slower on a range"}.get(measured_verdict(s, "adaptive_"), "no difference")
     return (f"the adaptive policy measured {cell} ({shown}); static SD not measured, so no "
             "llama.cpp flags: cpuspec bench --policy static gives them")
 
@@ -174,6 +175,9 @@ def render_verdict(results: dict, summary: dict, advice: dict | None,
                       f"{k} (measured in those stacks)" if on else ""), "    ")
     if on:
         lines += _server_lines(results, k, [t for t, kk in on.items() if kk == k])
+    elif any(measured_verdict(v).endswith("*") for t, v in summary.items() if t != OVERALL):
+        lines += _wrap("Next: measure 5 or more prompts per task (cpuspec bench "
+                       "--prompts-per-task 5) before turning SD on or off.")
     else:
         lines += _wrap("Next: cpuspec tune (searches other drafts, quants and k for a "
                        "configuration that pays on this machine); meanwhile keep SD off here.")
