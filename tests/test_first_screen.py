@@ -56,7 +56,8 @@ def test_where_sd_pays_the_screen_ends_with_the_server_command():
     assert "  story: turn SD off (measured slower at k = 7)" in out
     assert "  json, code: turn SD on with k = 7 (measured faster at k = 7)" in out
     block = last_block(out)
-    assert block.startswith("Next: run it where you serve models (json, code; k = 7)")
+    assert block.startswith("Next: run it where you serve models (json, code; k = 7; measured 1 "
+                            "request at a time)")
     assert "llama-server" in block and "--spec-draft-n-max 7" in block
 
 

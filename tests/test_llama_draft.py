@@ -88,10 +88,20 @@ def test_direct_calls_roll_back_rejected_drafts(tiny_models):
     ({"k": 4, "drafter": "magic"}, ValueError, "drafter must be one of"),
     ({"k": 4, "n_ctx": 3}, ValueError, "n_ctx must be"),
     ({"k": 4, "n_threads": 0}, ValueError, "n_threads must be"),
+    # issue 53, 6m: -5 would offload every layer in llama.cpp; "x" raised a bare TypeError
+    ({"k": 4, "n_gpu_layers": -5}, ValueError, "n_gpu_layers must be a whole number of 0"),
+    ({"k": 4, "n_gpu_layers": "x"}, ValueError, "n_gpu_layers must be a whole number"),
 ])
 def test_bad_arguments(tiny_models, kwargs, error, message):
     with pytest.raises(error, match=message):
         cpuspec.DraftModel(tiny_models["draft"], **kwargs)
+
+
+def test_a_numpy_integer_k_is_a_whole_number():
+    """issue 53, 6m: DraftModel(k=np.int64(4)) was refused as "not np.int64(4)"."""
+    draft = cpuspec.DraftModel(None, k=np.int64(4), drafter="lookup")
+    assert draft.k == 4 and type(draft.k) is int
+    draft.close()
 
 
 def test_bad_model_paths(tmp_path):

@@ -187,9 +187,10 @@ def test_tune_report_prints_how_to_run_and_what_paths_measured(cpuspec_home):
     (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(recorded.read_text())
     out = CliRunner().invoke(main, ["report", str(tune), "--details"]).output
     printed = CliRunner().invoke(main, ["report", str(recorded), "--details"]).output   # paths' own report
-    overall = printed.split("overall:")[1]
-    row = {line.split()[0]: line.split() for line in overall.splitlines()[3:7] if line.strip()}
     line = next(x for x in out.splitlines() if "measured here" in x)
+    task = line.split("-paths, ")[1].split("):")[0]     # the answer's own task (--tasks)
+    block = printed.split(f"\n{task}:")[1]
+    row = {line.split()[0]: line.split() for line in block.splitlines()[3:7] if line.strip()}
     assert f"llama.cpp SD ×raw {row['llama.cpp'][3]} = {row['llama.cpp'][-3]} of cpuspec's " \
            f"{row['cpuspec'][3]}" in line
 

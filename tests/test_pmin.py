@@ -55,7 +55,8 @@ def test_an_unsure_first_token_drafts_nothing():
     assert drafts == [] and kv == 4      # the pending token was read, nothing drafted
 
 
-@pytest.mark.parametrize("p_min, n_min", [(0.0, 0), (0.5, 0), (0.5, 2), (0.95, 0), (0.5, 9)])
+@pytest.mark.parametrize("p_min, n_min", [(0.0, 0), (0.1, 0), (0.5, 0), (0.5, 2), (0.95, 0),
+                                          (0.5, 9)])
 def test_gated_output_equals_raw_and_rounds_draft_what_the_gate_allows(p_min, n_min):
     conf = lambda n: (0.3, 0.6, 0.99, 0.8, 0.2)[n % 5]   # noqa: E731
     clock, target, draft = models(conf)
@@ -68,11 +69,13 @@ def test_gated_output_equals_raw_and_rounds_draft_what_the_gate_allows(p_min, n_
     assert g.tokens == raw.tokens
     ks = [r.k for r in g.rounds]
     assert all(0 <= k <= 5 for k in ks)
-    if p_min == 0.0 and n_min == 0:   # no gate: the ungated loop's rounds exactly
+    if p_min <= 0.1 and n_min == 0:   # a gate that never bites: the ungated rounds exactly
         clock3, target3, draft3 = models(conf)
         draft3.next_token = flaky_draft_rule
         plain = generate_speculative(target3, draft3, prompt, 40, 5, clock=clock3)
-        assert ks == [r.k for r in plain.rounds] and draft2.asked == 0
+        assert ks == [r.k for r in plain.rounds]
+        # p-min 0 asks no confidence; 0.1 asks every one (all ≥ 0.2) and drops none
+        assert (draft2.asked == 0) == (p_min == 0.0)
     else:
         assert draft2.asked > 0 and min(ks) < 5
     if p_min == 0.95:   # only the 0.99 positions pass: at most one draft in a row
@@ -131,6 +134,10 @@ def test_the_printed_flags_carry_the_measured_p_min():
     (["paths", "--p-min", "0.5"], "DraftModel and the cpuspec+redecode imitation have no"),
     (["paths", "--p-min", "0.5", "--paths", "cpuspec,cpuspec+redecode"], "have no gate"),
     (["bench", "--p-min", "0.5", "--temperature", "0.7"], "use --temperature 0"),
+    # issue 53, 6f, 6g, 6k: NaN, n-min above k, and the gate with no SD at all
+    (["paths", "--p-min", "nan"], "not a finite number"),
+    (["bench", "--n-min", "5", "-k", "4"], "5 is more than k = 4"),
+    (["bench", "--p-min", "0.5", "--policy", "off"], "--policy off runs raw decoding only"),
 ])
 def test_gate_flags_that_cannot_apply_are_refused(args, message):
     from click.testing import CliRunner

@@ -310,8 +310,10 @@ def test_5_a_damaged_bench_file_names_its_field(tmp_path, where, value, field, c
     bad = edited(tmp_path, BENCH_FILE, _set(where, value))
     args = [bad, BENCH_FILE] if command == "compare" else [bad]
     res = run(command, *args)
-    if where == ("kind",) and command != "report":
-        clean_error(res, "not a bench one")   # advise and compare read bench files only
+    if where == ("kind",) and command == "compare":   # a bench file beside a paths file
+        clean_error(res, "compare takes bench files", code=2)
+    elif where == ("kind",) and command != "report":
+        clean_error(res, "not a bench one")   # advise reads bench files only
     else:
         clean_error(res, f"field {field} ")
 
@@ -525,3 +527,29 @@ def test_11_float_token_ids_are_refused(tiny_models):
     with pytest.raises(TypeError, match="whole token ids"):
         d(np.array([1.0, 2.7, 3.2]))
     assert d(np.array([5, 6, 7, 5, 6], dtype=np.intc)).tolist() == [7, 5, 6]   # 5 6 -> 7 ...
+
+
+def test_issue53_6l_plot_on_a_full_disk_leaves_no_empty_figure(full_disk):
+    """A figure is rendered whole, then written atomically: on a full disk the command fails
+    with a message and no 0-byte PNG or SVG is left behind."""
+    from click.testing import CliRunner
+
+    from cpuspec.cli.main import main
+    run = Path(__file__).resolve().parent / "recorded/epyc-family25-model17/bench_q8_0_k7.json"
+    out = full_disk / "figs"
+    res = CliRunner().invoke(main, ["plot", str(run), "--out", str(out)])
+    assert res.exit_code == 1 and "cannot write figures" in res.output, res.output
+    assert not [p for p in full_disk.rglob("*") if p.is_file() and p.name != "filler"
+                and p.stat().st_size == 0]
+
+
+def test_issue53_6k_a_bad_native_timeout_is_said_before_models_load(tiny_models, tmp_path,
+                                                                     monkeypatch):
+    bin_dir = tmp_path / "bin"
+    fake_program(bin_dir, native.COMPLETION, "")
+    fake_program(bin_dir, native.SPECULATIVE, "")
+    monkeypatch.setenv(native.TIMEOUT_ENV, "soon")
+    res, out = paths_tiny(tiny_models, tmp_path, "--paths", "cpuspec,llama.cpp",
+                          "--llama-bin", bin_dir)
+    clean_error(res, "must be a number of seconds, not 'soon'", code=2)
+    assert "loading" not in res.output and not out.exists()

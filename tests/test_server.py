@@ -92,7 +92,9 @@ def test_the_paths_command_measures_the_server(server_bin, tiny_models, tmp_path
         "--paths", "cpuspec,llama-server", "--llama-bin", str(server_bin),
         "--json", str(out), "--no-save"])
     assert res.exit_code == 0, res.output
-    assert "llama-server" in res.output and "llama-server's time per request" in res.output
+    assert "llama-server" in res.output and "A round, ms for tokens:" in res.output
+    details = CliRunner().invoke(main, ["report", str(out), "--details"]).output
+    assert "llama-server's time per request" in details
     import json
     doc = json.loads(out.read_text())
     server = [r for r in doc["runs"] if r["path"] == "llama-server"]

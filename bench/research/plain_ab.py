@@ -29,7 +29,7 @@ from cpuspec.llama.engine import Model, Session  # noqa: E402
 from cpuspec.harness.order import williams_orders  # noqa: E402
 from cpuspec.results.schema import ResultsError, read_bench  # noqa: E402
 from cpuspec.core.speculative import RoundStats, generate_raw, generate_speculative  # noqa: E402
-from cpuspec.analysis.stats import mean_interval  # noqa: E402
+from intervals import mean_interval  # noqa: E402  (bench/research/intervals.py)
 
 ARMS = ("raw", "plain", "static")
 

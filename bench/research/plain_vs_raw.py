@@ -19,7 +19,8 @@ from tabulate import tabulate
 
 from cpuspec.harness.order import mode_order
 from cpuspec.results.schema import ResultsError, read_bench
-from cpuspec.analysis.stats import mean_interval as interval, raw_by_unit, raw_of
+from cpuspec.analysis.stats import raw_by_unit, raw_of
+from intervals import mean_interval as interval  # bench/research/intervals.py
 
 
 def ratios(rec: dict, by_order: dict | None = None) -> list[tuple[float, float]]:

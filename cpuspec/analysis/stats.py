@@ -8,7 +8,6 @@ runs a results file keeps, so an old file is summarised again by newer code.
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 import numpy as np
@@ -109,16 +108,6 @@ def t_interval(xs: list[float] | np.ndarray) -> tuple[float, float, float]:
     m = float(xs.mean())
     h = t_975(len(xs) - 1) * float(xs.std(ddof=1)) / math.sqrt(len(xs))
     return m, m - h, m + h
-
-
-def mean_interval(xs: list[float], digits: int = 3) -> str:
-    """The mean of per-unit ratios with its 95 % t-interval, or, below MIN_CI_UNITS units,
-    with their range."""
-    m = statistics.fmean(xs)
-    if len(xs) < MIN_CI_UNITS:
-        return f"{m:.{digits}f} (range {min(xs):.{digits}f}-{max(xs):.{digits}f})"
-    _, lo, hi = t_interval(xs)
-    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def unit_speedups(units: np.ndarray) -> np.ndarray:

@@ -14,9 +14,7 @@ from cpuspec.analysis.predict import PREDICTED_FROM, predict_from_probe, predict
 from cpuspec.core.speculative import ROUND_FIELDS
 from cpuspec.analysis.stats import (MIN_CI_UNITS, decode_tok_s, e2e_tok_s, percentile, run_e2e_s,
                     share_target_prefill, speedup_stats, target_prefill_by_mode)
-
-
-OVERALL = "overall"
+from cpuspec.inputs.tasks import OVERALL  # the reserved task name (tasks.py refuses it)
 
 
 # Fewer full rounds than this and a (and acceptance) carry a sampling error of several percent.
@@ -93,8 +91,11 @@ def _draft_s_per_token(sd: list[dict], full: list[dict], k: int, parallel: bool)
     return statistics.median(r["draft_s"] / k for r in full)
 
 
-# The draft model with a confidence gate (settings.p_min > 0): it drafts 0..k per round.
+# The draft model with a confidence gate (settings.p_min > 0): it drafts 0..k per round; the
+# hybrid's model part is gated the same way. A gated round that stopped short decoded the token
+# it dropped too: round_terms prices it (gate_k), for the hybrid at the model's share of drafts.
 GATED = "model, gated by p-min"
+GATED_HYBRID = "hybrid, gated by p-min"
 
 
 def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
@@ -190,7 +191,7 @@ def _prediction(probe: dict, sd: list[dict], k: int, drafter: str, parallel: boo
     survival = [p / 100.0 for p in out["per_position_acceptance_pct"]]
     pred = predict_from_probe(probe, survival, k, sd, parallel, draft_window) \
         if drafter == "model" else predict_from_rounds(
-            probe, k, sd, draft_window, k if drafter == GATED else None)
+            probe, k, sd, draft_window, k if drafter in (GATED, GATED_HYBRID) else None)
     if not pred:
         return {}
     return {"predicted_speedup": pred[0], "predicted_window": pred[1],
@@ -296,8 +297,9 @@ def summarize(results: dict) -> dict[str, Any]:
     probe = results.get("cost_probe")
     parallel = results["settings"].get("schedule") == "parallel"
     drafter = results["settings"].get("drafter", "model")
-    if drafter == "model" and results["settings"].get("p_min"):
-        drafter = GATED   # drafts per round vary: every round counts, as for lookup
+    if drafter in ("model", "hybrid") and results["settings"].get("p_min"):
+        # drafts per round vary: every round counts, as for lookup
+        drafter = GATED if drafter == "model" else GATED_HYBRID
     draft_window = results["settings"].get("draft_window")
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe, parallel,

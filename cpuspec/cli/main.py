@@ -14,13 +14,15 @@ from cpuspec.harness.bench import BenchConfig, environment, run_bench
 from cpuspec.cli.measure import contention, costs, hw, paths, quality, tune
 from cpuspec.cli.models import models
 from cpuspec.cli.results import advise, compare, plot, report, runs
+from cpuspec.cli.dataset import export, leaderboard, publish
 from cpuspec.cli.help import SectionedCommand
-from cpuspec.cli.util import (check_bench_flags, check_depths, check_gate, check_model_file,
-                      configure_log, check_size, cpu_list, finish_outputs, write_text,
-                      finite, guarded,
-                      log, policy_list, positive, prepare_outputs, print_bench, probabilities,
-                      prompts_or_exit, quant_list,
-                      save_options, task_names, values, window_option)
+from cpuspec.cli.bench_report import print_bench
+from cpuspec.cli.checks import check_bench_flags, check_depths, check_gate, check_size
+from cpuspec.cli.inputs import check_model_file, prompts_or_exit, refuse_shape_true
+from cpuspec.cli.log import configure_log, log
+from cpuspec.cli.options import (cpu_list, finite, policy_list, positive, probabilities,
+                                 quant_list, save_options, task_names, values, window_option)
+from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs, write_text
 from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
 from cpuspec.machine.hardware import HardwareError, default_threads, detect_hardware
 from cpuspec.inputs.registry import ModelError
@@ -190,7 +192,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     if draft_window and (drafter == "lookup" or schedule == "parallel" or not policies):
         raise click.UsageError("--draft-window needs a draft model (--drafter model or "
                                "hybrid), the serial schedule and an SD policy")
-    check_gate(p_min, n_min, drafter, policies, schedule, temperature)
+    check_gate(p_min, n_min, drafter, policies, schedule, temperature, ks=k)
     prompts = _bench_prompts(tasks, prompts_file, prompts_per_task, depth)
     axes = {"target_quant": target_quant or [""], "draft_quant": draft_quant or [""],
             "n_gpu_layers": n_gpu_layers, "draft_gpu_layers": draft_gpu_layers,
@@ -199,6 +201,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     check_size(len(prompts), repetitions, math.prod(len(v) for v in axes.values()), yes)
     for p in (target_path, draft_path):
         check_model_file(p)
+        refuse_shape_true(p)
     hw = detect_hardware()
     where = _bench_plan(hw, axes, smt, draft_cores, schedule)
     for note in where.notes:
@@ -308,7 +311,7 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
     finish_outputs(sink)
 
 for _command in (hw, contention, costs, paths, quality, tune, models, advise, report, compare,
-                 plot, runs):
+                 plot, runs, export, publish, leaderboard):
     main.add_command(_command)
 
 

@@ -12,15 +12,19 @@ from cpuspec.llama import native
 
 from cpuspec.harness import paths as core
 from cpuspec.harness.bench import BenchConfig, environment, resolve_models
-from cpuspec.cli.util import (check_depths, check_limits, check_model_file, check_model_name, finish_outputs, finite,
-                      guarded, log,
-                      positive, prepare_outputs, prompts_or_exit, registry, resolve_model, save_options, task_list,
-                      task_names, values, window_option)
+from cpuspec.cli.checks import check_depths, check_limits
+from cpuspec.cli.inputs import (check_model_file, check_model_name, prompts_or_exit,
+                                refuse_shape_true, registry, resolve_model)
+from cpuspec.cli.log import log
+from cpuspec.cli.options import (finite, positive, save_options, task_list, task_names, values,
+                                 window_option)
+from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
 from cpuspec.harness.contention import ContentionConfig, run_contention
 from cpuspec.report.measurements import render_contention, render_costs_file, render_quality
 from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
 from cpuspec.machine.hardware import HardwareError, default_threads, detect_hardware, select_cpus
-from cpuspec.report.paths import render_paths
+from cpuspec.report.load import render_load
+from cpuspec.report.paths import render_paths_screen
 from cpuspec.harness.probe import run_costs
 from cpuspec.harness.quality import run_quality
 from cpuspec.inputs.registry import ModelError
@@ -135,9 +139,15 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
 @click.option("-d", "--depth", type=click.IntRange(min=0), default=0, show_default=True,
               help="Tokens of context before the prompt (as `bench --depth`): the curve at "
                    "that KV position.")
+@click.option("--sizes", metavar="0.5b,1.5b,3b,7b,14b",
+              help="The what-if: shape-true targets of these sizes (`cpuspec models shape`), "
+                   "each probed with the draft; break-even acceptance per k and size.")
+@click.option("--quants", default="Q4_K_M", show_default=True, metavar="Q4_K_M,Q4_0,Q8_0",
+              help="With --sizes: the targets' quant types.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
-def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path, save, force):
+def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path, save, force,
+          sizes, quants):
     """The verify-cost curve V(n)/V(1) and the draft's cost: in seconds, no prompts to run.
 
     On a GPU a verify of n tokens costs about one decode; on a CPU it grows with n, by steps
@@ -149,6 +159,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     Examples:
       cpuspec costs
       cpuspec costs --pair qwen2.5-coder-1.5b-q4_0 --max-n 9
+      cpuspec costs --sizes 1.5b,3b,7b,14b --quants Q4_K_M,Q4_0 --max-n 9
     """
     from cpuspec.llama.engine import EngineError
     threads = threads or default_threads()
@@ -157,6 +168,9 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     for p in (target_path, draft_path):
         check_model_file(p)
     hw = detect_hardware()
+    if sizes:
+        return _whatif(_size_list(sizes, target_path), _quant_list(quants), pair, draft_path,
+                       threads, max_n, reps, depth, json_path, save, force, hw)
     sink = prepare_outputs([json_path], [target_path, draft_path], force, save, "costs",
                             hw.cpu_model)
     cfg = BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
@@ -169,6 +183,58 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
             raise click.ClickException(str(exc))
         sink(res)
     click.echo(render_costs_file(res))
+    finish_outputs(sink)
+
+
+def _size_list(sizes: str, target_path) -> list[str]:
+    from cpuspec.inputs.shapes import ShapeError, shape_of
+    if target_path is not None:
+        raise click.UsageError("--sizes measures shape-true targets: give --draft (or --pair "
+                               "for its draft), not --target")
+    names = [s.strip() for s in sizes.split(",") if s.strip()]
+    try:
+        for name in names:
+            shape_of(name)
+    except ShapeError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--sizes'")
+    if not names:
+        raise click.BadParameter("name one size or more", param_hint="'--sizes'")
+    return names
+
+
+def _quant_list(quants: str) -> list[str]:
+    from cpuspec.inputs.shapes import QUANTS
+    names = [q.strip().upper() for q in quants.split(",") if q.strip()]
+    bad = [q for q in names if q not in QUANTS]
+    if bad or not names:
+        raise click.BadParameter(f"{', '.join(bad) or 'none given'}: one of {', '.join(QUANTS)}",
+                                 param_hint="'--quants'")
+    return names
+
+
+def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_path, save,
+            force, hw) -> None:
+    """`costs --sizes`: the what-if over shape-true targets (harness/whatif.py)."""
+    import psutil
+
+    from cpuspec.cli.models import SHAPE_TOKENIZER
+    from cpuspec.harness.whatif import run_whatif
+    from cpuspec.inputs.models import fetch_model
+    from cpuspec.inputs.shapes import ShapeError
+    from cpuspec.llama.engine import EngineError
+    from cpuspec.report.measurements import render_whatif
+    sink = prepare_outputs([json_path], [draft_path], force, save, "whatif", hw.cpu_model)
+    cfg = BenchConfig(prompts=[], threads=threads, pair=pair, draft_path=draft_path,
+                      k=max_n - 1, depth=depth, argv=["cpuspec", *sys.argv[1:]])
+    with guarded(sink):
+        try:
+            tokenizer = fetch_model(registry().model(SHAPE_TOKENIZER), log).path
+            doc = run_whatif(cfg, sizes, quants, reps, tokenizer,
+                             psutil.virtual_memory().total, sink, log)
+        except (ModelError, EngineError, ShapeError, ValueError) as exc:
+            raise click.ClickException(str(exc))
+        sink(doc)
+    click.echo(render_whatif(doc))
     finish_outputs(sink)
 
 
@@ -282,6 +348,7 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
               help="Folder with llama.cpp's llama-speculative-simple, llama-completion and "
                    "llama-server [default: $CPUSPEC_LLAMA_BIN, cpuspec's build, then PATH].")
 @click.option("--p-min", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0,
+              callback=lambda c, p, v: finite(v, "--p-min"),
               show_default=True, help="Gate every path's drafts on the draft's confidence, as "
               "llama.cpp's --spec-draft-p-min (not llama-cpp-python's DraftModel).")
 @click.option("--server-flags", metavar="FLAGS",
@@ -291,11 +358,20 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
               "installed llama-cpp-python's sources first (once, ~15 min on 2 cores).")
 @click.option("--native-rounds", is_flag=True, help="Run llama.cpp's SD once more per prompt, "
               "untimed, logging each round's accepted/drafted.")
+@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
+              help="Your own prompts (JSONL, as for `cpuspec bench`) instead of --tasks.")
+@click.option("--concurrency", metavar="1,2,4", help="Load test: llama-server, plain and with "
+              "SD, with this many requests in flight (-np N), each level in turn.")
+@click.option("--batches", type=click.IntRange(1, 50), default=5, show_default=True,
+              help="With --concurrency: batches per level and server (5+: an interval).")
+@click.option("--requests-per-client", type=click.IntRange(1, 20), default=1,
+              show_default=True, help="With --concurrency: requests each client sends per "
+              "batch, one after another.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
 def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, threads,
-          path_list, llama_bin, p_min, server_flags, build_native, native_rounds, json_path,
-          save, force):
+          path_list, llama_bin, p_min, server_flags, build_native, native_rounds, prompts_file,
+          concurrency, batches, requests_per_client, json_path, save, force):
     """Does the speedup reach your stack? One configuration through cpuspec's loop,
     llama-cpp-python (with cpuspec.DraftModel) and llama.cpp's own programs, each SD ×raw.
 
@@ -304,9 +380,15 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
       cpuspec paths --target T.gguf --draft D.gguf -k 7
       cpuspec paths --paths cpuspec,cpuspec+redecode,llama.cpp --build-native
       cpuspec paths --paths cpuspec,llama-server --server-flags '--spec-type ngram-mod'
+      cpuspec paths --target T.gguf --draft D.gguf -k 7 --concurrency 1,2,4
     """
     from cpuspec.llama.engine import EngineError
+    levels = _levels(concurrency)
+    _check_load_flags(levels, path_list, prompts_file, tasks)
+    if levels:   # a load test runs the server path alone
+        path_list = core.LLAMA_SERVER
     chosen = _chosen_paths(path_list, drafter, draft, llama_bin, build_native, native_rounds)
+    prompts = prompts_or_exit(None if prompts_file else tasks, prompts_file, prompts_per_task)
     extra = _server_flags(server_flags, chosen)
     if p_min and (drafter == "lookup" or {core.LLAMA_CPP_PYTHON, core.REDECODE} & set(chosen)):
         raise click.UsageError("--p-min gates a draft model's drafts: it needs --drafter model "
@@ -320,25 +402,79 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
                                                  [draft or reg.pair(pair).draft])
     for name in names:
         check_model_name(reg, name)
+        refuse_shape_true(Path(name) if name.endswith(".gguf") else None)
     bin_dir = _native_bin_dir(chosen, build_native, llama_bin) \
         if {core.LLAMA_CPP, core.LLAMA_SERVER} & set(chosen) else None
+    if bin_dir is not None:   # a bad $CPUSPEC_NATIVE_TIMEOUT_S is said before models load
+        from cpuspec.llama.native import NativeError, call_timeout_s
+        try:
+            call_timeout_s()
+        except NativeError as exc:
+            raise click.UsageError(str(exc))
     sink = prepare_outputs([json_path], [Path(n) for n in names if n.endswith(".gguf")],
                             force, save, "paths", detect_hardware().cpu_model)
     with guarded(sink):
         try:
             files = [resolve_model(reg, n).path for n in names]
             cfg = core.PathsConfig(files[0], files[1] if len(files) > 1 else None, k, drafter,
-                                   builtin_prompts(tasks, prompts_per_task), max_tokens,
-                                   threads, tuple(chosen), bin_dir, native_rounds, extra,
-                                   p_min)
-            doc = core.measure_paths(
-                cfg, environment(threads), log,
-                lambda d: sink({"schema_version": SCHEMA_VERSION, **d}))
+                                   prompts, max_tokens, threads, tuple(chosen), bin_dir,
+                                   native_rounds, extra, p_min)
+            save_doc = lambda d: sink({"schema_version": SCHEMA_VERSION, **d})  # noqa: E731
+            doc = _load_test(cfg, levels, batches, requests_per_client, save_doc) if levels \
+                else core.measure_paths(cfg, environment(threads), log, save_doc)
         except (ModelError, EngineError, native.NativeError, ValueError) as exc:
             raise click.ClickException(str(exc))
-        sink({"schema_version": SCHEMA_VERSION, **doc})
-    click.echo(render_paths(doc))
+        save_doc(doc)
+    source = str(json_path) if json_path else "RUN"
+    click.echo(render_load(doc, source) if levels else render_paths_screen(doc, source))
     finish_outputs(sink)
+
+
+def _check_load_flags(levels: list[int], path_list: str, prompts_file, tasks) -> None:
+    """Flags that cannot apply are refused (exit 2), never ignored: the load test's own
+    flags without --concurrency, another --paths with it, --tasks beside --prompts."""
+    ctx = click.get_current_context()
+    given = {name for name in ("batches", "requests_per_client", "path_list", "tasks")
+             if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+    if not levels and given & {"batches", "requests_per_client"}:
+        raise click.UsageError("--batches and --requests-per-client go with --concurrency")
+    if levels and "path_list" in given and path_list.strip() != core.LLAMA_SERVER:
+        raise click.UsageError("--concurrency load-tests llama-server alone: leave --paths "
+                               "out (or give --paths llama-server)")
+    if prompts_file and "tasks" in given:
+        raise click.UsageError("--prompts gives the prompts: leave --tasks out")
+
+
+MAX_CONCURRENCY = 64   # clients are threads of this process: a load test, not a flood
+
+
+def _levels(concurrency: str | None) -> list[int]:
+    if not concurrency:
+        return []
+    try:
+        levels = [int(x) for x in concurrency.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{concurrency!r}: a comma list of whole numbers, e.g. 1,2,4",
+                                 param_hint="'--concurrency'")
+    if not levels or not all(1 <= n <= MAX_CONCURRENCY for n in levels):
+        raise click.BadParameter(f"{concurrency!r}: each level from 1 to {MAX_CONCURRENCY}",
+                                 param_hint="'--concurrency'")
+    return list(dict.fromkeys(levels))
+
+
+def _load_test(cfg, levels: list[int], batches: int, per_client: int, save_doc) -> dict:
+    """`paths --concurrency`: harness/load.py with the paths command's server flags."""
+    from cpuspec.harness.load import LoadConfig, measure_load
+    texts, per_slot, followups = core.server_texts(cfg)
+    lcfg = LoadConfig(cfg.target, cfg.draft, cfg.k, cfg.drafter, cfg.prompts, cfg.max_tokens,
+                      cfg.threads, cfg.bin_dir, tuple(levels), batches, per_client,
+                      cfg.server_flags, cfg.p_min)
+    doc = measure_load(lcfg, environment(cfg.threads),
+                       lambda n_ctx, sd: core.server_argv(cfg, n_ctx, sd), texts, per_slot,
+                       log, save_doc)
+    if followups:
+        doc["followups"] = followups
+    return doc
 
 
 @click.command()
@@ -368,6 +504,7 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
     reg = registry()
     for name in [*models_, reference or reg.pair(None).target]:
         check_model_name(reg, name)
+        refuse_shape_true(Path(name) if name.endswith(".gguf") else None)
     files = [Path(m) for m in models_ if Path(m).suffix == ".gguf"]
     sink = prepare_outputs([json_path], files, force, save, "quality",
                             detect_hardware().cpu_model)
@@ -477,6 +614,8 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     prompts = prompts_or_exit(tasks, prompts_file, prompts_per_task, [*DEFAULT_TASKS, "grounded"])
     reg = registry()
     names = _tune_names(reg, targets, drafts, draft_window)
+    for name in names["targets"] + names["drafts"]:
+        refuse_shape_true(Path(name) if name.endswith(".gguf") else None)
     files = [Path(x.removeprefix("hybrid:")) for v in names.values() for x in v
              if x.endswith(".gguf")]
     sink = prepare_outputs([json_path], files + [prompts_file], force, save, "tune",

@@ -5,7 +5,9 @@ import json
 
 import click
 
-from cpuspec.cli.util import check_model_name, guarded, log, registry, resolve_model
+from cpuspec.cli.inputs import check_model_name, registry, resolve_model
+from cpuspec.cli.log import log
+from cpuspec.cli.outputs import guarded
 from cpuspec.inputs.models import (cached_model, cached_path, derive_model, derived_cache_path, fetch_model,
                      is_cached, verify_cached)
 from cpuspec.inputs.registry import DERIVABLE_QUANTS, ModelError
@@ -164,3 +166,40 @@ def models_path(name):
                                    f"matches its pin); `cpuspec models fetch {name}` fetches "
                                    "or derives it")
     click.echo(str(got))
+
+
+@models.command("shape")
+@click.argument("name")
+@click.option("--quant", default="Q4_K_M", show_default=True, metavar="TYPE",
+              help="Q4_K_M (llama.cpp's mix), Q4_0 or Q8_0 (pure).")
+def models_shape(name, quant):
+    """Write a shape-true GGUF: a real Qwen architecture with random weights.
+
+    NAME is 0.5b, 1.5b, 3b, 7b, 14b, 32b (Qwen2.5) or qwen3-0.6b ... qwen3-14b. The file has
+    the published config's shapes and llama.cpp's per-tensor quant types, so it decodes and
+    verifies at that model's speed on this CPU (the cost side of SD), but its outputs are
+    noise: it is labelled "shape-true (random weights)" everywhere and bench refuses it for
+    acceptance. Use it with `cpuspec costs --target PATH`. Cached under $CPUSPEC_HOME.
+
+    \b
+    Examples:
+      cpuspec models shape 7b
+      cpuspec costs --target "$(cpuspec models shape 14b --quant Q4_0)" --draft D.gguf
+    """
+    import psutil
+
+    from cpuspec.inputs.shapes import ShapeError, quant_types, shape_of
+    from cpuspec.llama.shape_true import write_shape_true
+    try:
+        shape = shape_of(name)
+        quant_types(shape, quant.upper())   # a bad quant is said before any fetch
+        tokenizer = fetch_model(registry().model(SHAPE_TOKENIZER), log).path
+        path = write_shape_true(shape, quant.upper(), tokenizer,
+                                psutil.virtual_memory().total, log)
+    except (ShapeError, ModelError) as exc:
+        raise click.ClickException(str(exc))
+    click.echo(str(path))
+
+
+# the pinned Qwen2.5 file whose tokenizer a shape-true file carries
+SHAPE_TOKENIZER = "qwen2.5-coder-0.5b-q4km"

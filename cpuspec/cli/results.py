@@ -10,11 +10,14 @@ import click
 from cpuspec.core.commands import SERVER, invocations
 from cpuspec.report import screen
 from cpuspec.report.advice import advise as advise_results, render_advice, render_advice_screen
-from cpuspec.cli.util import load_results, log, print_bench, reads_results, run_names
+from cpuspec.cli.bench_report import print_bench
+from cpuspec.cli.loading import load_results, reads_results, run_names
+from cpuspec.cli.log import log
 from cpuspec.report.compare import (mismatches, render_compare, render_compare_screen,
                                      render_compare_sweeps,
                                      sweep_mismatches)
-from cpuspec.report.paths import draftless_lines, how_to_run, render_paths, render_paths_screen
+from cpuspec.report.paths import (draftless_lines, how_to_run, render_paths,
+                                  render_paths_screen, server_paths_run)
 from cpuspec.report.plots import PLOT_HINT, PlotError, render
 from cpuspec.report.listings import render_per_prompt, render_runs
 from cpuspec.report.tables import (per_prompt_rows, render_csv, render_rows_json, render_trace,
@@ -23,8 +26,10 @@ from cpuspec.results.schema import ResultsError, read_bench, read_json
 from cpuspec.results.store import OutputError, resolve_run, results_dir, run_listing, saved_runs
 from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.report.sweep import headline, render_sweep, render_sweep_screen, sweep_csv
+from cpuspec.report.load import load_note, render_load, render_load_details
 from cpuspec.report.tune import render_tune, render_tune_screen
-from cpuspec.report.measurements import render_costs_file, render_quality
+from cpuspec.report.measurements import (render_costs_file, render_quality,
+                                         render_shape_validation, render_whatif)
 
 
 @click.command()
@@ -47,8 +52,13 @@ def advise(run, as_json, details):
       cpuspec advise 20261130T0541 --json
     """
     results, path = load_results(run)
+    models, settings = results.get("models") or {}, results["settings"]
+    found = server_paths_run((models.get("target") or {}).get("file") or "?",
+                             (models.get("draft") or {}).get("file"),
+                             settings.get("drafter", "model"), settings.get("threads"),
+                             results.get("meta"))
     try:
-        advice = advise_results(results)
+        advice = advise_results(results, found[0] if found else None)
     except ResultsError as exc:
         raise click.ClickException(str(exc))
     if not advice:
@@ -73,10 +83,23 @@ def advise(run, as_json, details):
                                              settings.get("drafter", "model"),
                                              settings["threads"], indent="  ",
                                              meta=results.get("meta"),
-                                             p_min=settings.get("p_min") or 0.0)))
+                                             p_min=settings.get("p_min") or 0.0,
+                                             tasks=[t for t, k in on.items()
+                                                    if k == k_best and t != OVERALL])))
     if target:
         click.echo("\n" + "\n".join(draftless_lines(target, settings["threads"],
                                                      meta=results.get("meta"))))
+
+
+def _server_note(a: dict) -> str:
+    """Where the server's k came from: its own rounds priced, or the loop's k."""
+    s = a.get("server")
+    if not s:
+        return "the loop's k, predicted; `cpuspec paths --paths cpuspec,llama-server` prices " \
+               "the server's own"
+    return (f"the server's own: predicted {s['server_speedup']:.2f}× decode, "
+            f"{s['server_at_loop_k']:.2f}× at the loop's k = {s['k_loop']}; its rounds "
+            f"priced from a paths run at k = {s['measured_at_k']}")
 
 
 def _advise_screen(results: dict, advice: dict, ref: str) -> str:
@@ -88,16 +111,23 @@ def _advise_screen(results: dict, advice: dict, ref: str) -> str:
              *render_advice_screen(advice, settings["k"])]
     target = (models.get("target") or {}).get("path")
     draft = (models.get("draft") or {}).get("path")
-    on = {task: a["k_best"] for task, a in advice.items() if a["verdict"] == "ON"
+    # in llama-server: its own k where a saved paths run priced its rounds (server_k.py)
+    on = {task: (a.get("server") or {}).get("k_server", a["k_best"])
+          for task, a in advice.items() if a["verdict"] == "ON"
           and (task != OVERALL or len(advice) == 1)}
     for k_best in sorted(set(on.values())) if target else []:
-        tasks = ", ".join(t for t, k in on.items() if k == k_best)
+        group = [t for t, k in on.items() if k == k_best]
         argv = invocations(target, draft, k_best, settings.get("drafter", "model"),
                            settings["threads"], p_min=settings.get("p_min") or 0.0,
                            n_min=settings.get("n_min") or 0,
                            draft_threads=settings.get("draft_threads"))[SERVER]
-        lines += ["", *screen.command(argv, f"llama-server for {tasks} (k = {k_best}, "
-                                            "predicted):")]
+        note = load_note(target, draft, k_best, results.get("meta"),
+                         threads=settings.get("threads"),
+                         drafter=settings.get("drafter", "model"),
+                         p_min=settings.get("p_min") or 0.0)
+        lines += ["", *screen.wrap(f"llama-server for {', '.join(group)} (k = {k_best}; "
+                                   f"{_server_note(advice[group[0]])}; {note}):"),
+                  *screen.command(argv)]
     return "\n".join(lines + ["", *screen.more(ref, "every column; llama-cli and "
                                                     "llama-cpp-python; draftless flags",
                                               "advise")])
@@ -195,15 +225,22 @@ def _render_other(results: dict, path, ref: str, details: bool, fmt: str) -> str
         return render_costs_file(results, fmt)
     if kind == "quality" and isinstance(results.get("models"), list):
         return render_quality(results)
-    raise click.ClickException(f"{path}: a {kind} file; report prints bench, paths, tune, "
-                               "sweep, costs and quality files")
+    if kind == "whatif" and isinstance(results.get("rows"), list):
+        return render_whatif(results)
+    if kind == "shape_validation" and isinstance(results.get("probes"), dict):
+        return render_shape_validation(results)
+    if kind == "load" and isinstance(results.get("levels"), list):
+        return render_load_details(results) if details else render_load(results, ref)
+    raise click.ClickException(f"{path}: a {kind} file; report prints bench, paths, load, "
+                               "tune, sweep, costs, what-if and quality files")
 
 
 def _print_per_prompt(results: dict, path, task_filter: str | None, fmt: str) -> None:
     tasks = [t for t in (task_filter or "").split(",") if t] or None
     rows = per_prompt_rows(results, tasks)
     if not rows:
-        raise click.ClickException(f"{path}: no generations of {task_filter}")
+        raise click.ClickException(f"{path}: no generations"
+                                   + (f" of {task_filter}" if task_filter else ""))
     click.echo(render_per_prompt(rows, fmt == "markdown"))
 
 
@@ -233,7 +270,7 @@ def compare(runs, fmt, force, details):
     for r, kind in zip(runs, kinds):   # an unreadable file gets its own message first
         if kind is None:
             load_results(r, bench_only=False)
-    if "sweep" in kinds and set(kinds) != {"sweep"}:
+    if set(kinds) not in ({"bench"}, {"sweep"}):
         raise click.UsageError("compare takes bench files, or sweep files with sweep files; "
                                "these are: " + ", ".join(map(str, kinds)))
     if set(kinds) == {"sweep"}:

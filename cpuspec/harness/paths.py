@@ -117,6 +117,18 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
     return doc
 
 
+def server_texts(cfg: PathsConfig) -> tuple[dict[str, str], int, dict]:
+    """What a load test sends: each prompt's chat-formatted text (follow-ups at their second
+    turn, first_turns), the context one server slot needs for the longest of them and its
+    answer, and the follow-ups' first turns (for the results file)."""
+    from cpuspec.llama.engine import Model, Session
+    doc: dict = {}
+    with Model(cfg.target) as target_m:
+        texts = first_turns(target_m, cfg, Session, doc)
+        longest = max(len(target_m.tokenize(t)) for t in texts.values())
+    return texts, longest + cfg.max_tokens + cfg.k + CTX_SLACK, doc.get("followups", {})
+
+
 def first_turns(target_m, cfg: PathsConfig, Session, doc: dict) -> dict[str, str]:
     """The text every path reads per prompt: its message in the chat template, or for a
     follow-up the second turn after the first, answered by the target alone (greedy, up to

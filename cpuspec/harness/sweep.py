@@ -13,12 +13,12 @@ import itertools
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from cpuspec.harness.bench import BenchConfig, load_pair, resolve_models, run_bench
 from cpuspec.machine.hardware import CorePinner, check_cpus, current_affinity, select_cpus, split_for_parallel
 from cpuspec.inputs.models import derive_model
-from cpuspec.report.tables import FIELDS, csv_text, sweep_figures
+from cpuspec.report.tables import sweep_figures
 from cpuspec.results.schema import SCHEMA_VERSION
 
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
@@ -96,10 +96,12 @@ class Point:
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def label(self) -> str:
-        """`threads=2, k=4` for progress lines: the axes set away from their defaults (a
-        quant of "" is the file as given; 0 threads, GPU layers or cores, the default)."""
-        return ", ".join(f"{a}={v}" for a, v in self.as_dict().items() if v)
+    def label(self, axes: Sequence[str] | None = None) -> str:
+        """`threads=2, k=4, p_min=0.0` for progress lines: the axes set away from their
+        defaults (a quant of "" is the file as given; 0 threads, GPU layers or cores), and
+        every axis that varies in the sweep (`axes`), a zero among them too."""
+        items = self.as_dict().items()
+        return ", ".join(f"{a}={v}" for a, v in items if v or a in (axes or ()))
 
 
 def expand(axes: dict[str, list[int]]) -> list[Point]:
@@ -194,6 +196,7 @@ def run_sweep(base: BenchConfig, points: list[Point],
     fetched = resolve_models(base, log)
     initial_cpus = sorted(os.sched_getaffinity(0))
     pinner = CorePinner()
+    varying = [a for a in AXES if len({getattr(p, a) for p in points}) > 1]
     for (tq, dq, ngl, dgl), group in itertools.groupby(
             points, lambda p: (p.target_quant, p.draft_quant, p.n_gpu_layers,
                                p.draft_gpu_layers)):
@@ -205,7 +208,7 @@ def run_sweep(base: BenchConfig, points: list[Point],
                 # A point without pinning runs where the sweep started, not on the CPUs of
                 # the pinned point before it.
                 pinner.pin(cfg.cpus or initial_cpus)
-                log(f"measuring point {p.label()}")
+                log(f"measuring point {p.label(varying)}")
                 on_point(p, run_bench(cfg, log, loaded))
 
 

@@ -52,13 +52,14 @@ class FetchedModel:
     warnings: list[str] = field(default_factory=list)
     verified_by: str = "sha256 of the file, computed when fetched"
     derived: dict | None = None  # parent name, file and sha256, quant, a note on quality
+    shape_true: str | None = None  # SHAPE_TRUE where the weights are random (inputs/shapes.py)
 
     def to_dict(self) -> dict:
         return {"name": self.spec.name, "repo": self.spec.repo, "file": self.spec.file,
                 "path": str(self.path), "size_bytes": self.path.stat().st_size,
                 "sha256": self.sha256, "source": self.source, "verified": self.verified,
                 "verified_by": self.verified_by, "warnings": list(self.warnings),
-                "derived": self.derived}
+                "derived": self.derived, "shape_true": self.shape_true}
 
 
 
@@ -432,5 +433,11 @@ def local_model(path: Path) -> FetchedModel:
         raise ModelError(f"model file {path} is a folder; pass the .gguf file in it")
     if not path.is_file():
         raise ModelError(f"model file not found: {path}")
+    from cpuspec.inputs.shapes import SHAPE_TRUE
+    from cpuspec.llama.shape_true import is_shape_true
     spec = ModelSpec(name=path.stem, repo="(local file)", file=path.name)
+    if is_shape_true(path):
+        return FetchedModel(spec, path, sha256_file(path), "shape-true", False,
+                            warnings=[f"{path.name}: {SHAPE_TRUE}: real shapes and quant "
+                                      "types, no real outputs"], shape_true=SHAPE_TRUE)
     return FetchedModel(spec, path, sha256_file(path), "local-file", False)

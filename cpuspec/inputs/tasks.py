@@ -248,6 +248,10 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
             raise PromptsFileError(f"{path}:{lineno}: \"followup\" must be a string")
         if not isinstance(task, str) or not task.strip():
             raise PromptsFileError(f"{path}:{lineno}: \"task\" must be a non-empty string")
+        if task.strip().lower() == OVERALL:
+            raise PromptsFileError(f"{path}:{lineno}: task \"{task}\" is reserved for the "
+                                   "row of all tasks together; rename it (e.g. "
+                                   "\"overall-mine\")")
         for name, value in (("task", task), ("prompt", text), ("followup", followup)):
             _check_encodable(value, f"{path}:{lineno}: \"{name}\"")
         counts[task] = counts.get(task, 0) + 1
@@ -270,6 +274,9 @@ def _check_encodable(text: str, where: str) -> None:
                                f"character {exc.start}), which is not text: write the pair or "
                                "the character itself") from None
 
+
+# The summary's row of every task together: no prompts file may name a task so.
+OVERALL = "overall"
 
 # `--tasks builtin:json` with a prompts file whose tasks include json: the built-in suite.
 BUILTIN_PREFIX = "builtin:"

@@ -35,6 +35,21 @@ DRAFTERS = tuple(n for n, d in REGISTRY.items() if d.in_draft_model)
 MAX_K = 32
 
 
+def _whole(value, name: str, lo: int, hi: int | None, what: str | None = None) -> int:
+    """A whole number in [lo, hi] (numpy integers too; never a bool), else ValueError."""
+    import operator
+    what = what or f"from {lo} to {hi}"
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a whole number {what}, not {value!r}") from None
+    if n < lo or (hi is not None and n > hi):
+        raise ValueError(f"{name} must be a whole number {what}, not {value!r}")
+    return n
+
+
 class DraftModel(LlamaDraftModel):
     """Greedy drafts of up to k tokens per call for `Llama(draft_model=...)`.
 
@@ -45,18 +60,17 @@ class DraftModel(LlamaDraftModel):
 
     def __init__(self, model_path: str | Path | None, k: int = 4, *, drafter: str = "model",
                  n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0):
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise ValueError(f"k must be a whole number from 1 to {MAX_K}, not {k!r}")
+        max_threads = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+        k = _whole(k, "k", 1, MAX_K)
         if drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, not {drafter!r}")
-        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < k + 2:
-            raise ValueError(f"n_ctx must be a whole number of at least k + 2 = {k + 2}, "
-                             f"not {n_ctx!r}")
-        max_threads = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
-        if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(
-                n_threads, int) or not 1 <= n_threads <= max_threads):
-            raise ValueError(f"n_threads must be a whole number from 1 to {max_threads} "
-                             f"({MAX_THREADS_PER_CPU} per logical CPU here), not {n_threads!r}")
+        n_ctx = _whole(n_ctx, "n_ctx", k + 2, None, f"at least k + 2 = {k + 2}")
+        if n_threads is not None:
+            n_threads = _whole(n_threads, "n_threads", 1, max_threads,
+                               f"from 1 to {max_threads} ({MAX_THREADS_PER_CPU} per logical "
+                               "CPU here)")
+        # llama.cpp reads a negative -ngl as "every layer": a whole number ≥ 0 here
+        n_gpu_layers = _whole(n_gpu_layers, "n_gpu_layers", 0, None, "of 0 or more")
         self.k, self.drafter, self.n_ctx = k, drafter, n_ctx
         self.model = self.session = None
         self.closed = False

@@ -49,7 +49,13 @@ def system_info() -> str:
 
 
 def supports_gpu_offload() -> bool:
+    """Whether -ngl can place layers on a GPU: a GPU or iGPU in ggml's device list.
+    llama_supports_gpu_offload() alone says yes for an RPC-enabled build with no GPU; it
+    decides only where the device list cannot be read."""
     init_backend()
+    devices = ggml_devices()
+    if devices:
+        return any(d.get("type") in ("GPU", "iGPU") for d in devices)
     return bool(ll.llama_supports_gpu_offload())
 
 

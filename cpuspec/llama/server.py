@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cpuspec.core.commands import SERVER
+from cpuspec.core.text import printable as clean
 from cpuspec.llama.native import NativeError, call_timeout_s
 from cpuspec.machine import interrupt
 
@@ -61,11 +62,11 @@ class ServerRun:
 
 class Server:
     """A running llama-server (use as a context manager). argv: the flags after the program
-    (model, speculative flags, threads, context); host, port, one slot and --metrics are
-    added here."""
+    (model, speculative flags, threads, context); host, port, the slots (-np: one unless a
+    load test asks for more; -c is shared among them) and --metrics are added here."""
 
     def __init__(self, bin_dir: Path, argv: Sequence[str], port: int | None = None,
-                 start_timeout_s: float = START_TIMEOUT_S):
+                 start_timeout_s: float = START_TIMEOUT_S, slots: int = 1):
         self.program = Path(bin_dir) / SERVER
         if not self.program.is_file():
             raise NativeError(f"{self.program} does not exist: build llama.cpp's server "
@@ -75,7 +76,7 @@ class Server:
                               "leave the port out (cpuspec picks a free one)")
         self.port = port or free_port()
         self.argv = [str(self.program), *argv, "--host", HOST, "--port", str(self.port),
-                     "-np", "1", "--metrics"]
+                     "-np", str(slots), "--metrics"]
         self.start_timeout_s = start_timeout_s
         self.proc = None
         self._log = None
@@ -120,7 +121,8 @@ class Server:
             return ""
         self._log.flush()
         self._log.seek(0)
-        return self._log.read()[-n:]
+        # line by line: a program's escape codes never reach the terminal, its lines stay lines
+        return "\n".join(clean(line) for line in self._log.read()[-n:].splitlines())
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s
@@ -145,7 +147,11 @@ class Server:
                                      headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=call_timeout_s()) as r:
-                return json.loads(r.read())
+                raw = r.read()
+            return json.loads(raw)
+        except ValueError:
+            raise NativeError(f"{SERVER} answered {route} with no JSON: "
+                              f"{clean(raw[:200].decode(errors='replace'))!r}") from None
         except urllib.error.HTTPError as exc:
             raise NativeError(f"{SERVER} answered {exc.code} to {route}: "
                               f"{exc.read()[:500].decode(errors='replace')}") from None
@@ -160,14 +166,18 @@ class Server:
         t0 = time.perf_counter()
         res = self._post("/completion", body)
         e2e = time.perf_counter() - t0
-        t = res.get("timings") or {}
-        if "predicted_n" not in t or "prompt_ms" not in t:
-            raise NativeError(f"{SERVER}'s /completion answer has no timings: "
-                              f"{json.dumps(res)[:500]}")
-        return ServerRun(e2e, res.get("content", ""), int(t["predicted_n"]),
-                         int(t.get("prompt_n", 0)), float(t["prompt_ms"]),
-                         float(t.get("predicted_ms", 0.0)), int(t.get("draft_n", 0)),
-                         int(t.get("draft_n_accepted", 0)), str(res.get("stop_type", "")))
+        t = res.get("timings") if isinstance(res, dict) else None
+        if not isinstance(t, dict) or "predicted_n" not in t or "prompt_ms" not in t:
+            raise NativeError(f"{SERVER}'s /completion answer is not a completion with "
+                              f"timings: {clean(json.dumps(res)[:300])}")
+        try:
+            return ServerRun(e2e, str(res.get("content", "")), int(t["predicted_n"]),
+                             int(t.get("prompt_n", 0)), float(t["prompt_ms"]),
+                             float(t.get("predicted_ms", 0.0)), int(t.get("draft_n", 0)),
+                             int(t.get("draft_n_accepted", 0)), str(res.get("stop_type", "")))
+        except (TypeError, ValueError) as exc:
+            raise NativeError(f"{SERVER}'s /completion timings are not numbers ({exc}): "
+                              f"{clean(json.dumps(t)[:300])}") from None
 
     def metrics(self) -> dict[str, float]:
         """The server's Prometheus counters (llamacpp:NAME value), by NAME."""

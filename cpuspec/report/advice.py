@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from cpuspec.core.costs import beyond_measured, choose_k, round_terms
+from cpuspec.analysis.server_k import server_k
 from cpuspec.analysis.predict import choose_k_by_replay, predict_from_probe, replay_inputs
 from cpuspec.results.records import CostProbe
 from cpuspec.report.tables import fmt_value
@@ -11,7 +12,7 @@ from cpuspec.results.schema import ResultsError
 from cpuspec.analysis.summary import OVERALL, summarize
 
 
-def advise(results: dict) -> dict[str, dict]:
+def advise(results: dict, paths_doc: dict | None = None) -> dict[str, dict]:
     """Per task: the best draft length k* from the cost model (0 = turn SD off), with the
     predicted speedup beside the measured one, and the acceptance SD would need.
 
@@ -20,13 +21,18 @@ def advise(results: dict) -> dict[str, dict]:
     whose drafts per round vary, the recorded rounds are replayed at each k instead."""
     k = results["settings"]["k"]
     probe = results.get("cost_probe")
+    if not results.get("runs"):
+        raise ResultsError("this run measured no generation (it ended "
+                           f"{results.get('ended') or 'before its first prompt'}): nothing to "
+                           "advise from; run `cpuspec bench` again")
     if not probe:
         raise ResultsError("this results file has no cost probe (written by an older cpuspec)")
     costs = CostProbe.of(probe)
     draft_s, verify_s = costs.draft_s, costs.verify_s
     drafter = results["settings"].get("drafter", "model")
     # a gated model drafts 0..k per round: its rounds are replayed, as lookup's are
-    gate_k = k if drafter == "model" and results["settings"].get("p_min") else None
+    # a gated model or hybrid drafts 0..k per round; a round cut short decoded the dropped token
+    gate_k = k if drafter != "lookup" and results["settings"].get("p_min") else None
     replayed = drafter != "model" or gate_k is not None
     out = {}
     for task, s in summarize(results).items():
@@ -43,6 +49,8 @@ def advise(results: dict) -> dict[str, dict]:
             out[task].update(_replayed_terms(probe, sd, k_best or k, gate_k))
         else:  # the curve past k: where measuring a longer k is worth it
             out[task].update(_beyond_k(survival, draft_s, verify_s, table[k_best]))
+            if paths_doc is not None:   # the k that is best in llama-server (server_k.py)
+                out[task]["server"] = server_k(probe, survival, paths_doc)
         if results["settings"].get("draft_cpus"):  # a core split: both schedules, end to end
             for name, par in (("serial", False), ("parallel", True)):
                 pred = predict_from_probe(probe, survival, k, sd, par, None if par else

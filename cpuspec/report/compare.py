@@ -77,6 +77,15 @@ def compare_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def incomplete_note(doc: dict) -> str:
+    """What a run that did not finish says beside its name (nothing for a whole run)."""
+    if doc.get("complete", True) is not False:
+        return ""
+    ended = doc.get("ended")
+    how = ended if isinstance(ended, str) and ended.startswith("failed") else "interrupted"
+    return f"; INCOMPLETE ({how.split(':')[0]}: the prompts that finished)"
+
+
 def render_compare_screen(runs: list[dict], names: list[str]) -> str:
     """One screen: one row per task and run, the figures that decide (SD ×raw with its
     interval, the verdict measured, a against 1 + α + β, raw t/s), and for two runs run 2's
@@ -86,9 +95,9 @@ def render_compare_screen(runs: list[dict], names: list[str]) -> str:
     machines = [Machine.of(r) for r in runs]
     lines = []
     for i, (n, m, r) in enumerate(zip(names, machines, runs)):
-        note = "" if r.get("complete", True) else "; INCOMPLETE (interrupted or failed)"
         lines += screen.wrap(f"run {i + 1}: {n}: {m.label()}" + (f" ({m.cpu_id})" if m.cpu_id
-                                                                else "") + note, "  ")
+                                                                else "") + incomplete_note(r),
+                             "  ")
     summaries = [summarize(r) for r in runs]
     tasks = list(dict.fromkeys(t for s in summaries for t in s))
     rows = []
@@ -150,7 +159,8 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
              + (f" on CPUs {','.join(map(str, m.cpus))}" if m.cpus else "")
              + (f"; cores {m.cores}" if m.cores else "")
              + f"; llama-cpp-python {m.llama_cpp_python}; {m.started_at}"
-             for i, (n, m) in enumerate(zip(names, machines))]
+             + incomplete_note(r)
+             for i, (n, m, r) in enumerate(zip(names, machines, runs))]
     lines.append(tabulate(table, headers=headers, tablefmt="github" if fmt == "markdown"
                           else "simple", disable_numparse=True))
     return "\n".join(lines)
@@ -199,8 +209,8 @@ def render_compare_sweeps(runs: list[dict], names: list[str]) -> str:
             table.append([point, "placement"] + where + ([""] if len(runs) == 2 else []))
     machines = [Machine.of(r) for r in runs]
     lines = [f"run {i + 1}: {n}: {m.label()}; "
-             + (device_line(d) or "no offload device recorded")
-             for i, (n, m, d) in enumerate(zip(names, machines, devices))]
+             + (device_line(d) or "no offload device recorded") + incomplete_note(run)
+             for i, (n, m, d, run) in enumerate(zip(names, machines, devices, runs))]
     headers = ["point", "metric"] + [f"run {i + 1}" for i in range(len(runs))] \
         + (["2 ÷ 1"] if len(runs) == 2 else [])
     return "\n".join(lines + [tabulate(table, headers=headers, tablefmt="simple",

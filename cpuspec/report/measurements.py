@@ -85,10 +85,86 @@ def render_costs_file(res: dict, fmt: str = "text") -> str:
         return csv_text(list(rows[0]), [list(r.values()) for r in rows]).rstrip("\n")
     from cpuspec.report import screen
     m = res["models"]
-    head = (f"target {m['target']['file']} ({m['target'].get('desc', '')}), draft "
-            f"{m['draft']['file']} ({m['draft'].get('desc', '')}); "
+
+    def label(model: dict) -> str:
+        return f" [{model['shape_true']}]" if model.get("shape_true") else ""
+    head = (f"target {m['target']['file']} ({m['target'].get('desc', '')}){label(m['target'])}, "
+            f"draft {m['draft']['file']} ({m['draft'].get('desc', '')}){label(m['draft'])}; "
             f"{res['settings']['threads']} threads; at KV position "
             f"{res['cost_probe']['position']}")
     info = (res.get("meta") or {}).get("llama_system_info")
     return "\n".join([*screen.wrap(head), render_cost_curve(res["cost_probe"]),
                       *(screen.wrap(f"llama.cpp: {info}", "  ") if info else [])])
+
+
+def render_whatif(doc: dict) -> str:
+    """The what-if on one screen: per shape-true target, its decode speed, c, and the least
+    per-token acceptance at which SD pays at each k; then the best SD ×raw at assumed
+    acceptance rates; what is measured and what assumed; the command that measures acceptance."""
+    from cpuspec.analysis.whatif import ASSUMED_P, whatif_row
+    from cpuspec.report import screen
+    rows = [r for r in doc.get("rows", []) if "cost_probe" in r]
+    draft = ((doc.get("models") or {}).get("draft") or {}).get("file", "?")
+    out = screen.wrap(f"What-if on this CPU: targets are {doc['settings']['label']} (real "
+                      f"shapes and quant types); draft {draft}. Measured: every cost (decode, "
+                      "c, β); assumed: acceptance, i.i.d. per token.")
+    if not rows:
+        return "\n".join(out + ["(no target measured)"])
+    w = [whatif_row(r["cost_probe"]) for r in rows]
+    ks = sorted(set.intersection(*(set(x["break_even_p"]) for x in w)))[:8]
+    out += ["", "Least acceptance p at which SD pays, per k (-: no p does):",
+            screen.table(["size", "quant", "decode t/s", "c", *[f"k={k}" for k in ks]],
+                         [[r["size"], r["quant"], f"{x['decode_tok_s']:.1f}", f"{x['c']:.3f}",
+                           *[fmt(x["break_even_p"][k]) for k in ks]]
+                          for r, x in zip(rows, w)]),
+            "", "Best SD ×raw over k at acceptance p (its k; 1.00: SD off):",
+            screen.table(["size", "quant", *[f"p = {p}" for p in ASSUMED_P]],
+                         [[r["size"], r["quant"],
+                           *[f"{x['best'][p]['speedup']:.2f} (k {x['best'][p]['k']})"
+                             for p in ASSUMED_P]] for r, x in zip(rows, w)])]
+    skipped = [f"{r['size']} {r['quant']}" for r in doc.get("rows", []) if "skipped" in r]
+    if skipped:
+        out += screen.wrap("skipped (no room): " + ", ".join(skipped))
+    if not doc.get("complete", True):
+        out.append("INCOMPLETE: the targets that finished are shown")
+    out += screen.wrap("Next: measure acceptance with the real files: cpuspec bench --target "
+                       "TARGET.gguf --draft DRAFT.gguf (acceptance is the one input assumed "
+                       "here)")
+    return "\n".join(out)
+
+
+def fmt(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2f}"
+
+
+VALIDATION_TOLERANCE = 0.05   # issue 50: a shape-true point is validated within 5 % of the real
+
+
+def render_shape_validation(doc: dict) -> str:
+    """Per point and quant, shape-true ÷ real with its interval, marked ok where the interval
+    lies within ±5 % (VALIDATION_TOLERANCE), NO where it lies outside, ? where it straddles."""
+    from cpuspec.analysis.whatif import validation
+    from cpuspec.report import screen
+    labels = list(doc.get("probes", {}))
+    pairs = [(r, s) for r in labels if r.startswith("real") for s in labels
+             if s == r.replace("real", "shape", 1)]
+    columns = {real.removeprefix("real").strip(" -_") or real: validation(doc, real, shape)
+               for real, shape in pairs}
+    points = list(dict.fromkeys(r["point"] for rows in columns.values() for r in rows))
+
+    def cell(r: dict | None) -> str:
+        if r is None:
+            return "-"
+        lo, hi = r.get("ci") or r.get("range") or (r["ratio"], r["ratio"])
+        tol = VALIDATION_TOLERANCE
+        mark = "ok" if 1 - tol <= lo and hi <= 1 + tol else \
+            "NO" if hi < 1 - tol or lo > 1 + tol else "?"
+        return f"{screen.speedup(r['ratio'], r.get('ci'), r.get('range'))} {mark}"
+    table = [[pt, *[cell(next((r for r in rows if r["point"] == pt), None))
+                    for rows in columns.values()]] for pt in points]
+    s = doc["settings"]
+    return "\n".join([*screen.wrap(
+        f"Shape-true ({s['label']}) ÷ real, {s['rounds']} interleaved rounds at a "
+        f"{s['prompt_tokens']}-token prompt: geometric mean [95 % interval]; ok: the interval "
+        "within ±5 %, NO: outside it, ?: across its edge"), "",
+        screen.table(["point", *columns], table)])

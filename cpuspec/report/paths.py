@@ -151,7 +151,7 @@ def _server_budget(runs: list[dict]) -> dict | None:
         return None
     decode = 1e3 * sum(r["decode_s"] for r in runs)
     # the server's first token comes from the prompt's prefill, the rest from its rounds
-    return {"rounds": n, "tokens_per_round": sum(r["n_tokens"] - 1 for r in runs) / n,
+    return {"rounds": n, "tokens_per_round": sum(max(r["n_tokens"] - 1, 0) for r in runs) / n,
             "draft_ms": None, "verify_ms": None, "sampling_ms": None, "other_ms": None,
             "round_ms": decode / n}
 
@@ -310,8 +310,10 @@ def server_time(doc: dict) -> dict[str, dict]:
         e2e = 1e3 * sum(r["e2e_s"] for r in runs) / n
         out[mode] = {"requests": n, "e2e_ms": e2e, "prompt_ms": prompt, "predicted_ms": gen,
                      "other_ms": e2e - prompt - gen,
-                     "decode_tok_s": sum(r["n_tokens"] - 1 for r in runs) /
-                     max(sum(r["decode_s"] for r in runs), 1e-9),
+                     # tokens after the first over the generation time; none: not measured
+                     "decode_tok_s": (sum(max(r["n_tokens"] - 1, 0) for r in runs)
+                                      / sum(r["decode_s"] for r in runs))
+                     if sum(r["decode_s"] for r in runs) > 0 else None,
                      "prompt_tokens": sum(r.get("server_prompt_tokens", 0) for r in runs) / n,
                      "idle_server_cpu_s": sum(r.get("idle_server_cpu_s", 0.0) for r in runs)}
     return out
@@ -332,7 +334,8 @@ def _server_lines(doc: dict) -> list[str]:
                       headers=["mode", "requests", "prompt tokens", "prompt", "generation",
                                "other", "client e2e", "decode t/s", "idle server CPU s"],
                       tablefmt="simple", disable_numparse=True)]
-    if "raw" in st and "static" in st and st["raw"]["decode_tok_s"] > 0:
+    if "raw" in st and "static" in st and st["raw"]["decode_tok_s"] \
+            and st["static"]["decode_tok_s"]:
         lines.append(f"decode only, the server's SD ×raw: "
                      f"{st['static']['decode_tok_s'] / st['raw']['decode_tok_s']:.2f}; its "
                      f"prompt processing with the draft: "
@@ -360,11 +363,11 @@ def _first_token_lines(doc: dict) -> list[str]:
 
 # --- what a saved paths run says about a configuration, printed under tune and advise ---
 
-def _saved_paths_runs(meta: dict | None):
-    """Complete saved `cpuspec paths` runs, newest first, as (doc, path); with `meta` (the
-    environment of the file being printed), only those from the same machine (CPU model and
-    llama.cpp's system info): a recorded file from elsewhere is not answered with this
-    machine's runs."""
+def saved_paths_runs(meta: dict | None, kind: str = "paths"):
+    """Complete saved `cpuspec paths` runs of `kind` (paths, or load: `--concurrency`), newest
+    first, as (doc, path); with `meta` (the environment of the file being printed), only those
+    from the same machine (CPU model and llama.cpp's system info): a recorded file from
+    elsewhere is not answered with this machine's runs."""
     import json
 
     try:
@@ -379,20 +382,39 @@ def _saved_paths_runs(meta: dict | None):
             doc["settings"]["target"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if doc.get("complete") and (
+        if doc.get("complete") and doc.get("kind", "paths") == kind and (
                 meta is None or Machine.of(doc).same_as(Machine.of({"meta": meta}))):
             yield doc, path
 
 
+def server_paths_run(target: str, draft: str | None, drafter: str, threads: int,
+                     meta: dict | None = None) -> tuple[dict, Path] | None:
+    """The newest saved paths run, from this machine, that measured cpuspec's loop and
+    llama-server with these files, drafter and threads at any k, ungated and with the
+    configuration's own flags: what prices the server's rounds (analysis/server_k.py)."""
+    for doc, path in saved_paths_runs(meta):
+        s = doc["settings"]
+        if {CPUSPEC, LLAMA_SERVER} <= set(s.get("paths") or ()) and \
+                Path(s["target"]).name == Path(target).name and \
+                (Path(s["draft"]).name if s.get("draft") else None) == \
+                (Path(draft).name if draft else None) and s.get("drafter") == drafter and \
+                s.get("threads") == threads and not s.get("p_min") \
+                and not s.get("server_flags"):
+            return doc, path
+    return None
+
+
 def measured_paths(target: str, draft: str | None, k: int, drafter: str,
-                   meta: dict | None = None, p_min: float = 0.0) -> tuple[dict, Path] | None:
+                   meta: dict | None = None, p_min: float = 0.0,
+                   threads: int | None = None) -> tuple[dict, Path] | None:
     """The newest saved paths run of this configuration (same target and draft files by name,
-    k and drafter, p-min, the configuration's own server flags), from this machine when
-    `meta` is given (_saved_paths_runs)."""
-    for doc, path in _saved_paths_runs(meta):
+    k and drafter, p-min, threads, the configuration's own server flags), from this machine
+    when `meta` is given (_saved_paths_runs)."""
+    for doc, path in saved_paths_runs(meta):
         s = doc["settings"]
         try:
             same = (Path(s["target"]).name == Path(target).name
+                    and (threads is None or s.get("threads") == threads)
                     and (Path(s["draft"]).name if s.get("draft") else None)
                     == (Path(draft).name if draft else None)
                     and s["k"] == k and s["drafter"] == drafter
@@ -412,7 +434,7 @@ def measured_draftless(target: str, threads: int, meta: dict | None = None
     flag set, with the server's SD ×raw. A damaged saved file is passed over."""
     out: dict[str, list[dict]] = {}
     seen: set[tuple[str, str]] = set()
-    for doc, path in _saved_paths_runs(meta):
+    for doc, path in saved_paths_runs(meta):
         s = doc["settings"]
         try:
             flags = s.get("server_flags")
@@ -464,30 +486,36 @@ def _server_cell(r: dict) -> str:
 
 
 def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,
-               indent: str = "    ", meta: dict | None = None, p_min: float = 0.0) -> list[str]:
+               indent: str = "    ", meta: dict | None = None, p_min: float = 0.0,
+               tasks: list[str] | None = None) -> list[str]:
     """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
     command lines, the llama-cpp-python call, and how much of cpuspec's gain each kept when
-    `cpuspec paths` measured it here (or the command that measures it)."""
+    `cpuspec paths` measured it here with the same threads (for the advised task where the
+    run measured it, else all its tasks), or the command that measures it."""
     lines = [f"{indent}{tool}: {commands.shell(argv)}"
              for tool, argv in commands.invocations(target, draft, k, drafter, threads,
                                                     p_min=p_min).items()]
     lines.append(f"{indent}llama-cpp-python: "
                  f"{commands.python_snippet(target, draft, k, drafter, threads)}")
-    found = measured_paths(target, draft, k, drafter, meta, p_min)
+    found = measured_paths(target, draft, k, drafter, meta, p_min, threads)
     measure = (f"cpuspec paths --target {shlex.quote(str(target))}"
                + (f" --draft {shlex.quote(str(draft))}" if draft else "")
-               + f" -k {k}" + (f" --drafter {drafter}" if drafter != "model" else "")
+               + f" -k {k} -t {threads}" + (f" --drafter {drafter}" if drafter != "model" else "")
+               + (f" --tasks {','.join(tasks)}" if tasks else "")
                + (f" --p-min {p_min:g} --paths cpuspec,llama.cpp,llama-server" if p_min else ""))
     if found is None:
         lines.append(f"{indent}how much of the gain each keeps: {measure}")
         return lines
-    row = summarize_paths(found[0]).get(OVERALL, {})
+    summary = summarize_paths(found[0])
+    task = tasks[0] if tasks and len(tasks) == 1 and tasks[0] in summary else OVERALL
+    row = summary.get(task, {})
     kept = [f"{p} SD ×raw {row[p]['speedup']:.2f} = {row[p]['over_cpuspec']:.2f} of "
             f"cpuspec's {row['cpuspec']['speedup']:.2f}"
             for p in (LLAMA_SERVER, LLAMA_CPP, LLAMA_CPP_PYTHON) if p in row and "cpuspec" in row
             and row[p].get("over_cpuspec")]
     if kept:
-        lines.append(f"{indent}measured here ({found[1].stem}): " + "; ".join(kept))
+        lines.append(f"{indent}measured here ({found[1].stem}, "
+                     f"{task if task != OVERALL else 'all its tasks'}): " + "; ".join(kept))
     if LLAMA_SERVER not in row:
         lines.append(f"{indent}{commands.SERVER} with these flags, not measured here yet: "
                      + (measure if p_min else f"{measure} --paths cpuspec,{LLAMA_SERVER}"))

@@ -15,6 +15,7 @@ Figures:
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from cpuspec.report.compare import mismatches
 from cpuspec.results.records import CostProbe, Machine, RecordError
+from cpuspec.results.store import write_atomic
 from cpuspec.report.tables import sweep_rows, table_rows
 from cpuspec.report.sweep import device_line, placement
 from cpuspec.analysis.stats import percentile
@@ -305,9 +307,11 @@ def _save(plt, fig, stem: Path, text: str, written: list[Path]) -> None:
     needed = 0.05 + 0.12 * (text.count("\n") + 1)
     fig.set_figheight(max(fig.get_figheight(), needed / 0.45))
     fig.tight_layout(rect=(0, needed / fig.get_figheight(), 1, 1))
-    for ext in ("png", "svg"):
+    for ext in ("png", "svg"):   # rendered whole, then written atomically: no 0-byte figure
         path = stem.with_name(f"{stem.name}.{ext}")
-        fig.savefig(path, dpi=120)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=120)
+        write_atomic(path, buf.getvalue())
         written.append(path)
     plt.close(fig)
 
@@ -468,3 +472,39 @@ def _latency_figure(plt, d: dict):
     ax.set_title("Per-token latency, raw against SD")
     ax.legend(fontsize=7)
     return fig
+
+
+def leaderboard_data(machines: list[dict]) -> dict[str, Any]:
+    """Per machine measured faster: its threads and bandwidth (x) and best SD ×raw (y)."""
+    pts = [m for m in machines if m.get("sd")]
+    return {"labels": [m["cpu"] for m in pts], "threads": [m.get("threads") for m in pts],
+            "bw": [m.get("bw") for m in pts], "sd": [m["sd"] for m in pts],
+            "lo": [m.get("lo") for m in pts], "hi": [m.get("hi") for m in pts]}
+
+
+def leaderboard_figure(machines: list[dict], path: Path) -> Path:
+    """Does SD pay more on some machines? Bandwidth (or threads where none was measured) on
+    x, the best SD ×raw measured faster on y with its interval, the 1.0× line."""
+    d = leaderboard_data(machines)
+    if not d["sd"]:
+        raise PlotError("no machine measured SD faster: nothing to plot")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    use_bw = all(d["bw"])
+    xs = d["bw"] if use_bw else d["threads"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    err = [[s - (lo or s) for s, lo in zip(d["sd"], d["lo"])],
+           [(hi or s) - s for s, hi in zip(d["sd"], d["hi"])]]
+    ax.errorbar(xs, d["sd"], yerr=err, fmt="o", capsize=3)
+    for x, y, text in zip(xs, d["sd"], d["labels"]):
+        ax.annotate(text, (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
+    ax.set_xlabel("memory bandwidth, GB/s" if use_bw else "threads")
+    ax.set_ylabel("best SD ×raw measured faster [95 % CI]")
+    ax.set_title("Where SD pays most, per machine")
+    stem = path.with_suffix("")
+    written: list[Path] = []
+    _save(plt, fig, stem, f"cpuspec leaderboard: {len(xs)} machines measured SD faster",
+          written)
+    return written[0]

@@ -10,14 +10,10 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
+from cpuspec.core.text import printable as clean  # noqa: F401  (control characters as '?')
+
 WIDTH = 100
 MAX_LINES = 40
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def clean(text: object) -> str:
-    """A name as it may be printed: control characters (ESC, newline) shown as '?'."""
-    return _CONTROL.sub("?", str(text))
 
 
 def cut(text: object, width: int) -> str:

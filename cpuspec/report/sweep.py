@@ -9,6 +9,17 @@ from cpuspec.report import screen
 from cpuspec.report.tables import csv_text, FIELDS, IN_SPEEDUP_CELL, SWEEP_METRICS, speedup_cell
 
 
+# Everything that defines a sweep point but where the models ran (harness/sweep.py's AXES):
+# an offloaded point is set against the CPU point that matches it on all of these.
+POINT_AXES = ("target_quant", "draft_quant", "p_cores", "e_cores", "threads", "k", "depth",
+              "p_min")
+
+
+def same_point(r: dict) -> tuple:
+    """A sweep row's coordinates less its placement (POINT_AXES)."""
+    return tuple(str(r.get(a)) for a in POINT_AXES)
+
+
 def _upgrade_row(row: dict) -> dict:
     """Sweep rows of schema 1 called the decode-only speedup measured_speedup."""
     if "measured_speedup" in row and "sd_speedup" not in row:
@@ -70,7 +81,7 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
     fields = {f.name: f for f in FIELDS}
     shown = [m for m in SWEEP_METRICS if not m.startswith(IN_SPEEDUP_CELL)]
     gpu = any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows)
-    cpu_raw = {(r["p_cores"], r["e_cores"], r["threads"], r["k"]): r.get("raw_tok_s")
+    cpu_raw = {same_point(r): r.get("raw_tok_s")
                for r in rows if not r["n_gpu_layers"] and not r["draft_gpu_layers"]}
     headers = list(axes) + (["placement"] if gpu else []) \
         + [fields[m].header for m in shown] + ["SD"] + (["raw ×CPU"] if gpu else [])
@@ -92,7 +103,7 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
                 line.append("-" if r.get(m) is None else format(r[m], fields[m].fmt))
         line.append(r.get("verdict") or "-")
         if gpu:
-            base = cpu_raw.get((r["p_cores"], r["e_cores"], r["threads"], r["k"]))
+            base = cpu_raw.get(same_point(r))
             line.append(f"{r['raw_tok_s'] / base:.2f}" if base else "-")
         out.append(line)
     table = tabulate(out, headers=headers, tablefmt=tablefmt, disable_numparse=True)
@@ -156,7 +167,7 @@ def headline(rows: list[dict], devices: list[dict] | None = None) -> str | None:
     lines = []
     for g in gpu:
         for c in cpu:
-            if (c["threads"], c["k"]) == (g["threads"], g["k"]) and c["verdict"] != g["verdict"]:
+            if same_point(c) == same_point(g) and c["verdict"] != g["verdict"]:
                 lines.append(f"SD flips {c['verdict']} → {g['verdict']} with the "
                              f"{placement(g, devices)} (k = {g['k']}):"
                              f" c {c['c']:.2f} → {g['c']:.2f}, β {c['beta']:.2f} → "

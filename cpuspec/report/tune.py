@@ -6,6 +6,7 @@ import shlex
 
 from cpuspec.core.commands import SERVER, invocations
 from cpuspec.report import screen
+from cpuspec.report.load import load_note
 from cpuspec.report.paths import how_to_run
 from cpuspec.report.tables import speedup_cell
 from cpuspec.core.window import describe_window
@@ -25,7 +26,8 @@ def config_of(command: str) -> dict | None:
     return {"target": opt("--target"), "draft": opt("--draft"), "k": int(opt("-k")),
             "drafter": opt("--drafter", default="model"),
             "threads": int(opt("--threads", default="1")),
-            "p_min": float(opt("--p-min", default="0"))}
+            "p_min": float(opt("--p-min", default="0")),
+            "tasks": [t for t in opt("--tasks", default="").split(",") if t]}
 
 
 def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
@@ -36,7 +38,7 @@ def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
     if c is None:
         return []
     return how_to_run(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
-                      meta=meta, p_min=c["p_min"])
+                      meta=meta, p_min=c["p_min"], tasks=c["tasks"] or None)
 
 
 def render_tune_screen(doc: dict, source: str = "RUN") -> str:
@@ -72,8 +74,10 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
         task, c = server
         argv = invocations(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
                            p_min=c["p_min"])[SERVER]
-        lines += screen.command(argv, f"Next: run it where you serve models ({task}; "
-                                      f"k = {c['k']}):")
+        note = load_note(c["target"], c["draft"], c["k"], doc.get("meta"),
+                         threads=c["threads"], drafter=c["drafter"], p_min=c["p_min"])
+        lines += screen.wrap(f"Next: run it where you serve models ({task}; k = {c['k']}; "
+                             f"{note}):", "  ") + screen.command(argv)
     else:
         lines += screen.wrap("Next: no answer was measured faster on 5 or more prompts; "
                              "cpuspec costs shows which term of the rule is short")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cpuspec.core.commands import SERVER, invocations
+from cpuspec.report.load import load_note
 from cpuspec.report.screen import WIDTH, command, cut, table as _table, wrap
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import MIN_CI_UNITS
@@ -142,8 +143,11 @@ def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
     argv = invocations(target, draft, k, settings.get("drafter", "model"),
                        settings.get("threads") or 1, p_min=settings.get("p_min") or 0.0,
                        **_measured_flags(settings))[SERVER]
-    return command(argv, f"Next: run it where you serve models ({', '.join(tasks)}; "
-                         f"k = {k}):")
+    note = load_note(target, draft, k, results.get("meta"), threads=settings.get("threads"),
+                     drafter=settings.get("drafter", "model"),
+                     p_min=settings.get("p_min") or 0.0)
+    head = f"Next: run it where you serve models ({', '.join(tasks)}; k = {k}; {note}):"
+    return wrap(head, "  ") + command(argv)
 
 
 def _measured_flags(settings: dict) -> dict:

@@ -30,6 +30,8 @@ class ResultsError(ValueError):
 def read_json(path: Path) -> dict:
     """A results file of any schema this version reads, with its "kind" filled in (schema 1
     bench files had none)."""
+    if Path(path).exists() and not Path(path).is_file():
+        raise ResultsError(f"cannot read results {path}: not a regular file")
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:

@@ -86,7 +86,7 @@ def check_outputs(outputs: list[Path | None], inputs: list[Path | None],
         check_output(p, [Path(x) for x in inputs if x is not None], force)
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: a crash mid-write never leaves a
     truncated file, and the old content stays until the new one is complete."""
     path = Path(path)
@@ -99,7 +99,7 @@ def write_atomic(path: Path, text: str) -> None:
         except OSError:
             mode = 0o666 & ~_umask()
         os.fchmod(fd, mode)
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -180,7 +180,8 @@ def new_run_path(kind: str, cpu_model: str, now: dt.datetime | None = None) -> P
 def saved_runs() -> list[Path]:
     check_home()
     folder = results_dir()
-    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+    # regular files only: a FIFO or a device named *.json would block the reader forever
+    return sorted(p for p in folder.glob("*.json") if p.is_file()) if folder.is_dir() else []
 
 
 def resolve_run(ref: str) -> Path:
@@ -190,6 +191,9 @@ def resolve_run(ref: str) -> Path:
     if path.exists():
         return path
     runs = saved_runs()
+    if len(ref.strip(" -_.")) < 4:   # "-" or "a" is in every id: name more of it
+        raise OutputError(f"no results file {ref!r}; a saved run's id needs 4 or more of its "
+                          "characters (see `cpuspec runs`)")
     for match in (lambda s: s == ref, lambda s: s.startswith(ref), lambda s: ref in s):
         found = [p for p in runs if match(p.stem)]
         if len(found) == 1:

@@ -1,0 +1,200 @@
+"""The open results dataset: one tidy row per (run, task, configuration), computed from a
+results file (bench: per task; what-if: per shape-true target), with the machine, the models,
+the settings and the results, and nothing that identifies a person (no hostname, user name,
+file path or prompt text: the prompts are a sha256). docs/dataset.md documents every column;
+DATASET_SCHEMA is its version, and results/parquet.py reads older versions through a
+migration."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from cpuspec.analysis.summary import OVERALL, summarize
+from cpuspec.analysis.whatif import ASSUMED_P, whatif_row
+from cpuspec.results.records import Machine
+
+DATASET_SCHEMA = 1
+# version → function(Arrow table) → the table at version + 1; schema 1 is the first
+MIGRATIONS: dict = {}
+# every column, in order, with its Arrow type name (results/parquet.py maps them)
+COLUMNS: list[tuple[str, str]] = [
+    ("dataset_schema", "int"), ("row_id", "str"), ("run_id", "str"), ("kind", "str"),
+    ("month", "str"),
+    # the machine
+    ("machine_fingerprint", "str"), ("cpu_vendor", "str"), ("cpu_name", "str"),
+    ("cpu_family", "int"), ("cpu_model", "int"), ("cpu_stepping", "int"), ("isa", "str"),
+    ("threads", "int"), ("logical_cpus", "int"), ("p_cpus", "int"), ("e_cpus", "int"),
+    ("memory_gib", "float"), ("bandwidth_gbps", "float"), ("os", "str"),
+    ("llama_cpp_python", "str"), ("llama_system_info", "str"), ("backend", "str"),
+    ("device", "str"),
+    # the models
+    ("target_sha256", "str"), ("target_quant", "str"), ("target_params", "int"),
+    ("target_label", "str"), ("draft_sha256", "str"), ("draft_quant", "str"),
+    ("draft_params", "int"), ("draft_label", "str"),
+    # the settings
+    ("task", "str"), ("k", "int"), ("drafter", "str"), ("policy", "str"), ("p_min", "float"),
+    ("max_tokens", "int"), ("depth", "int"), ("temperature", "float"),
+    ("prompts_sha256", "str"), ("n_prompts", "int"),
+    # the results
+    ("raw_tok_s", "float"), ("sd_tok_s", "float"), ("sd_speedup", "float"),
+    ("sd_ci_low", "float"), ("sd_ci_high", "float"), ("verdict", "str"),
+    ("adaptive_speedup", "float"), ("a", "float"), ("alpha", "float"), ("beta", "float"),
+    ("break_even_a", "float"), ("acceptance_pct", "float"), ("zero_accept_pct", "float"),
+    ("raw_p99_ms", "float"), ("sd_p99_ms", "float"), ("audit_identical", "int"),
+    ("audit_n", "int"),
+    # the what-if (a shape-true target's costs): break-even acceptance at k = 1..8, the best
+    # SD ×raw at acceptance 0.8
+    *[(f"break_even_p_k{k}", "float") for k in range(1, 9)],
+    ("best_sd_at_p80", "float"), ("c", "float"), ("decode_tok_s", "float"),
+]
+NAMES = [n for n, _ in COLUMNS]
+_QUANT = re.compile(r"\b(Q\d_K(?:_[SML])?|Q\d_\d|IQ\d_\w+|F16|BF16|F32)\b", re.I)
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and x == x and x not in (
+        float("inf"), float("-inf")) else None
+
+
+def _quant(model: dict) -> str | None:
+    """A model's quant type from its llama.cpp description or its file name."""
+    for text in (model.get("desc"), model.get("file")):
+        m = _QUANT.search(str(text or "").replace(" - Medium", "_M").replace(" - Small", "_S"))
+        if m:
+            return m.group(1).upper()
+    return None
+
+
+def _label(model: dict) -> str:
+    if model.get("shape_true"):
+        return "shape-true"
+    derived = model.get("derived") or model.get("source") == "derived" or \
+        re.search(r"\.from-[0-9a-f]{12}\.gguf$", str(model.get("file") or ""))
+    return "derived" if derived else "real"
+
+
+def _cpu_id(hw: dict) -> tuple[int | None, int | None, int | None]:
+    m = re.match(r"family (\d+) model (\d+) stepping (\d+)", hw.get("cpu_id") or "")
+    return tuple(int(x) for x in m.groups()) if m else (None, None, None)
+
+
+def machine_columns(doc: dict) -> dict:
+    """The machine, as the run recorded it: no hostname, no user, no path."""
+    meta = doc.get("meta") or {}
+    hw = meta.get("hardware") or {}
+    m = Machine.of(doc)
+    family, model, stepping = _cpu_id(hw)
+    kinds = hw.get("cores_by_kind") or {}
+    name = hw.get("cpu_model") or "?"
+    vendor = next((v for v in ("AMD", "Intel", "Apple", "Ampere", "Qualcomm", "ARM")
+                   if v.lower() in name.lower()), None)
+    mem = hw.get("memory_total_bytes")
+    devices = meta.get("ggml_devices") or []
+    gpu = next((d for d in devices if d.get("type") in ("GPU", "iGPU")), None)
+    out = {"cpu_vendor": vendor, "cpu_name": name, "cpu_family": family, "cpu_model": model,
+           "cpu_stepping": stepping, "isa": " ".join(m.isa), "threads": _int(m.threads),
+           "logical_cpus": hw.get("logical_cpus"), "p_cpus": len(kinds.get("P", [])),
+           "e_cpus": len(kinds.get("E", [])),
+           "memory_gib": round(mem / 2 ** 30, 1) if mem else None,
+           "bandwidth_gbps": _num((meta.get("bandwidth") or {}).get("copy_gbps")),
+           "os": (meta.get("platform") or "").split("-")[0] or None,
+           "llama_cpp_python": meta.get("llama_cpp_python_version"),
+           "llama_system_info": meta.get("llama_system_info"),
+           "backend": " ".join(m.backend) or "CPU",
+           "device": (gpu or {}).get("description") or "CPU"}
+    key = json.dumps([out[k] for k in ("cpu_vendor", "cpu_name", "cpu_family", "cpu_model",
+                                       "cpu_stepping", "isa", "memory_gib", "backend")])
+    out["machine_fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return out
+
+
+def _int(x: Any) -> int | None:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def model_columns(doc: dict, target: dict | None = None) -> dict:
+    models = doc.get("models") or {}
+    out = {}
+    for role, m in (("target", target or models.get("target") or {}),
+                    ("draft", models.get("draft") or {})):
+        out |= {f"{role}_sha256": m.get("sha256"), f"{role}_quant": _quant(m),
+                f"{role}_params": m.get("n_params"), f"{role}_label": _label(m) if m else None}
+    return out
+
+
+def run_id(doc: dict) -> str:
+    """A content address of the run: the same file exported twice is the same id."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _base(doc: dict) -> dict:
+    s = doc.get("settings") or {}
+    texts = [p.get("text", "") for p in doc.get("prompts") or []]
+    started = (doc.get("meta") or {}).get("started_at") or ""
+    return {"dataset_schema": DATASET_SCHEMA, "run_id": run_id(doc), "kind": doc.get("kind"),
+            "month": started[:7] or None, **machine_columns(doc), **model_columns(doc),
+            "drafter": s.get("drafter"), "p_min": _num(s.get("p_min")),
+            "max_tokens": s.get("max_tokens"), "depth": _int(s.get("depth")),
+            "temperature": _num(s.get("temperature")), "k": s.get("k"),
+            "prompts_sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest()
+            if texts else None, "policy": ",".join(s.get("policies") or []) or None}
+
+
+def bench_rows(doc: dict) -> list[dict]:
+    base = _base(doc)
+    rows = []
+    for task, s in summarize(doc).items():
+        cost = s.get("cost") or {}
+        ci = s.get("sd_speedup_ci") or [None, None]
+        audit = s.get("audit") or {}
+        lat = {m: (s.get(f"{m}_latency_ms") or {}).get("p99") for m in ("raw", "sd")}
+        rows.append(base | {
+            "task": task, "n_prompts": s.get("sd_speedup_units") or s.get("n_generations"),
+            "raw_tok_s": _num(s.get("raw_tok_s")), "sd_tok_s": _num(s.get("sd_tok_s")),
+            "sd_speedup": _num(s.get("sd_speedup")), "sd_ci_low": _num(ci[0]),
+            "sd_ci_high": _num(ci[1]), "verdict": s.get("sd_significance"),
+            "adaptive_speedup": _num(s.get("adaptive_speedup")), "a": _num(s.get("a")),
+            "alpha": _num(cost.get("alpha")), "beta": _num(cost.get("beta")),
+            "break_even_a": _num(cost.get("break_even_a")),
+            "acceptance_pct": _num(s.get("acceptance_pct")),
+            "zero_accept_pct": _num(s.get("zero_accept_pct")),
+            "raw_p99_ms": _num(lat["raw"]), "sd_p99_ms": _num(lat["sd"]),
+            "audit_identical": audit.get("identical"), "audit_n": audit.get("n")})
+    return rows
+
+
+def whatif_rows(doc: dict) -> list[dict]:
+    base = _base(doc)
+    rows = []
+    for r in doc.get("rows") or []:
+        if "cost_probe" not in r:
+            continue
+        w = whatif_row(r["cost_probe"])
+        rows.append(base | model_columns(doc, r.get("target")) | {
+            "task": f"what-if {r['shape']}", "c": w["c"], "decode_tok_s": w["decode_tok_s"],
+            **{f"break_even_p_k{k}": w["break_even_p"].get(k) for k in range(1, 9)},
+            "best_sd_at_p80": w["best"][0.8]["sd_speedup"] if 0.8 in ASSUMED_P else None})
+    return rows
+
+
+def dataset_rows(doc: dict) -> list[dict]:
+    """Every row of one results file (bench or what-if; other kinds give none), each with
+    every column (None where it does not apply) and its own content-addressed row_id."""
+    rows = bench_rows(doc) if doc.get("kind") == "bench" else \
+        whatif_rows(doc) if doc.get("kind") == "whatif" else []
+    out = []
+    for r in rows:
+        full = {n: r.get(n) for n in NAMES}
+        full["row_id"] = hashlib.sha256(
+            f"{full['run_id']}/{full['task']}/{full['target_quant']}".encode()).hexdigest()[:20]
+        out.append(full)
+    return out
+
+
+def is_overall(row: dict) -> bool:
+    return row.get("task") == OVERALL

@@ -1,0 +1,88 @@
+"""The server's own k: llama-server's rounds cost more than cpuspec's loop's (its draft decodes
+every verify batch again, and it samples), so the k that is best for the loop is not the k
+that is best for the server. A saved `cpuspec paths` run that measured both at one k = k_m on
+this machine gives the server's round cost against the loop's there; the cost probe prices
+both at every other k.
+
+Model (per round, ms): the loop's round at k is the probe's k·d + V(k + 1), scaled by γ (the
+loop's measured round at k_m over the probe's); the server's is ρ·(loop round) + (k + 1)·u + s0,
+where ρ = the server's plain decode per token over the loop's (its slower plain decode), u the
+draft's per-token cost of a batch (the probe's catch-up rate: the re-decode of k + 1 tokens) and
+s0 what is left at k_m (sampling, the slot's bookkeeping), fitted there. With E(k) tokens per
+round from the measured per-position acceptance, decode-only SD ×raw is E(k)·T / round(k) for
+either, T each one's plain decode per token. Inputs: the probe, the acceptance, the paths run;
+the prediction is of other k and other prompts than those the paths run measured."""
+from __future__ import annotations
+
+from cpuspec.core.costs import expected_tokens
+from cpuspec.results.records import CostProbe
+from cpuspec.results.schema import CPUSPEC, LLAMA_SERVER
+
+
+def _per_token_s(runs: list[dict]) -> float | None:
+    tokens = sum(max(r["n_tokens"] - 1, 0) for r in runs)
+    time_s = sum(r.get("decode_s") or 0.0 for r in runs)
+    return time_s / tokens if tokens and time_s else None
+
+
+def round_costs(paths_doc: dict) -> dict | None:
+    """From a paths run with cpuspec and llama-server: k_m, each one's SD round (s) and plain
+    decode per token (s). None where the run lacks either path."""
+    runs = paths_doc.get("runs") or []
+
+    def sel(path, mode):
+        return [r for r in runs if r.get("path") == path and r.get("mode") == mode]
+    loop_sd = sel(CPUSPEC, "static")
+    server_sd = [r for r in sel(LLAMA_SERVER, "static") if r.get("server_rounds")]
+    loop_rounds = sum(len(r.get("rounds") or []) for r in loop_sd)
+    server_rounds = sum(r.get("server_rounds") or 0 for r in server_sd)
+    t_loop, t_server = _per_token_s(sel(CPUSPEC, "raw")), _per_token_s(sel(LLAMA_SERVER, "raw"))
+    if not (loop_rounds and server_rounds and t_loop and t_server):
+        return None
+    return {"k": paths_doc["settings"]["k"],
+            "loop_round_s": sum(r["decode_s"] for r in loop_sd) / loop_rounds,
+            "server_round_s": sum(r["decode_s"] for r in server_sd) / server_rounds,
+            "loop_token_s": t_loop, "server_token_s": t_server}
+
+
+def server_prices(probe: CostProbe | dict, survival: list[float], costs: dict) -> list[dict]:
+    """Per k = 1..len(survival) (the probe must hold V(k + 1)): the loop's and the server's
+    predicted decode-only SD ×raw (see the module's docstring)."""
+    p = CostProbe.of(probe)
+    km = costs["k"]
+    if km + 1 not in p.verify_s:
+        return []
+
+    def probe_round(k: int) -> float:
+        return k * p.draft_s + p.verify_s[k + 1]
+    gamma = costs["loop_round_s"] / probe_round(km)
+    rho = costs["server_token_s"] / costs["loop_token_s"]
+    u = p.catchup_s
+    # what the model leaves of the server's round at k_m; never below 0 (a noisy fit would
+    # price a server round below the loop's)
+    s0 = max(costs["server_round_s"] - rho * gamma * probe_round(km) - (km + 1) * u, 0.0)
+    out = []
+    for k in range(1, len(survival) + 1):
+        if k + 1 not in p.verify_s:
+            break
+        loop_round = gamma * probe_round(k)
+        server_round = rho * loop_round + (k + 1) * u + s0
+        e = expected_tokens(survival, k)
+        out.append({"k": k, "loop": e * costs["loop_token_s"] / loop_round,
+                    "server": e * costs["server_token_s"] / server_round})
+    return out
+
+
+def server_k(probe: CostProbe | dict, survival: list[float], paths_doc: dict) -> dict | None:
+    """The k best in the server and in the loop, with each one's predicted decode SD ×raw, the
+    paths run's k_m, and the whole table; None without a usable paths run."""
+    costs = round_costs(paths_doc)
+    table = server_prices(probe, survival, costs) if costs else []
+    if not table:
+        return None
+    best_server = max(table, key=lambda r: r["server"])
+    best_loop = max(table, key=lambda r: r["loop"])
+    return {"k_server": best_server["k"], "server_speedup": best_server["server"],
+            "k_loop": best_loop["k"], "loop_speedup": best_loop["loop"],
+            "server_at_loop_k": next(r["server"] for r in table if r["k"] == best_loop["k"]),
+            "measured_at_k": costs["k"], "table": table}

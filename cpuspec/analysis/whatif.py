@@ -1,0 +1,82 @@
+"""The what-if for larger targets: from a measured cost probe of a (shape-true) target with a
+real draft, everything the rule a > 1 + α + β says without acceptance. Measured: the target's
+decode, c and β(k) (the probe). Assumed: the acceptance, as an i.i.d. per-token rate p, so a
+round of k drafts yields E[tokens] = (1 − p^(k+1)) / (1 − p) (Leviathan et al. 2023, eq. 1).
+
+Per k: the break-even tokens per round a*(k) = 1 + α + β = (k·d + V(k+1)) / V(1), the least p
+at which SD pays (E = a*), and per assumed p the best speedup over k (E / a*)."""
+from __future__ import annotations
+
+from cpuspec.core.costs import break_even_acceptance, expected_tokens_iid
+from cpuspec.results.records import CostProbe
+
+ASSUMED_P = (0.6, 0.7, 0.8, 0.9)
+
+
+def whatif_row(probe: CostProbe | dict, ks: range | None = None) -> dict:
+    """One target's what-if from its probe (ks: the draft lengths the probe measured)."""
+    p = CostProbe.of(probe)
+    t, d, v = p.t, p.draft_s, p.verify_s
+    ks = ks or range(1, max(v))
+    ks = [k for k in ks if k + 1 in v]
+    need = {k: (k * d + v[k + 1]) / t for k in ks}
+    best = {}
+    for acc in ASSUMED_P:
+        k_best = max(ks, key=lambda k: expected_tokens_iid(acc, k) / need[k])
+        speedup = expected_tokens_iid(acc, k_best) / need[k_best]
+        best[acc] = {"k": k_best if speedup > 1 else 0, "speedup": max(speedup, 1.0),
+                     "sd_speedup": speedup}
+    return {"decode_tok_s": 1 / t, "c": d / t,
+            "beta": {k: v[k + 1] / t - 1 for k in ks},
+            "break_even_a": need,
+            "break_even_p": {k: break_even_acceptance(k, d, v) for k in ks},
+            "best": best,
+            "prefill_tok_s": p.prompt_tokens / p.target_prefill_s
+            if p.prompt_tokens and p.target_prefill_s else None}
+
+
+def predicted_sd_speedup(probe: CostProbe | dict, acceptance: float, k: int) -> float:
+    """SD ×raw at an i.i.d. acceptance rate and draft length k, decode only (the what-if's
+    prediction: costs measured, acceptance assumed)."""
+    p = CostProbe.of(probe)
+    return expected_tokens_iid(acceptance, k) * p.t / (k * p.draft_s + p.verify_s[k + 1])
+
+
+def probe_points(probe: CostProbe | dict) -> dict[str, float]:
+    """The points a shape-true file is validated on, from one cost probe."""
+    p = CostProbe.of(probe)
+    out = {"target decode ms": 1e3 * p.t, "draft decode ms": 1e3 * p.draft_s,
+           "c": p.draft_s / p.t}
+    out |= {f"V({n})/V(1)": p.verify_s[n] / p.t for n in sorted(p.verify_s) if n > 1}
+    if p.prompt_tokens and p.target_prefill_s:
+        out["target prefill t/s"] = p.prompt_tokens / p.target_prefill_s
+        out["draft prefill t/s"] = p.prompt_tokens / p.draft_prefill_s
+    return out
+
+
+def validation(doc: dict, real: str, shape: str) -> list[dict]:
+    """Per point: the real and shape-true medians over the rounds, and shape ÷ real as the
+    geometric mean of the rounds' own ratios (each round one paired unit) with its 95 %
+    t-interval (≥ MIN_CI_UNITS rounds; a range below)."""
+    import math
+    import statistics
+
+    import numpy as np
+
+    from cpuspec.analysis.stats import MIN_CI_UNITS, t_interval
+    a = [probe_points(p) for p in doc["probes"][real]]
+    b = [probe_points(p) for p in doc["probes"][shape]]
+    n = min(len(a), len(b))
+    rows = []
+    for key in a[0] if n else []:
+        logs = np.log([b[i][key] / a[i][key] for i in range(n)])
+        row = {"point": key, "real": statistics.median(x[key] for x in a[:n]),
+               "shape": statistics.median(x[key] for x in b[:n]),
+               "ratio": math.exp(float(logs.mean())), "units": n}
+        if n >= MIN_CI_UNITS:
+            _, lo, hi = t_interval(logs)
+            row["ci"] = [math.exp(lo), math.exp(hi)]
+        elif n >= 2:
+            row["range"] = [math.exp(float(logs.min())), math.exp(float(logs.max()))]
+        rows.append(row)
+    return rows

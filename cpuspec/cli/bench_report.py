@@ -1,0 +1,72 @@
+"""Printing a bench run: the first screen, or everything with --details."""
+from __future__ import annotations
+
+import click
+
+from cpuspec.cli.log import close_log
+
+from cpuspec.report.advice import advise, render_advice
+from cpuspec.report.tables import render_audit, render_details, render_noise, render_table
+from cpuspec.analysis.stats import INTERVAL_LEGEND
+from cpuspec.analysis.summary import noise_report, summarize
+from cpuspec.report.verdict import render_verdict, run_header
+from cpuspec.core.window import describe_window
+
+def print_bench(results: dict, fmt: str = "text", details: bool = False,
+                source: str | None = None) -> None:
+    """The bench's report, shared by `cpuspec bench` and `cpuspec report`: by default the
+    first screen (verdict.render_verdict: verdict, advice, the next command); with details
+    (or markdown) the full table, per-task details, audit, advice table, noise and build."""
+    close_log()    # a progress bar ends before the results are printed
+    if not results.get("runs"):
+        click.echo(f"No generation was measured: the run ended "
+                   f"{results.get('ended') or 'before its first prompt'}, so there is "
+                   "nothing to judge. Run `cpuspec bench` again.")
+        return
+    s = summarize(results)
+    if not details and fmt == "text":
+        has_static = any(r["mode"] == "static" for r in results["runs"])
+        advice = advise(results) if results.get("cost_probe") and has_static else None
+        noise = noise_report(results["runs"])
+        warning = (f"WARNING: {len(noise['prompts'])} noisy prompt(s): their speedups are not "
+                   "trustworthy (--details says why and what to do)") if noise["flags"] else None
+        click.echo(run_header(results))
+        click.echo(render_verdict(results, s, advice, source, warning))
+        return
+    k = results["settings"]["k"]
+    click.echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
+               f"decode-only = after the prefills. [95% CI] = {INTERVAL_LEGEND}.")
+    depth = results.get("depth")
+    if depth:
+        held = depth["held_tokens"]
+        click.echo(f"Depth: {depth['requested_tokens']} tokens of context before each prompt "
+                   f"({min(held)}-{max(held)} tokens with the chat template), held in both "
+                   "KV caches, read once and not timed.")
+    window = results["settings"].get("draft_window")
+    if window:
+        click.echo(describe_window(window, "the draft", "the target"))
+    click.echo(render_table(s, "github" if fmt == "markdown" else "simple"))
+    click.echo("")
+    click.echo(render_details(s, k))
+    diverged = render_audit(results.get("audit", []))
+    if diverged:
+        click.echo("Outputs that differ from target-only decoding (batched verify logits differ "
+                   "slightly from one-token decoding; flips happen at near-ties):")
+        click.echo(diverged)
+    if results.get("cost_probe") and any(r["mode"] == "static" for r in results["runs"]):
+        click.echo("\nAdvice from the cost model (every k up to the one measured; decode "
+                   "window):")
+        click.echo(render_advice(advise(results), k))
+    q = results.get("quality")
+    if q:
+        click.echo(f"\nQuality beside the speed: the target's perplexity on the built-in "
+                   f"{q['text_tokens']}-token text is {q['target_perplexity']:.2f} (compare "
+                   "quants of one model with `cpuspec quality`, which adds agreement with a "
+                   "reference).")
+    info = results.get("meta", {}).get("llama_system_info")
+    if info:
+        click.echo(f"\nllama.cpp: {info}")
+    warning = render_noise(noise_report(results["runs"]))
+    if warning:
+        click.echo("")
+        click.echo(warning)

@@ -1,0 +1,175 @@
+"""The open results dataset: export, publish (opt-in) and the leaderboard (docs/dataset.md)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from cpuspec.analysis.dataset import COLUMNS, DATASET_SCHEMA, MIGRATIONS, dataset_rows
+from cpuspec.cli.loading import load_results
+from cpuspec.results.parquet import DatasetError, publish as publish_rows, read_source
+from cpuspec.results.store import OutputError, saved_runs
+
+# the dataset shipped in the package: bench/results of the machines this project measured
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "dataset"
+
+
+def _rows(runs: tuple[str, ...]) -> list[dict]:
+    if not runs:
+        raise click.UsageError("give one or more results files or saved-run ids")
+    rows = []
+    for ref in runs:
+        doc, path = load_results(ref, bench_only=False)
+        got = dataset_rows(doc)
+        if not got:
+            raise click.ClickException(f"{path}: a {doc.get('kind')} file has no dataset "
+                                       "rows (bench and what-if runs have)")
+        rows += got
+    return rows
+
+
+@click.command()
+@click.argument("runs", nargs=-1)
+@click.option("--out", "out_dir", required=True, help="A folder (created if missing).")
+def export(runs, out_dir):
+    """Write runs as dataset rows (Parquet, one file per call, named by its content).
+
+    One row per (run, task, configuration): the machine, the models, the settings and the
+    results; no hostname, user name, path or prompt text (docs/dataset.md).
+
+    \b
+    Examples:
+      cpuspec export bench/results/epyc-family25-model17/*.json --out dataset/
+    """
+    _publish(_rows(runs), out_dir)
+
+
+@click.command()
+@click.argument("runs", nargs=-1)
+@click.option("--to", "dest", required=True, metavar="DEST",
+              help="A folder or an fsspec URL: hf://datasets/OWNER/NAME, s3://..., memory://...")
+@click.option("--dry-run", is_flag=True, help="Print exactly the rows that would leave the "
+              "machine, and send nothing.")
+def publish(runs, dest, dry_run):
+    """Publish runs to a shared dataset (opt-in): one new file, nobody's rows rewritten.
+
+    hf:// goes through huggingface-hub with its token from the usual place (`huggingface-cli
+    login` or $HF_TOKEN); s3:// needs s3fs. The same runs published twice are one file.
+
+    \b
+    Examples:
+      cpuspec publish 20261204T0610 --to hf://datasets/me/cpuspec-runs --dry-run
+      cpuspec publish run.json --to ~/shared/cpuspec-dataset
+    """
+    rows = _rows(runs)
+    if dry_run:
+        for r in rows:
+            click.echo(json.dumps({k: v for k, v in r.items() if v is not None}))
+        click.echo(f"(dry run: {len(rows)} rows would go to {dest}; nothing was sent)", err=True)
+        return
+    _publish(rows, dest)
+
+
+def _publish(rows: list[dict], dest: str) -> None:
+    try:
+        where, new = publish_rows(rows, COLUMNS, DATASET_SCHEMA, dest)
+    except DatasetError as exc:
+        raise click.ClickException(str(exc))
+    click.echo(f"{where}: {len(rows)} rows" + ("" if new else " (already there: unchanged)"))
+
+
+def shipped_source() -> str:
+    return str(SHIPPED)
+
+
+def _latest_mine() -> list[dict]:
+    """The user's newest saved bench run, as rows (none where there is none or it is damaged)."""
+    try:
+        paths = [p for p in saved_runs() if p.stem.endswith("-bench")]
+    except OutputError:
+        return []
+    for path in reversed(paths):
+        try:
+            return dataset_rows(json.loads(path.read_text()))
+        except Exception:   # a damaged saved run: the next older one
+            continue
+    return []
+
+
+@click.command()
+@click.argument("source", required=False)
+@click.option("--where", help="An SQL condition on the rows before they are grouped, e.g. "
+              "\"cpu_vendor = 'Intel'\".")
+@click.option("--sql", help="Any DuckDB query over the rows (the table is `rows`).")
+@click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text",
+              show_default=True, help="For --sql: the whole result as CSV or JSON.")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path),
+              help="A scatter: cores or bandwidth against the best SD ×raw (PNG).")
+def leaderboard(source, where, sql, fmt, plot_path):
+    """Machines side by side from everyone's runs: where SD pays, and by how much.
+
+    SOURCE is a folder or URL of dataset files (default: the dataset shipped with cpuspec,
+    from the machines this project measured). Your latest saved run is marked.
+
+    \b
+    Examples:
+      cpuspec leaderboard
+      cpuspec leaderboard hf://datasets/OWNER/cpuspec-runs --where "isa LIKE '%AVX512%'"
+      cpuspec leaderboard --sql "SELECT cpu_name, task, sd_speedup FROM rows LIMIT 5"
+    """
+    from cpuspec.analysis.leaderboard import NEEDED, board, query
+    from cpuspec.report.leaderboard import render_board, render_query
+    if sql and (where or plot_path):
+        raise click.UsageError("--sql is the whole query: put the condition in it, and plot "
+                               "the leaderboard without --sql")
+    if fmt != "text" and not sql:
+        raise click.UsageError("--format csv|json is for --sql's result")
+    src = source or shipped_source()
+    mine = _latest_mine()
+    try:
+        loaded = read_source(src, COLUMNS, DATASET_SCHEMA, MIGRATIONS,
+                             wanted=None if sql else NEEDED)
+        table = _with_mine(loaded.table, mine)
+        if sql:
+            cols, rows = query(table, sql)
+            click.echo(_as(fmt, cols, rows) if fmt != "text" else render_query(cols, rows))
+            return
+        machines = board(table, where)
+    except DatasetError as exc:
+        raise click.ClickException(str(exc))
+    except Exception as exc:   # DuckDB's errors: a bad --where/--sql is the user's to fix
+        if type(exc).__module__.startswith("duckdb") or "duckdb" in type(exc).__module__:
+            raise click.UsageError(f"the query failed: {str(exc).splitlines()[0]}")
+        raise
+    click.echo(render_board(machines, source or "the shipped dataset", table.num_rows,
+                            loaded.skipped, mine[0]["machine_fingerprint"] if mine else None))
+    if plot_path:
+        _plot(machines, plot_path)
+
+
+def _with_mine(table, mine: list[dict]):
+    if not mine:
+        return table
+    import pyarrow as pa
+    extra = pa.Table.from_pylist([{n: r.get(n) for n in table.column_names} for r in mine],
+                                 schema=table.schema)
+    return pa.concat_tables([table, extra])
+
+
+def _as(fmt: str, cols: list[str], rows: list[tuple]) -> str:
+    if fmt == "json":
+        return json.dumps([dict(zip(cols, r)) for r in rows], indent=1, default=str)
+    from cpuspec.report.tables import csv_text
+    return csv_text(cols, [list(r) for r in rows]).rstrip("\n")
+
+
+def _plot(machines: list[dict], path: Path) -> None:
+    from cpuspec.report.plots import PLOT_HINT, PlotError, leaderboard_figure
+    try:
+        leaderboard_figure(machines, path)
+    except PlotError as exc:
+        raise click.ClickException(str(exc))
+    except ImportError:
+        raise click.ClickException(PLOT_HINT)
+    click.echo(str(path))

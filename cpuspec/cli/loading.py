@@ -1,0 +1,48 @@
+"""Loading results files and saved runs for the commands that read them."""
+from __future__ import annotations
+
+
+import functools
+from pathlib import Path
+
+import click
+
+from cpuspec.results.schema import ResultsError, read_json, validate, validate_bench
+from cpuspec.results.store import (OutputError, resolve_run)
+
+def reads_results(command):
+    """For a command that prints results files (report, advise, compare, plot): the files
+    are validated field by field (schema.validate), and a damage that validation does not
+    name (a printer meeting a value of the wrong shape) still ends in a one-line message
+    naming the file, never a traceback."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (KeyError, TypeError, IndexError, AttributeError, RecursionError,
+                ZeroDivisionError, ValueError) as exc:
+            given = kwargs.get("run") or ", ".join(kwargs.get("runs") or ())
+            raise click.ClickException(
+                f"{given}: a damaged results file that cpuspec cannot print "
+                f"({type(exc).__name__}: {str(exc)[:200]})") from None
+    return wrapper
+
+
+def run_names(paths: list[Path]) -> list[str]:
+    """Short names for runs: file stems, with the folder where two stems are the same."""
+    stems = [p.stem for p in paths]
+    return [f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]
+
+
+def load_results(ref: str, bench_only: bool = True) -> tuple[dict, Path]:
+    """A results file or a saved run's id, read and (for bench files) validated."""
+    try:
+        path = resolve_run(ref)
+        results = read_json(path)
+        if bench_only:
+            validate_bench(results, str(path))
+        else:
+            validate(results, str(path))
+    except (OutputError, ResultsError) as exc:
+        raise click.ClickException(str(exc))
+    return results, path

@@ -1,0 +1,126 @@
+"""SD under load: llama-server with N requests in flight. Per concurrency level N, the plain
+and the SD server are started with -np N (the context sized so every slot holds its prompt
+and answer); N closed-loop clients on 127.0.0.1 send the same prompts (each client its own
+order), a bounded number of requests each, in batches that alternate between the two servers
+(plain, SD, SD, plain, ...): each batch is one unit of the interval. Every request keeps the
+client's end-to-end time, the server's timings and draft counters, and the output (greedy:
+SD's must equal the plain server's). Both servers are always stopped (llama/server.py). No
+printing: progress goes to `log`, the document to `on_update` after every batch."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from cpuspec.inputs.tasks import Prompt
+from cpuspec.llama.native import NativeError
+
+CTX_SLACK = 64
+# A client stops starting requests after this long in one batch (the batch still finishes the
+# requests in flight): a load test here always ends by itself.
+BATCH_TIME_LIMIT_S = 600.0
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    target: Path
+    draft: Path | None
+    k: int
+    drafter: str
+    prompts: list[Prompt]
+    max_tokens: int
+    threads: int
+    bin_dir: Path
+    levels: tuple[int, ...]          # the concurrencies, e.g. (1, 2, 4)
+    batches: int = 5                 # per level and server: the interval's units
+    requests_per_client: int = 1     # per batch
+    server_flags: tuple[str, ...] | None = None
+    p_min: float = 0.0
+
+
+def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int, bool], list],
+                 texts: dict[str, str], per_slot_ctx: int, log: Callable[[str], None],
+                 on_update: Callable[[dict], None] | None = None) -> dict:
+    """Every level of cfg.levels; server_args(n_ctx, sd) gives a server's flags (the paths
+    command's server_argv), texts the chat-formatted prompt of each prompt id."""
+    from cpuspec.llama.server import Server
+    doc = {"kind": "load", "complete": False, "meta": environment,
+           "settings": {"target": str(cfg.target),
+                        "draft": str(cfg.draft) if cfg.draft else None, "k": cfg.k,
+                        "drafter": cfg.drafter, "max_tokens": cfg.max_tokens,
+                        "threads": cfg.threads, "levels": list(cfg.levels),
+                        "batches": cfg.batches, "requests_per_client": cfg.requests_per_client,
+                        "prompts": [p.prompt_id for p in cfg.prompts],
+                        "server_flags": list(cfg.server_flags) if cfg.server_flags else None,
+                        "p_min": cfg.p_min, "per_slot_ctx": per_slot_ctx},
+           "levels": []}
+    ids = [p.prompt_id for p in cfg.prompts]
+    for n in cfg.levels:
+        level = {"concurrency": n, "batches": []}
+        doc["levels"].append(level)
+        with contextlib.ExitStack() as stack:
+            servers = {mode: stack.enter_context(
+                Server(cfg.bin_dir, server_args(n * per_slot_ctx, mode == "sd"), slots=n))
+                for mode in ("raw", "sd")}
+            for server in servers.values():   # warm-up, not kept
+                server.complete(texts[ids[0]], 8)
+            for b in range(cfg.batches):
+                for mode in (("raw", "sd") if b % 2 == 0 else ("sd", "raw")):
+                    log(f"load: {n} in flight, batch {b + 1}/{cfg.batches}, {mode}")
+                    level["batches"].append(
+                        {"batch": b, "mode": mode,
+                         **drive(servers[mode], texts, ids, n, cfg.requests_per_client, b,
+                                 cfg.max_tokens)})
+                if on_update:
+                    on_update(doc)
+    doc["complete"] = True
+    return doc
+
+
+def client_order(ids: list[str], client: int, batch: int, n_clients: int) -> list[str]:
+    """Each client's own prompt order: the list rotated by its place among all clients."""
+    start = (client + batch * n_clients) % len(ids)
+    return ids[start:] + ids[:start]
+
+
+def drive(server, texts: dict[str, str], ids: list[str], n_clients: int, per_client: int,
+          batch: int, max_tokens: int) -> dict:
+    """n_clients closed-loop clients, each sending per_client requests one after another:
+    the batch's wall time and every request. A failed request ends the batch with an error
+    that names the server and the client."""
+    t0 = time.perf_counter()
+    deadline = t0 + BATCH_TIME_LIMIT_S
+    requests: list[dict] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        order = client_order(ids, i, batch, n_clients)
+        for pid in (order[j % len(order)] for j in range(per_client)):
+            if time.perf_counter() > deadline or errors:
+                return
+            start = time.perf_counter() - t0
+            try:
+                r = server.complete(texts[pid], max_tokens)
+            except NativeError as exc:
+                with lock:
+                    errors.append(f"client {i + 1}, prompt {pid}: {exc}")
+                return
+            with lock:
+                requests.append({"client": i, "prompt_id": pid, "start_s": start,
+                                 "e2e_s": r.e2e_s, "n_tokens": r.tokens, "text": r.text,
+                                 "prompt_tokens": r.prompt_tokens, "prompt_ms": r.prompt_ms,
+                                 "predicted_ms": r.predicted_ms, "drafted": r.drafted,
+                                 "accepted": r.accepted, "stop": r.stop})
+    threads = [threading.Thread(target=client, args=(i,), daemon=True)
+               for i in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise NativeError(f"a load client failed ({len(errors)} of {n_clients}): {errors[0]}")
+    return {"wall_s": time.perf_counter() - t0, "requests": requests}

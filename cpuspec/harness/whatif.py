@@ -1,0 +1,106 @@
+"""`cpuspec costs --sizes`: the cost probe of shape-true targets of several sizes and quants
+(inputs/shapes.py) beside the user's real draft, one results file (kind "whatif"), rewritten
+after each target so an interrupted run keeps what it measured. A target that the disk or the
+memory cannot hold is kept as a skipped row with the reason."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+from cpuspec.harness.bench import BenchConfig, Log
+from cpuspec.harness.measure import probe_costs
+from cpuspec.harness.probe import run_costs
+from cpuspec.inputs.shapes import SHAPE_TRUE, ShapeError, shape_of
+
+
+def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
+               tokenizer: Path, memory_bytes: int, on_row: Callable[[dict], None],
+               log: Log = lambda _: None) -> dict:
+    """Every (size, quant): write or reuse the shape-true file, then probe each with cfg's
+    draft. Every file is written (and flushed to disk) before the first probe, so no probe
+    shares the machine with a write. on_row(doc) after each row; returns the finished doc."""
+    import os
+
+    from cpuspec.llama.shape_true import write_shape_true
+    from cpuspec.harness.bench import environment
+    from cpuspec.results.schema import SCHEMA_VERSION
+    doc: dict = {"schema_version": SCHEMA_VERSION, "kind": "whatif", "complete": False,
+                 "meta": environment(cfg.threads), "rows": [],
+                 "settings": {"sizes": sizes, "quants": quants, "k_max": cfg.k,
+                              "threads": cfg.threads, "reps": reps, "label": SHAPE_TRUE}}
+    files = {}
+    for size in sizes:
+        for quant in quants:
+            try:
+                files[size, quant] = write_shape_true(shape_of(size), quant, tokenizer,
+                                                      memory_bytes, log)
+            except ShapeError as exc:
+                log(f"what-if: {size} {quant} skipped: {exc}")
+                files[size, quant] = exc
+    os.sync()   # the files' pages reach the disk now, not during a probe
+    for (size, quant), path in files.items():
+        shape = shape_of(size)
+        row = {"size": size, "shape": shape.name, "quant": quant, "params": shape.params()}
+        if isinstance(path, ShapeError):
+            doc["rows"].append(row | {"skipped": str(path)})
+            on_row(doc)
+            continue
+        log(f"what-if: {size} {quant} ({SHAPE_TRUE}) with the draft")
+        res = run_costs(dataclasses.replace(cfg, target_path=path), reps, log)
+        doc.setdefault("models", {"draft": res["models"]["draft"]})
+        doc["rows"].append(row | {"target": res["models"]["target"],
+                                  "cost_probe": res["cost_probe"]})
+        on_row(doc)
+    doc["complete"] = True
+    return doc
+
+
+def run_shape_validation(models: dict[str, tuple[Path, Path]], rounds: int, k_max: int,
+                         prompt_tokens: int, threads: int, on_round: Callable[[dict], None],
+                         log: Log = lambda _: None, reps: int = 3) -> dict:
+    """Shape-true against real, interleaved in one process: every model loaded once, then
+    `rounds` rounds of one cost probe per (target, draft) pair (V(n) for n = 1..k_max + 1 and
+    the draft's decode, medians of `reps`; both prefills of a `prompt_tokens`-token prompt),
+    the pairs' order
+    reversed every other round, so drift and order cancel and each round is one paired unit.
+    models: label → (target path, draft path); on_round(doc) after each round."""
+    import contextlib
+    import os
+
+    from cpuspec.harness.bench import environment
+    from cpuspec.harness.measure import filler_tokens
+    from cpuspec.inputs.models import local_model
+    from cpuspec.inputs.tasks import builtin_prompts
+    from cpuspec.llama.engine import Model, Session
+    from cpuspec.results.schema import SCHEMA_VERSION
+    doc: dict = {"schema_version": SCHEMA_VERSION, "kind": "shape_validation",
+                 "complete": False, "meta": environment(threads),
+                 "settings": {"rounds": rounds, "k_max": k_max, "prompt_tokens": prompt_tokens,
+                              "reps": reps,
+                              "threads": threads, "label": SHAPE_TRUE},
+                 "models": {}, "probes": {label: [] for label in models}}
+    os.sync()   # files written just before (shape-true ones) reach the disk before any timing
+    with contextlib.ExitStack() as stack:
+        sessions = {}
+        for label, (target, draft) in models.items():
+            log(f"validation: loading {label}: {target.name} + {draft.name}")
+            doc["models"][label] = {"target": local_model(target).to_dict(),
+                                    "draft": local_model(draft).to_dict()}
+            t, d = (stack.enter_context(Model(p)) for p in (target, draft))
+            text = " ".join(p.text for p in builtin_prompts(["json", "code", "story"], 8))
+            prompt = filler_tokens(t.tokenize(text), prompt_tokens)
+            n_ctx = prompt_tokens + 64
+            sessions[label] = (stack.enter_context(Session(t, n_ctx, threads)),
+                               stack.enter_context(Session(d, n_ctx, threads)), prompt)
+        for label, (ts, ds, prompt) in sessions.items():   # warm-up, not kept
+            probe_costs(ts, ds, prompt[:64], 2, reps=1)
+        for r in range(rounds):
+            order = list(sessions) if r % 2 == 0 else list(sessions)[::-1]
+            for label in order:
+                ts, ds, prompt = sessions[label]
+                doc["probes"][label].append(probe_costs(ts, ds, prompt, k_max, reps=reps))
+            log(f"validation: round {r + 1}/{rounds}")
+            on_round(doc)
+    doc["complete"] = True
+    return doc

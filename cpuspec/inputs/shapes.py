@@ -1,0 +1,149 @@
+"""Shape-true models: a real Qwen architecture (hyperparameters, tensor names, shapes and
+per-tensor quant types) whose weights are random quantized blocks. ggml's CPU kernels do the
+same work for any values of a tensor of a given shape and type, so such a file decodes and
+verifies at the real model's speed: the cost side of a > 1 + α + β without downloading it.
+It has no real acceptance: every result labels it SHAPE_TRUE, and bench refuses it for
+acceptance. Pure: the shapes and the type rule; llama/shape_true.py writes the file.
+
+The shapes are the models' published configs (Hugging Face config.json: hidden_size,
+num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size),
+as issue 50 lists them for Qwen2.5 and as llama.cpp's qwen3 loader reads them for Qwen3."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SHAPE_TRUE = "shape-true (random weights)"
+QK_K = 256   # the k-quants' block: a row must hold a whole number of them
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    arch: str            # llama.cpp's architecture: qwen2 (QKV bias) or qwen3 (q/k norms)
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ff: int
+    vocab: int
+    head_dim: int | None = None      # qwen3: 128, whatever hidden / heads is
+    eps: float = 1e-6
+    rope_base: float = 1e6
+    context: int = 32768
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    def params(self) -> int:
+        """Weights (embedding and output counted apart, as the GGUF files hold both)."""
+        q, kv = self.heads * self.hd, self.kv_heads * self.hd
+        per_layer = self.hidden * (q + 2 * kv) + q * self.hidden + 3 * self.hidden * self.ff
+        return self.layers * per_layer + 2 * self.vocab * self.hidden
+
+
+SHAPES = {s.name: s for s in [
+    Shape("qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936),
+    Shape("qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 8960, 151936),
+    Shape("qwen2.5-3b", "qwen2", 2048, 36, 16, 2, 11008, 151936),
+    Shape("qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 18944, 152064),
+    Shape("qwen2.5-14b", "qwen2", 5120, 48, 40, 8, 13824, 152064, eps=1e-5),
+    Shape("qwen2.5-32b", "qwen2", 5120, 64, 40, 8, 27648, 152064, eps=1e-5),
+    Shape("qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, head_dim=128),
+    Shape("qwen3-1.7b", "qwen3", 2048, 28, 16, 8, 6144, 151936, head_dim=128),
+    Shape("qwen3-4b", "qwen3", 2560, 36, 32, 8, 9728, 151936, head_dim=128),
+    Shape("qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, head_dim=128),
+    Shape("qwen3-14b", "qwen3", 5120, 40, 40, 8, 17408, 151936, head_dim=128),
+]}
+SIZE_ALIASES = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "3b": "qwen2.5-3b",
+                "7b": "qwen2.5-7b", "14b": "qwen2.5-14b", "32b": "qwen2.5-32b"}
+QUANTS = ("Q4_K_M", "Q4_0", "Q8_0")
+# elements per block, bytes per block (ggml-common.h)
+BLOCKS = {"F32": (1, 4), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q8_0": (32, 34),
+          "Q4_K": (256, 144), "Q6_K": (256, 210)}
+# llama.cpp's tensor_type_fallback: a row that does not hold whole k-quant blocks
+FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
+
+
+class ShapeError(ValueError):
+    """An unknown model name or quant type."""
+
+
+def shape_of(name: str) -> Shape:
+    key = SIZE_ALIASES.get(name.lower(), name.lower())
+    if key not in SHAPES:
+        raise ShapeError(f"no shape named {name!r}: one of "
+                         + ", ".join([*SIZE_ALIASES, *SHAPES]))
+    return SHAPES[key]
+
+
+def use_more_bits(i: int, n: int) -> bool:
+    """llama.cpp's layers that get more bits in Q4_K_M (attn_v, ffn_down)."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def _fit(kind: str, ne0: int) -> str:
+    blck = BLOCKS[kind][0]
+    return kind if ne0 % blck == 0 else FALLBACK.get(kind, "F32")
+
+
+def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
+    """Every tensor's name and ggml shape (ne0 first), in the order the pinned files hold
+    them: the output and embedding, then each layer's tensors."""
+    e, q, kv = shape.hidden, shape.heads * shape.hd, shape.kv_heads * shape.hd
+    out = [("token_embd.weight", (e, shape.vocab)), ("output_norm.weight", (e,)),
+           ("output.weight", (e, shape.vocab))]
+    for i in range(shape.layers):
+        b = f"blk.{i}."
+        layer = [("attn_norm.weight", (e,)), ("attn_q.weight", (e, q)),
+                 ("attn_k.weight", (e, kv)), ("attn_v.weight", (e, kv)),
+                 ("attn_output.weight", (q, e)), ("ffn_norm.weight", (e,)),
+                 ("ffn_gate.weight", (e, shape.ff)), ("ffn_up.weight", (e, shape.ff)),
+                 ("ffn_down.weight", (shape.ff, e))]
+        if shape.arch == "qwen2":
+            layer += [("attn_q.bias", (q,)), ("attn_k.bias", (kv,)), ("attn_v.bias", (kv,))]
+        else:
+            layer += [("attn_q_norm.weight", (shape.hd,)), ("attn_k_norm.weight", (shape.hd,))]
+        out += [(b + n, ne) for n, ne in layer]
+    return out
+
+
+def quant_types(shape: Shape, quant: str) -> dict[str, str]:
+    """Per tensor, the type llama.cpp's quantizer gives it (llama_tensor_get_type): 1-D
+    tensors stay F32; Q4_0 and Q8_0 are pure (every matrix that type), as this project
+    derives them; Q4_K_M gives Q6_K to output.weight and, where use_more_bits says, to attn_v
+    and ffn_down, Q4_K elsewhere, with the fallback where a row holds no whole 256 block.
+    The counters of attn_v and ffn_down run in the tensors' name order (blk.0, blk.1, blk.10,
+    …), as the quantizer that wrote the pinned Qwen files visited them: the mix it reproduces."""
+    if quant not in QUANTS:
+        raise ShapeError(f"no quant {quant!r} for shape-true files: one of {', '.join(QUANTS)}")
+    plan = tensors(shape)
+    types = {n: "F32" for n, ne in plan if len(ne) == 1}
+    matrices = [(n, ne) for n, ne in plan if len(ne) == 2]
+    if quant != "Q4_K_M":
+        return types | {n: quant for n, _ in matrices}
+    for kind in ("attn_v.weight", "ffn_down.weight"):
+        named = sorted((n for n, _ in matrices if n.endswith(kind)))
+        for j, name in enumerate(named):
+            ne0 = dict(matrices)[name][0]
+            types[name] = _fit("Q6_K" if use_more_bits(j, len(named)) else "Q4_K", ne0)
+    for name, ne in matrices:
+        if name == "output.weight":
+            types[name] = _fit("Q6_K", ne[0])
+        elif name not in types:
+            types[name] = _fit("Q4_K", ne[0])
+    return types
+
+
+def nbytes(ne: tuple[int, ...], kind: str) -> int:
+    blck, size = BLOCKS[kind]
+    n = 1
+    for x in ne:
+        n *= x
+    return n // blck * size
+
+
+def file_bytes(shape: Shape, quant: str) -> int:
+    """The tensor data's bytes (the file is this plus its metadata, ~10 MB)."""
+    types = quant_types(shape, quant)
+    return sum(nbytes(ne, types[n]) for n, ne in tensors(shape))

@@ -1,0 +1,171 @@
+"""Writing a shape-true GGUF (inputs/shapes.py says what it is): gguf-py's writer, one tensor
+in memory at a time, random quantized blocks written directly (no F16 pass) with fp16 scales
+chosen so that dequantized weights have a spread of ~0.02 (no NaN, Inf or denormal scale), the
+norms at 1 and the biases at 0, and the tokenizer copied from a real Qwen file. Written to a
+temporary name, then renamed: never left half written."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from cpuspec.inputs.registry import models_dir
+from cpuspec.inputs.shapes import (BLOCKS, SHAPE_TRUE, Shape, ShapeError, file_bytes,
+                                   nbytes, quant_types, tensors)
+
+FILE_TYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15}
+WEIGHT_SPREAD = 0.02   # the standard deviation of a dequantized weight (a trained model's order)
+SHAPE_KEY = "cpuspec.shape_true"
+# 2: every page random (1 tiled a pool of blocks, which a host can merge: not shape-true)
+SHAPE_FORMAT = 2
+
+
+def _fp16(x: float) -> np.ndarray:
+    return np.array([x], dtype=np.float16).view(np.uint8)
+
+
+def _scale(b: np.ndarray, kind: str, rng: np.random.Generator) -> None:
+    """Set the fp16 scales of random blocks b (n_blocks × block bytes, ggml-common.h's
+    layouts) so that the dequantized weights spread by ~WEIGHT_SPREAD."""
+    if kind == "Q4_0":      # d·(q − 8), q in 0..15: spread ≈ 4.6 d
+        b[:, 0:2] = _fp16(WEIGHT_SPREAD / 4.6)
+    elif kind == "Q5_0":    # d·(q − 16), q in 0..31
+        b[:, 0:2] = _fp16(WEIGHT_SPREAD / 9.2)
+    elif kind == "Q8_0":    # d·q, q an int8
+        b[:, 0:2] = _fp16(WEIGHT_SPREAD / 74)
+    elif kind == "Q4_K":    # d·sc·q − dmin·m, 6-bit sc and m, q in 0..15
+        b[:, 0:2] = _fp16(WEIGHT_SPREAD / 150)
+        b[:, 2:4] = _fp16(WEIGHT_SPREAD / 150)
+    elif kind == "Q6_K":    # d·scale·(q − 32): int8 scales kept in 1..16
+        b[:, 192:208] = rng.integers(1, 17, size=(len(b), 16), dtype=np.uint8)
+        b[:, 208:210] = _fp16(WEIGHT_SPREAD / (8.5 * 18.5))
+    else:
+        raise ShapeError(f"no random blocks for {kind}")
+
+
+def _data(name: str, ne: tuple[int, ...], kind: str, rng: np.random.Generator) -> np.ndarray:
+    """A tensor's bytes. Every page of a quantized tensor is random, none repeats: a tiled
+    pool of blocks (identical pages) decoded 1.4× faster than the real file at Q8_0 on a VM
+    whose host merges identical pages, so random data must fill each tensor whole
+    (docs/shape-true.md)."""
+    if kind == "F32":
+        value = 0.0 if name.endswith(".bias") else 1.0
+        return np.full(ne[::-1], value, dtype=np.float32)
+    blck, size = BLOCKS[kind]
+    n_blocks = int(np.prod(ne)) // blck
+    b = np.frombuffer(bytearray(rng.bytes(n_blocks * size)), dtype=np.uint8)
+    b = b.reshape(n_blocks, size)
+    _scale(b, kind, rng)
+    return b.reshape(-1)
+
+
+def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int) -> None:
+    """The tokenizer's fields of a real Qwen file; the token list padded to the model's
+    vocabulary as convert_hf_to_gguf pads it ([PADi], type UNUSED)."""
+    from gguf import GGUFReader, GGUFValueType
+    reader = GGUFReader(tokenizer_file)
+    for field in reader.fields.values():
+        if not field.name.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+        value = field.contents()
+        if field.name in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+            pad = vocab - len(value)
+            if pad < 0:
+                raise ShapeError(f"{tokenizer_file.name} has {len(value)} tokens, more than "
+                                 f"the model's vocabulary of {vocab}")
+            value = list(value) + ([f"[PAD{i}]" for i in range(len(value), vocab)]
+                                   if field.name.endswith("tokens") else [5] * pad)
+        writer.add_key_value(field.name, value, vtype, sub_type=sub)
+
+
+def _hparams(writer, shape: Shape, quant: str) -> None:
+    a = shape.arch
+    writer.add_name(f"{shape.name} {quant} {SHAPE_TRUE}")
+    writer.add_uint32(SHAPE_KEY, SHAPE_FORMAT)
+    writer.add_uint32(f"{a}.context_length", shape.context)
+    writer.add_uint32(f"{a}.embedding_length", shape.hidden)
+    writer.add_uint32(f"{a}.block_count", shape.layers)
+    writer.add_uint32(f"{a}.feed_forward_length", shape.ff)
+    writer.add_uint32(f"{a}.attention.head_count", shape.heads)
+    writer.add_uint32(f"{a}.attention.head_count_kv", shape.kv_heads)
+    writer.add_float32(f"{a}.rope.freq_base", shape.rope_base)
+    writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", shape.eps)
+    if shape.head_dim:
+        writer.add_uint32(f"{a}.attention.key_length", shape.head_dim)
+        writer.add_uint32(f"{a}.attention.value_length", shape.head_dim)
+    writer.add_uint32("general.file_type", FILE_TYPES[quant])
+    writer.add_quantization_version(2)
+
+
+def shape_path(shape: Shape, quant: str) -> Path:
+    return models_dir() / "shape-true" / \
+        f"{shape.name}-{quant.lower()}.shape-true-v{SHAPE_FORMAT}.gguf"
+
+
+def check_room(shape: Shape, quant: str, folder: Path, memory_bytes: int) -> int:
+    """The bytes the file needs; refused (ShapeError, saying how much) where the disk could
+    not hold it or the memory could not hold it while it runs."""
+    need = file_bytes(shape, quant) + 64 * 2 ** 20
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise ShapeError(f"{shape.name} {quant} needs {need / 1e9:.1f} GB on disk; "
+                         f"{folder} has {free / 1e9:.1f} GB free")
+    if need > 0.9 * memory_bytes:
+        raise ShapeError(f"{shape.name} {quant} needs {need / 1e9:.1f} GB of memory to run; "
+                         f"this machine has {memory_bytes / 1e9:.1f} GB")
+    return need
+
+
+def write_shape_true(shape: Shape, quant: str, tokenizer_file: Path, memory_bytes: int,
+                     log: Callable[[str], None] = lambda _: None, seed: int = 0) -> Path:
+    """The shape-true file of `shape` at `quant`, written once and cached."""
+    from gguf import GGMLQuantizationType, GGUFWriter
+    dest = shape_path(shape, quant)
+    if dest.is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    need = check_room(shape, quant, dest.parent, memory_bytes)
+    log(f"shape-true: writing {dest.name} ({need / 1e9:.1f} GB, random weights)")
+    types = quant_types(shape, quant)
+    partial = dest.with_name(f"{dest.name}.{os.getpid()}.partial")
+    rng = np.random.default_rng(seed)
+    try:
+        writer = GGUFWriter(partial, shape.arch)
+        _hparams(writer, shape, quant)
+        _copy_tokenizer(writer, tokenizer_file, shape.vocab)
+        plan = tensors(shape)
+        for name, ne in plan:
+            kind = types[name]
+            writer.add_tensor_info(name, ne[::-1], np.dtype(np.float32),
+                                   nbytes(ne, kind), raw_dtype=GGMLQuantizationType[kind])
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for name, ne in plan:
+            writer.write_tensor_data(_data(name, ne, types[name], rng))
+        writer.close()
+        os.replace(partial, dest)
+    except OSError as exc:
+        raise ShapeError(f"cannot write {dest}: {exc}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    return dest
+
+
+HEADER_BYTES = 1 << 16   # write_shape_true writes SHAPE_KEY before the tokenizer's arrays
+
+
+def is_shape_true(path: Path) -> bool:
+    """Whether a GGUF is a shape-true file: its metadata holds SHAPE_KEY, which
+    write_shape_true puts in the first HEADER_BYTES (read alone: no model is parsed)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER_BYTES)
+    except OSError:
+        return False
+    return head[:4] == b"GGUF" and SHAPE_KEY.encode() in head

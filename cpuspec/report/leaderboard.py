@@ -1,0 +1,63 @@
+"""`cpuspec leaderboard`'s printer: one screen, a row per machine (analysis/leaderboard.py),
+the user's own latest run marked, the files passed over said, and the query behind it."""
+from __future__ import annotations
+
+from cpuspec.report import screen
+
+
+def _isa(isa: str | None) -> str:
+    flags = (isa or "").split()
+    base = "AVX512" if "AVX512" in flags else "AVX2" if "AVX2" in flags else \
+        "NEON" if "NEON" in flags else (flags[0] if flags else "?")
+    return base + ("+VNNI" if "AVX_VNNI" in flags else "")
+
+
+def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
+                 mine: str | None = None) -> str:
+    """mine: the fingerprint of the user's latest saved run (marked "← you")."""
+    show_p7 = any(r.get("p7") is not None for r in rows)
+    show_bw = any(r.get("bw") for r in rows)
+    table = []
+    for i, r in enumerate(rows[:25], 1):
+        cpu = r["cpu"] + (f" ({r['family']}/{r['model']})" if r.get("family") is not None
+                          else "")
+        best = screen.speedup(r["sd"], [r["lo"], r["hi"]] if r.get("lo") is not None
+                              else None, None) if r.get("sd") else "none faster"
+        table.append([str(i) + ("←" if r["fp"] == mine else ""), screen.cut(cpu, 22),
+                      _isa(r.get("isa")), r.get("threads") or "-",
+                      "-" if r.get("raw") is None else f"{r['raw']:.1f}",
+                      screen.cut(r.get("config") or "-", 26), best,
+                      *(["-" if r.get("p7") is None else f"{r['p7']:.2f}"] if show_p7 else []),
+                      *(["-" if not r.get("bw") else f"{r['bw']:.0f}"] if show_bw else [])])
+    head = ["#", "CPU (family/model)", "ISA", "t", "raw t/s", "best SD measured faster",
+            "SD ×raw [95%]", *(["7B p*"] if show_p7 else []), *(["GB/s"] if show_bw else [])]
+    lines = screen.wrap(f"{len(rows)} machines, {n_rows} rows from {source}; raw t/s: the "
+                        "default pair (1.5B + 0.5B Q4_K_M)"
+                        + ("; 7B p*: the least acceptance at which SD pays for a shape-true "
+                           "7B Q4_K_M target (costs measured, acceptance assumed)"
+                           if show_p7 else ""))
+    lines += ["", screen.table(head, table)]
+    if len(rows) > 25:
+        lines.append(f"({len(rows) - 25} more machines: --sql or --where narrows them)")
+    if mine is not None:
+        lines.append("←: the machine of your latest saved run" if any(
+            r["fp"] == mine for r in rows) else "your latest saved run has no rows here")
+    for s in skipped[:5]:
+        lines += screen.wrap(f"passed over: {s}", "  ")
+    if len(skipped) > 5:
+        lines.append(f"passed over: {len(skipped) - 5} more files")
+    lines += screen.wrap("More: cpuspec leaderboard --sql \"SELECT cpu_name, task, sd_speedup "
+                         "FROM rows WHERE verdict = 'faster' ORDER BY sd_speedup DESC\"")
+    return "\n".join(lines)
+
+
+def render_query(cols: list[str], rows: list[tuple]) -> str:
+    """Any query's result, cut to the screen (CSV or JSON give it whole: --format)."""
+    def cell(v):
+        return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+    width = max(8, (screen.WIDTH - 2 * len(cols)) // max(len(cols), 1))
+    body = [[screen.cut(cell(v), width) for v in r] for r in rows[:screen.MAX_LINES - 4]]
+    out = [screen.table([screen.cut(c, width) for c in cols], body)]
+    if len(rows) > len(body):
+        out.append(f"({len(rows) - len(body)} more rows: --format csv prints them all)")
+    return "\n".join(out)

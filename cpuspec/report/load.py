@@ -1,0 +1,111 @@
+"""A load run's screen (`cpuspec paths --concurrency`): per concurrency, the plain and SD
+servers' aggregate t/s, SD ×raw of throughput and of per-request latency with their
+intervals, the latencies, and up to how many requests in flight SD paid."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cpuspec.analysis.load import crossover, summarize_load
+from cpuspec.report import screen
+
+
+def _cell(st: dict) -> str:
+    return screen.speedup(st["speedup"], st["ci"], st["range"])
+
+
+def _verdict(st: dict) -> str:
+    return screen.verdict_of(st["ci"], st["range"])
+
+
+def load_answer(doc: dict) -> str:
+    """"SD pays for up to N in flight; off from M" (or that it never paid)."""
+    levels = summarize_load(doc)
+    c = crossover(levels)
+    faster = [lv["concurrency"] for lv in levels if lv["throughput"]["significance"] == "faster"]
+    if c["pays_up_to"] is None and faster:
+        return (f"SD was not faster at {c['off_from']} in flight but was at "
+                f"{', '.join(map(str, faster))}: no clear crossover; measure more batches")
+    if c["pays_up_to"] is None:
+        return (f"SD was not measured faster at any load tried "
+                f"({', '.join(map(str, doc['settings']['levels']))} in flight): keep it off")
+    return (f"SD pays for up to {c['pays_up_to']} request(s) in flight here"
+            + (f"; off from {c['off_from']}" if c["off_from"] else
+               "; every level tried paid (try more: --concurrency 1,2,4,8,16)"))
+
+
+def render_load(doc: dict, source: str = "RUN") -> str:
+    s = doc["settings"]
+    levels = summarize_load(doc)
+    head = (f"llama-server under load: {Path(s['target']).name} + "
+            f"{Path(s['draft']).name if s.get('draft') else 'no draft model'}, k = {s['k']}, "
+            f"{s['threads']} threads, {s['max_tokens']} tokens; {s['batches']} batches per "
+            "level, each one unit of the 95 % interval (*: a range)")
+    rows = []
+    for lv in levels:
+        raw, sd = lv["raw"], lv["sd"]
+        rows.append([lv["concurrency"], f"{raw.get('tok_s', 0):.1f}", f"{sd.get('tok_s', 0):.1f}",
+                     _cell(lv["throughput"]), _verdict(lv["throughput"]),
+                     _cell(lv["latency"]),
+                     f"{raw.get('e2e_p99_ms', 0) / 1e3:.1f}→{sd.get('e2e_p99_ms', 0) / 1e3:.1f}",
+                     f"{raw.get('ttft_p50_ms', 0) / 1e3:.1f}→{sd.get('ttft_p50_ms', 0) / 1e3:.1f}",
+                     lv["same_output"]])
+    lines = [*screen.wrap(head), "",
+             screen.table(["N", "raw t/s", "SD t/s", "SD ×raw t/s", "measured",
+                           "SD ×raw latency", "p99 s", "TTFT s", "same"], rows), ""]
+    lines += screen.wrap(load_answer(doc))
+    lines += screen.wrap("t/s: every request's tokens over the batch's wall time; latency: raw's "
+                         "mean per-request time over SD's (> 1: SD answers sooner); p99 s: the "
+                         "requests' end-to-end p99, raw→SD; TTFT: the client's time to the "
+                         "first token (queue + prefill), median", "  ")
+    if not doc.get("complete", True):
+        lines.append("INCOMPLETE: the levels and batches that finished are shown")
+    return "\n".join(lines + ["", *screen.more(source, "every request", "report")])
+
+
+def render_load_details(doc: dict) -> str:
+    """Every batch of every level: its server, requests, tokens, wall time and t/s, and the
+    requests' latencies (the screen's figures come from these)."""
+    lines = []
+    for level in doc["levels"]:
+        lines.append(f"{level['concurrency']} in flight:")
+        rows = []
+        for b in level["batches"]:
+            reqs = b["requests"]
+            tokens = sum(r["n_tokens"] for r in reqs)
+            rows.append([b["batch"] + 1, b["mode"], len(reqs), tokens, f"{b['wall_s']:.1f}",
+                         f"{tokens / b['wall_s']:.1f}",
+                         " ".join(f"{r['e2e_s']:.1f}" for r in reqs)])
+        lines += [screen.table(["batch", "server", "requests", "tokens", "wall s", "t/s",
+                                "each request's e2e s"], rows), ""]
+    return "\n".join(lines).rstrip()
+
+
+def measured_load(target: str, draft: str | None, k: int, meta: dict | None = None,
+                  threads: int | None = None, drafter: str = "model", p_min: float = 0.0
+                  ) -> tuple[dict, Path] | None:
+    """The newest saved load run of this configuration (target and draft files by name, k,
+    drafter, p-min, threads where given), from this machine when `meta` is given."""
+    from cpuspec.report.paths import saved_paths_runs
+    for doc, path in saved_paths_runs(meta, "load"):
+        s = doc.get("settings") or {}
+        if s.get("drafter", "model") == drafter and (s.get("p_min") or 0.0) == p_min \
+                and (threads is None or s.get("threads") == threads) and Path(str(s.get("target"))).name == Path(target).name \
+                and (Path(s["draft"]).name if s.get("draft") else None) == \
+                (Path(draft).name if draft else None) and s.get("k") == k \
+                and not s.get("server_flags"):
+            return doc, path
+    return None
+
+
+def load_note(target: str, draft: str | None, k: int, meta: dict | None = None,
+              **config) -> str:
+    """A few words for the line above a printed llama-server command: what a saved load run
+    of this configuration measured, or that the answer is for one request at a time."""
+    found = measured_load(target, draft, k, meta, **config)
+    if found is None:
+        return "measured 1 request at a time"
+    c = crossover(summarize_load(found[0]))
+    if c["pays_up_to"]:
+        return f"SD paid up to {c['pays_up_to']} in flight" + (
+            f", not from {c['off_from']}" if c["off_from"] else "")
+    return f"SD was not faster at {c['off_from']} in flight here"

@@ -1,0 +1,176 @@
+"""The dataset on disk and remote: Parquet files written with pyarrow (one file per submission,
+named by its content, so the same runs twice are one file and nobody's rows are rewritten),
+read back from a folder or any fsspec URL (memory://, hf://datasets/OWNER/NAME through
+huggingface-hub, s3:// where s3fs is installed). Reading keeps every good file and says what it
+passed over: a foreign Parquet file, a newer schema, a damaged file. pyarrow and DuckDB are the
+optional extra `cpuspec[dataset]`."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+
+SCHEMA_KEY = b"cpuspec.dataset_schema"
+EXTRA_HINT = "the dataset commands need pyarrow and duckdb: pip install 'cpuspec[dataset]'"
+ARROW = {"int": "int64", "float": "float64", "str": "string"}
+
+
+class DatasetError(RuntimeError):
+    """A destination or source that cannot be used, or the extra is missing."""
+
+
+def _pa():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DatasetError(EXTRA_HINT) from None
+    return pa, pq
+
+
+def arrow_schema(columns: list[tuple[str, str]], version: int):
+    pa, _ = _pa()
+    return pa.schema([(n, getattr(pa, ARROW[t])()) for n, t in columns],
+                     metadata={SCHEMA_KEY: str(version).encode()})
+
+
+def to_parquet_bytes(rows: list[dict], columns: list[tuple[str, str]], version: int) -> bytes:
+    pa, pq = _pa()
+    table = pa.Table.from_pylist(rows, schema=arrow_schema(columns, version))
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def submission_name(rows: list[dict]) -> str:
+    """A content address: the rows' ids, sorted (the same runs give the same name)."""
+    ids = sorted(r["row_id"] for r in rows)
+    return f"cpuspec-{hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:24]}.parquet"
+
+
+def _fs(dest: str):
+    try:
+        import fsspec
+    except ImportError:
+        raise DatasetError("fsspec is needed for URLs: pip install fsspec") from None
+    try:
+        fs, path = fsspec.core.url_to_fs(dest)
+    except (ImportError, ValueError) as exc:
+        raise DatasetError(f"cannot open {dest}: {exc}") from None
+    return fs, path
+
+
+def publish(rows: list[dict], columns: list[tuple[str, str]], version: int, dest: str) -> tuple[str, bool]:
+    """Write `rows` as one file under `dest` (folder or URL); (its address, whether it was new).
+    The file is written whole or not at all: to a temporary name, then moved."""
+    if not rows:
+        raise DatasetError("no rows to publish (bench and what-if runs give rows)")
+    name = submission_name(rows)
+    if dest.startswith("hf://"):
+        return _publish_hf(dest, name, to_parquet_bytes(rows, columns, version))
+    fs, root = _fs(dest)
+    target = f"{root.rstrip('/')}/{name}"
+    data = to_parquet_bytes(rows, columns, version)
+    try:
+        if fs.exists(target):
+            return target, False
+        fs.makedirs(root, exist_ok=True)
+        tmp = f"{target}.partial"
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
+        fs.mv(tmp, target)
+    except DatasetError:
+        raise
+    except Exception as exc:   # fsspec backends raise their own errors: say where, not how
+        raise DatasetError(f"cannot write to {dest}: {exc}") from None
+    return target, True
+
+
+HF_PREFIX = "hf://datasets/"
+
+
+def _publish_hf(dest: str, name: str, data: bytes) -> tuple[str, bool]:
+    """One file into a Hugging Face dataset repo (hf://datasets/OWNER/NAME[/FOLDER]) through
+    huggingface-hub's API, with its token from the usual place; an existing file of the same
+    name (the same rows) is left as it is."""
+    if not dest.startswith(HF_PREFIX) or len(dest[len(HF_PREFIX):].split("/")) < 2:
+        raise DatasetError(f"{dest}: a Hugging Face destination is hf://datasets/OWNER/NAME")
+    from huggingface_hub import HfApi
+    owner, repo, *folder = dest[len(HF_PREFIX):].strip("/").split("/")
+    repo_id, path = f"{owner}/{repo}", "/".join([*folder, name])
+    api = HfApi()
+    try:
+        if api.file_exists(repo_id, path, repo_type="dataset"):
+            return f"{HF_PREFIX}{repo_id}/{path}", False
+        api.upload_file(path_or_fileobj=data, path_in_repo=path, repo_id=repo_id,
+                        repo_type="dataset", commit_message=f"cpuspec: add {name}")
+    except Exception as exc:   # no network, no token, no such repo: said, nothing half-sent
+        raise DatasetError(f"cannot publish to {dest}: {str(exc).splitlines()[0][:200]}") \
+            from None
+    return f"{HF_PREFIX}{repo_id}/{path}", True
+
+
+@dataclass
+class Loaded:
+    """What a read found: the good rows as one Arrow table, and a line per file passed over."""
+    table: object
+    files: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def read_source(source: str, columns: list[tuple[str, str]], version: int,
+                migrations: dict | None = None, wanted: list[str] | None = None) -> Loaded:
+    """Every cpuspec dataset file under `source`: only the columns `wanted` (all by default);
+    an older schema through `migrations` (version → function on an Arrow table), a newer one,
+    a foreign or a damaged file passed over with the reason."""
+    pa, pq = _pa()
+    fs, root = _fs(source)
+    try:
+        paths = sorted(p for p in fs.find(root) if p.endswith(".parquet")) \
+            if fs.isdir(root) else [root] if fs.isfile(root) else []
+    except Exception as exc:
+        raise DatasetError(f"cannot read {source}: {exc}") from None
+    if not paths:
+        raise DatasetError(f"no .parquet files under {source}")
+    names = wanted or [n for n, _ in columns]
+    tables, skipped = [], []
+    for path in paths:
+        name = path[len(root.rstrip("/")):].lstrip("/") or path   # said relative to SOURCE
+        try:
+            with fs.open(path, "rb") as f:
+                pf = pq.ParquetFile(f)
+                meta = pf.schema_arrow.metadata or {}
+                if SCHEMA_KEY not in meta:
+                    skipped.append(f"{name}: not a cpuspec dataset file")
+                    continue
+                got = int(meta[SCHEMA_KEY])
+                if got > version:
+                    skipped.append(f"{name}: dataset schema {got}, newer than this cpuspec "
+                                   f"reads ({version}): upgrade cpuspec")
+                    continue
+                missing = [v for v in range(got, version) if v not in (migrations or {})]
+                if missing:
+                    skipped.append(f"{name}: dataset schema {got} has no migration to "
+                                   f"{version} (from {missing[0]})")
+                    continue
+                # an older file is read whole: its migration may need columns since renamed
+                table = pf.read(columns=[n for n in names if n in pf.schema_arrow.names]
+                                if got == version else None)
+            for v in range(got, version):
+                table = migrations[v](table)
+            tables.append(table.select([n for n in names if n in table.column_names]))
+        except Exception as exc:   # a damaged file among good ones: say so, keep the rest
+            skipped.append(f"{name}: unreadable ({str(exc)[:120]})")
+    schema = pa.schema([f for f in arrow_schema(columns, version) if f.name in names])
+    table = pa.concat_tables([_conform(t, schema) for t in tables]) if tables else \
+        schema.empty_table()
+    return Loaded(table, len(paths), skipped)
+
+
+def _conform(table, schema):
+    """A table with every column of `schema` (missing ones null), in its order and types."""
+    pa, _ = _pa()
+    cols = [table.column(f.name).cast(f.type) if f.name in table.column_names
+            else pa.nulls(table.num_rows, f.type) for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)

@@ -1,0 +1,139 @@
+"""Issue 51: SD under load on the tiny models, where llama.cpp's server is built here. N
+closed-loop clients complete at every level; SD's outputs are checked against the plain
+server's; both servers stop on success, on a failed client (the finished batches kept, a
+clear message) and on SIGINT and SIGTERM (by pid); bad levels are refused before any load."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.analysis.load import crossover, summarize_load
+from cpuspec.cli.main import main
+from cpuspec.llama import native
+from test_paths import real_bin_dir
+
+
+@pytest.fixture
+def server_bin():
+    bin_dir = real_bin_dir((native.SERVER,))
+    if bin_dir is None:
+        pytest.skip("llama.cpp's llama-server is not built here (`cpuspec paths --build-native`)")
+    return bin_dir
+
+
+def servers_alive(bin_dir) -> list[int]:
+    """llama-server processes of this build still running (zombies count as gone)."""
+    out = []
+    for p in psutil.process_iter(["exe", "status"]):
+        try:
+            if p.info["exe"] == str(bin_dir / native.SERVER) and \
+                    p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def load_args(tiny_models, server_bin, out, *extra):
+    return ["paths", "--target", str(tiny_models["target"]), "--draft",
+            str(tiny_models["draft"]), "-k", "3", "-n", "12", "--threads", "1", "--tasks",
+            "json", "--prompts-per-task", "2", "--llama-bin", str(server_bin), "--no-save",
+            "--json", str(out), *extra]
+
+
+def test_n_clients_complete_outputs_are_checked_and_servers_stop(server_bin, tiny_models,
+                                                                   tmp_path):
+    out = tmp_path / "load.json"
+    res = CliRunner().invoke(main, load_args(tiny_models, server_bin, out, "--concurrency",
+                                             "1,2", "--batches", "2"))
+    assert res.exit_code == 0, res.output
+    assert not servers_alive(server_bin)
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "load" and doc["complete"]
+    for level in doc["levels"]:
+        n = level["concurrency"]
+        assert len(level["batches"]) == 4                 # 2 batches × (plain, SD)
+        for b in level["batches"]:
+            assert len(b["requests"]) == n and {r["client"] for r in b["requests"]} == \
+                set(range(n))
+            assert all(r["n_tokens"] == 12 for r in b["requests"])
+            if b["mode"] == "sd":
+                assert sum(r["drafted"] for r in b["requests"]) > 0
+    levels = summarize_load(doc)
+    for lv in levels:                  # greedy: SD's text is the plain server's
+        same, total = map(int, lv["same_output"].split("/"))
+        assert total > 0 and same == total, lv
+    assert "SD ×raw t/s" in res.output and max(map(len, res.output.splitlines())) <= 100
+
+
+def test_a_client_that_fails_mid_run_keeps_the_finished_batches(server_bin, tiny_models,
+                                                                   tmp_path, monkeypatch):
+    from cpuspec.llama.server import Server
+    real = Server.complete
+    calls = {"n": 0}
+
+    def flaky(self, prompt, n):
+        calls["n"] += 1
+        if calls["n"] == 5:      # the warm-ups are 2, the first batch 2: the second fails
+            raise native.NativeError("llama-server did not answer /completion (reset)")
+        return real(self, prompt, n)
+    monkeypatch.setattr(Server, "complete", flaky)
+    out = tmp_path / "load.json"
+    res = CliRunner().invoke(main, load_args(tiny_models, server_bin, out, "--concurrency",
+                                             "1", "--batches", "3"))
+    assert res.exit_code == 1 and "a load client failed" in res.output, res.output
+    assert "client 1, prompt json-" in res.output and "Traceback" not in res.output
+    assert not servers_alive(server_bin)
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and doc["ended"].startswith("failed")
+    assert len(doc["levels"][0]["batches"]) == 2       # the first batch, both servers
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_both_servers(server_bin, tiny_models, tmp_path, sig):
+    out = tmp_path / "load.json"
+    cmd = [sys.executable, "-m", "cpuspec", *load_args(tiny_models, server_bin, out,
+                                                       "--concurrency", "2", "--batches",
+                                                       "50")]
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stderr=err, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "batch 2/50" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)                  # until the load is running
+        pids = servers_alive(server_bin)
+        assert len(pids) == 2, log.read_text()
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) in (130, 143, -sig)
+        time.sleep(0.5)
+        assert not [p for p in pids if psutil.pid_exists(p) and
+                    psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    finally:                                 # nothing of this test outlives it
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in servers_alive(server_bin):
+            psutil.Process(pid).kill()
+
+
+@pytest.mark.parametrize("levels", ["0", "1,x", "100"])
+def test_bad_levels_are_refused_before_anything_runs(levels):
+    res = CliRunner().invoke(main, ["paths", "--concurrency", levels, "--no-save"])
+    assert res.exit_code == 2 and "--concurrency" in res.output, res.output
+
+
+def test_the_crossover_is_the_last_level_measured_faster_before_the_first_that_was_not():
+    def level(n, sig):
+        return {"concurrency": n, "throughput": {"significance": sig}}
+    assert crossover([level(1, "faster"), level(2, "not significant"), level(4, "slower")]) \
+        == {"pays_up_to": 1, "off_from": 2}
+    assert crossover([level(1, "not significant"), level(2, "faster")]) == \
+        {"pays_up_to": None, "off_from": 1}
+    assert crossover([level(1, "faster"), level(2, "faster")]) == \
+        {"pays_up_to": 2, "off_from": None}

@@ -1,0 +1,124 @@
+"""Issue 50: shape-true files (a real Qwen architecture, random quantized weights). The
+0.5B and 1.5B written here hold exactly the pinned real files' tensor names, shapes and types;
+a written file loads in llama-cpp-python and decodes without NaN or Inf; the label reaches the
+results file and the printout; memory and disk refusals say the bytes; bench refuses it."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REAL_MODELS_HOME
+from cpuspec.cli.main import main
+from cpuspec.inputs.shapes import SHAPE_TRUE, ShapeError, file_bytes, quant_types, shape_of
+
+REAL = {"0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"}
+
+
+def cli(*args, home=REAL_MODELS_HOME, timeout=1800):
+    env = dict(os.environ, CPUSPEC_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "cpuspec", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def tensors_of(path: Path) -> dict:
+    from gguf import GGUFReader
+    return {t.name: ([int(x) for x in t.shape], t.tensor_type.name)
+            for t in GGUFReader(path).tensors}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The shape-true 0.5B and 1.5B (Q4_K_M), written by the CLI in a home of their own; the
+    tokenizer and the real files from the pinned pair (fetched as the real-model test does)."""
+    home = tmp_path_factory.mktemp("shape-home")
+    for name in REAL.values():   # the real files, as links: the pair is fetched once per CI
+        src = Path(REAL_MODELS_HOME) / "models" / name
+        if not src.is_file():
+            proc = cli("models", "fetch", "qwen2.5-coder-1.5b-q4km", "qwen2.5-coder-0.5b-q4km")
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        (home / "models").mkdir(exist_ok=True)
+        (home / "models" / name).symlink_to(src)
+        for extra in src.parent.glob(src.name + ".*"):
+            (home / "models" / extra.name).symlink_to(extra)
+    out = {}
+    for size in REAL:
+        proc = cli("models", "shape", size, home=home)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[size] = Path(proc.stdout.strip().splitlines()[-1])
+    return home, out
+
+
+@pytest.mark.realmodel
+@pytest.mark.parametrize("size", list(REAL))
+def test_a_shape_true_file_has_the_real_files_names_shapes_and_types(written, size):
+    home, files = written
+    assert tensors_of(files[size]) == tensors_of(Path(REAL_MODELS_HOME) / "models" / REAL[size])
+
+
+@pytest.mark.realmodel
+def test_a_shape_true_file_decodes_without_nan_and_costs_label_it(written, tmp_path):
+    home, files = written
+    import numpy as np
+    from llama_cpp import Llama
+    m = Llama(str(files["0.5b"]), n_ctx=256, n_threads=1, logits_all=True, verbose=False)
+    m.eval(m.tokenize(b"def fibonacci(n):"))
+    for _ in range(8):
+        m.eval([int(np.argmax(m.scores[m.n_tokens - 1]))])
+    assert np.isfinite(m.scores[:m.n_tokens]).all()
+    del m
+    out = tmp_path / "costs.json"
+    proc = cli("costs", "--target", files["0.5b"], "--draft", files["0.5b"], "--max-n", "2",
+               "--reps", "1", "--no-save", "--json", out, "-t", "1", home=home)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["models"]["target"]["shape_true"] == SHAPE_TRUE
+    assert SHAPE_TRUE in " ".join(proc.stdout.split())      # the screen may wrap it
+    shown = CliRunner().invoke(main, ["report", str(out)]).output
+    assert SHAPE_TRUE in " ".join(shown.split())
+
+
+@pytest.mark.realmodel
+def test_bench_refuses_a_shape_true_file_before_loading(written):
+    home, files = written
+    proc = cli("bench", "--target", files["1.5b"], "--draft", files["0.5b"], home=home,
+               timeout=120)
+    assert proc.returncode == 2 and "shape-true (random weights)" in proc.stderr
+    assert "Traceback" not in proc.stderr and "loading" not in proc.stderr
+
+
+def test_the_mix_follows_llama_cpps_rule_where_rows_hold_whole_blocks():
+    """7B: every row holds whole 256 blocks, so no fallback type; Q6_K on output, and on
+    attn_v and ffn_down in use_more_bits' layers (14 of 28 each), Q4_K elsewhere."""
+    types = quant_types(shape_of("7b"), "Q4_K_M")
+    kinds = {t for n, t in types.items() if n.endswith("weight") and "norm" not in n}
+    assert kinds == {"Q4_K", "Q6_K"}
+    assert sum(t == "Q6_K" for n, t in types.items() if "attn_v" in n) == 14
+    assert types["output.weight"] == "Q6_K" and types["token_embd.weight"] == "Q4_K"
+    assert set(quant_types(shape_of("7b"), "Q8_0").values()) == {"Q8_0", "F32"}
+    # the published Qwen2.5-7B-Instruct Q4_K_M file is 4.68 GB (its metadata adds ~6 MB)
+    assert 4.67e9 < file_bytes(shape_of("7b"), "Q4_K_M") < 4.69e9
+
+
+def test_bad_names_quants_and_no_room_are_refused_with_the_bytes(tmp_path, monkeypatch):
+    import shutil
+
+    from cpuspec.llama.shape_true import check_room
+    res = CliRunner().invoke(main, ["models", "shape", "99b"])
+    assert res.exit_code != 0 and "no shape named '99b'" in res.output
+    res = CliRunner().invoke(main, ["models", "shape", "7b", "--quant", "Q3_K"])
+    assert res.exit_code != 0 and "no quant 'Q3_K'" in res.output
+    with pytest.raises(ShapeError, match=r"needs 15\.\d GB on disk; .* has 1\.0 GB free"):
+        monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(
+            2 * 10 ** 9, 10 ** 9, 10 ** 9))
+        check_room(shape_of("14b"), "Q8_0", tmp_path, 64 * 10 ** 9)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(
+        10 ** 12, 0, 10 ** 12))
+    with pytest.raises(ShapeError, match=r"needs 15\.\d GB of memory to run; this machine "
+                                         r"has 8\.0 GB"):
+        check_room(shape_of("14b"), "Q8_0", tmp_path, 8 * 10 ** 9)
+    assert not list(tmp_path.rglob("*.gguf*"))      # nothing half written

@@ -1,0 +1,63 @@
+"""Issue 50, item 3: the what-if over larger (shape-true) targets. The break-even acceptance
+per k and the best speedup at an assumed acceptance come from a real recorded cost probe; each
+is checked against another path through the numbers (the speedup formula at that acceptance,
+the cost curve's ceiling), so an error in either shows. Bad sizes, quants and a --target beside
+--sizes are refused before any model loads."""
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.analysis.whatif import ASSUMED_P, predicted_sd_speedup, whatif_row
+from cpuspec.cli.main import main
+from cpuspec.core.costs import ceiling_speedup
+from cpuspec.results.records import CostProbe
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBES = [ROOT / "bench/results/epyc-family25-model17" / f for f in
+          ("costs_q4_0.json", "costs_q8_0.json", "costs_q4km.json")]
+
+
+@pytest.mark.parametrize("path", PROBES, ids=lambda p: p.name)
+def test_break_even_acceptance_is_where_the_predicted_speedup_crosses_one(path):
+    probe = json.loads(path.read_text())["cost_probe"]
+    row = whatif_row(probe)
+    assert row["break_even_p"], row
+    for k, p in row["break_even_p"].items():
+        if p is None:      # no acceptance pays: even every draft accepted stays below 1
+            assert ceiling_speedup(CostProbe.of(probe).verify_s, CostProbe.of(probe).draft_s,
+                                   k) <= 1.0
+            continue
+        assert predicted_sd_speedup(probe, p, k) == pytest.approx(1.0, abs=1e-6)
+        assert predicted_sd_speedup(probe, min(p + 0.02, 0.999), k) > 1.0
+
+
+@pytest.mark.parametrize("path", PROBES, ids=lambda p: p.name)
+def test_the_best_speedup_at_an_assumed_acceptance_stays_under_the_ceiling(path):
+    probe = json.loads(path.read_text())["cost_probe"]
+    p = CostProbe.of(probe)
+    row = whatif_row(probe)
+    ceiling = max(ceiling_speedup(p.verify_s, p.draft_s, k) for k in row["break_even_a"])
+    previous = 0.0
+    for acc in ASSUMED_P:
+        best = row["best"][acc]
+        assert best["speedup"] <= max(ceiling, 1.0) + 1e-9
+        assert best["speedup"] >= previous    # more acceptance never predicts less
+        previous = best["speedup"]
+        if best["k"]:
+            assert predicted_sd_speedup(probe, acc, best["k"]) == pytest.approx(best["speedup"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sizes", "99b"], "no shape named '99b'"),
+    (["--sizes", "7b", "--quants", "Q3_K"], "Q3_K: one of Q4_K_M, Q4_0, Q8_0"),
+    (["--sizes", "7b", "--target", "x.gguf"], "not --target"),
+])
+def test_bad_what_if_input_is_refused_before_models_load(args, message, tmp_path):
+    if "--target" in args:
+        (tmp_path / "x.gguf").write_bytes(b"GGUF")
+        args = [a.replace("x.gguf", str(tmp_path / "x.gguf")) for a in args]
+    res = CliRunner().invoke(main, ["costs", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "loading" not in res.output
