@@ -7,7 +7,7 @@
 #     prompts (what prices the server's rounds), then the loop's k and the server's own k on
 #     held-out prompts (bench/prompts_heldout6.jsonl) that chose nothing.
 # Needs llama.cpp's programs (`cpuspec paths --build-native`) and the derived Q8_0/Q4_0 files.
-# Usage: bash bench/server_load.sh [OUT_DIR] [SERVER_K]
+# Usage: bash bench/server_load.sh [OUT_DIR] ['K K ...']   (e.g. '7 3 5')
 set -euo pipefail
 machine="epyc-family$(awk '/^cpu family/{print $4; exit}' /proc/cpuinfo)-model$(awk '/^model[[:space:]]/{print $3; exit}' /proc/cpuinfo)"
 OUT="${1:-bench/results/$machine}"
@@ -24,9 +24,12 @@ run server_k_q8_0_k7 --target "$Q8" --draft "$Q4D" -k 7 --paths cpuspec,llama-se
 # the server's own k, priced from the saved paths run above (saved runs: $CPUSPEC_HOME/results)
 cpuspec advise "$OUT/bench_q8_0_k7_serverk.json" > "$OUT/advise_q8_0_k7_serverk.txt"
 cat "$OUT/advise_q8_0_k7_serverk.txt"
+# the server's rounds per k on prompts nothing was chosen on: the loop and the server at the
+# server's own k and around it (3, 5, 7 here: the own k came out as the loop's, 7)
 if [ -n "${2:-}" ]; then
-  for k in 7 "$2"; do
+  for k in $2; do
     run "server_k_heldout6_q8_0_k$k" --target "$Q8" --draft "$Q4D" -k "$k" \
-      --paths cpuspec,llama-server --prompts bench/prompts_heldout6.jsonl --prompts-per-task 5
+      --paths cpuspec,llama-server --prompts bench/prompts_heldout6.jsonl --tasks json,code \
+      --prompts-per-task 5
   done
 fi

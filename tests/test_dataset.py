@@ -169,3 +169,12 @@ def test_an_older_schema_is_read_through_its_migration_never_dropped_silently(tm
         ["sd_speedup" if n == "sd_x_raw" else n for n in t.column_names]))
     res = run("leaderboard", out)
     assert "1.42 [1.31, 1.55]" in res.output and "passed over" not in res.output, res.output
+
+
+def test_the_leaderboard_draws_its_scatter(tmp_path):
+    pytest.importorskip("matplotlib")
+    res = run("leaderboard", "--plot", tmp_path / "board.png")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "board.png").stat().st_size > 0
+    res = run("leaderboard", "--sql", "SELECT 1", "--plot", tmp_path / "x.png")
+    assert res.exit_code == 2 and "--sql is the whole query" in res.output

@@ -15,15 +15,7 @@ from click.testing import CliRunner
 from cpuspec.analysis.load import crossover, summarize_load
 from cpuspec.cli.main import main
 from cpuspec.llama import native
-from test_paths import real_bin_dir
-
-
-@pytest.fixture
-def server_bin():
-    bin_dir = real_bin_dir((native.SERVER,))
-    if bin_dir is None:
-        pytest.skip("llama.cpp's llama-server is not built here (`cpuspec paths --build-native`)")
-    return bin_dir
+from test_server import server_bin  # noqa: F401  (the fixture: llama-server where built)
 
 
 def servers_alive(bin_dir) -> list[int]:

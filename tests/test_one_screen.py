@@ -1,7 +1,7 @@
 """Issue 53, item 1: every command's default output fits one screen (at most 40 lines of at
 most 100 columns), over every recorded results file of every kind: `report` of bench, paths,
-tune, sweep/offload, depth, costs and quality files, `advise` of every bench file with static
-runs, `compare` of recorded pairs of machines, `runs` and `models list`. `--details` keeps the
+tune, sweep/offload, depth, costs, quality, what-if, validation and load files, `advise` of
+every bench file with static runs, `compare` of recorded pairs of machines, `runs` and `models list`. `--details` keeps the
 full tables; the first-screen test (test_first_screen.py) checks what bench's screen says."""
 from pathlib import Path
 
@@ -34,7 +34,8 @@ def check(args: list[str]) -> str:
     return res.stdout
 
 
-KINDS = {"bench", "paths", "tune", "sweep", "costs", "quality"}
+KINDS = {"bench", "paths", "tune", "sweep", "costs", "quality", "whatif", "shape_validation",
+         "load"}
 
 
 def test_every_recorded_file_of_every_kind_reports_on_one_screen():

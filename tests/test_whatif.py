@@ -61,3 +61,28 @@ def test_bad_what_if_input_is_refused_before_models_load(args, message, tmp_path
     res = CliRunner().invoke(main, ["costs", *args])
     assert res.exit_code == 2, res.output
     assert message in res.output and "loading" not in res.output
+
+
+WHATIF = ROOT / "bench/results/epyc-family25-model17/whatif_q4km_q4_0.json"
+LOAD = ROOT / "bench/results/epyc-family25-model17/load_q8_0_k7.json"
+
+
+def test_the_recorded_what_if_and_load_runs_plot_and_report(tmp_path):
+    """The what-if's figure has a line per quant and k over the target sizes measured, a point
+    only where some acceptance pays; the load figure a point per level; both are written."""
+    pytest.importorskip("matplotlib")
+    from cpuspec.report.plots import load_data, whatif_data
+    doc = json.loads(WHATIF.read_text())
+    d = whatif_data(doc)
+    assert set(d) == {"Q4_K_M", "Q4_0"}
+    sizes = sorted({r["params"] / 1e9 for r in doc["rows"] if r["quant"] == "Q4_K_M"})
+    assert d["Q4_K_M"][1]["x"] == sorted(d["Q4_K_M"][1]["x"]) and len(sizes) == 4
+    assert all(p is None or 0 < p < 1 for line in d["Q4_0"].values() for p in line["y"])
+    load = load_data(json.loads(LOAD.read_text()))
+    assert load["n"] == [1, 2, 4] and load["sd"][0] > load["raw"][0]   # SD pays alone
+    res = CliRunner().invoke(main, ["plot", str(WHATIF), str(LOAD), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"whatif_whatif_q4km_q4_0.png", "load_load_q8_0_k7.png"} <= names, names
+    out = CliRunner().invoke(main, ["report", str(LOAD)]).output
+    assert "SD pays for up to 2 request(s) in flight here; off from 4" in out

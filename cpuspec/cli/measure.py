@@ -359,7 +359,8 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
 @click.option("--native-rounds", is_flag=True, help="Run llama.cpp's SD once more per prompt, "
               "untimed, logging each round's accepted/drafted.")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
-              help="Your own prompts (JSONL, as for `cpuspec bench`) instead of --tasks.")
+              help="Your own prompts (JSONL, as for `cpuspec bench`); --tasks then picks "
+                   "among its tasks.")
 @click.option("--concurrency", metavar="1,2,4", help="Load test: llama-server, plain and with "
               "SD, with this many requests in flight (-np N), each level in turn.")
 @click.option("--batches", type=click.IntRange(1, 50), default=5, show_default=True,
@@ -388,7 +389,11 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
     if levels:   # a load test runs the server path alone
         path_list = core.LLAMA_SERVER
     chosen = _chosen_paths(path_list, drafter, draft, llama_bin, build_native, native_rounds)
-    prompts = prompts_or_exit(None if prompts_file else tasks, prompts_file, prompts_per_task)
+    # with a prompts file, --tasks picks among its tasks (as for bench); alone, the suites
+    given_tasks = click.get_current_context().get_parameter_source("tasks") == \
+        click.core.ParameterSource.COMMANDLINE
+    prompts = prompts_or_exit(tasks if given_tasks or not prompts_file else None, prompts_file,
+                              prompts_per_task)
     extra = _server_flags(server_flags, chosen)
     if p_min and (drafter == "lookup" or {core.LLAMA_CPP_PYTHON, core.REDECODE} & set(chosen)):
         raise click.UsageError("--p-min gates a draft model's drafts: it needs --drafter model "
@@ -400,17 +405,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
     reg = registry()
     names = [target or reg.pair(pair).target] + ([] if drafter == "lookup" else
                                                  [draft or reg.pair(pair).draft])
-    for name in names:
-        check_model_name(reg, name)
-        refuse_shape_true(Path(name) if name.endswith(".gguf") else None)
-    bin_dir = _native_bin_dir(chosen, build_native, llama_bin) \
-        if {core.LLAMA_CPP, core.LLAMA_SERVER} & set(chosen) else None
-    if bin_dir is not None:   # a bad $CPUSPEC_NATIVE_TIMEOUT_S is said before models load
-        from cpuspec.llama.native import NativeError, call_timeout_s
-        try:
-            call_timeout_s()
-        except NativeError as exc:
-            raise click.UsageError(str(exc))
+    bin_dir = _paths_preflight(reg, names, chosen, build_native, llama_bin)
     sink = prepare_outputs([json_path], [Path(n) for n in names if n.endswith(".gguf")],
                             force, save, "paths", detect_hardware().cpu_model)
     with guarded(sink):
@@ -430,9 +425,27 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
     finish_outputs(sink)
 
 
+def _paths_preflight(reg, names: list[str], chosen: list[str], build_native: bool,
+                     llama_bin) -> Path | None:
+    """Before any model loads: the model names (no shape-true file: its acceptance is noise),
+    llama.cpp's programs where a path needs them, and $CPUSPEC_NATIVE_TIMEOUT_S."""
+    for name in names:
+        check_model_name(reg, name)
+        refuse_shape_true(Path(name) if name.endswith(".gguf") else None)
+    bin_dir = _native_bin_dir(chosen, build_native, llama_bin) \
+        if {core.LLAMA_CPP, core.LLAMA_SERVER} & set(chosen) else None
+    if bin_dir is not None:
+        from cpuspec.llama.native import NativeError, call_timeout_s
+        try:
+            call_timeout_s()
+        except NativeError as exc:
+            raise click.UsageError(str(exc))
+    return bin_dir
+
+
 def _check_load_flags(levels: list[int], path_list: str, prompts_file, tasks) -> None:
     """Flags that cannot apply are refused (exit 2), never ignored: the load test's own
-    flags without --concurrency, another --paths with it, --tasks beside --prompts."""
+    flags without --concurrency, another --paths with it."""
     ctx = click.get_current_context()
     given = {name for name in ("batches", "requests_per_client", "path_list", "tasks")
              if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
@@ -441,8 +454,6 @@ def _check_load_flags(levels: list[int], path_list: str, prompts_file, tasks) ->
     if levels and "path_list" in given and path_list.strip() != core.LLAMA_SERVER:
         raise click.UsageError("--concurrency load-tests llama-server alone: leave --paths "
                                "out (or give --paths llama-server)")
-    if prompts_file and "tasks" in given:
-        raise click.UsageError("--prompts gives the prompts: leave --tasks out")
 
 
 MAX_CONCURRENCY = 64   # clients are threads of this process: a load test, not a flood

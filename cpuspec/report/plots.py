@@ -254,7 +254,13 @@ def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
     bench = [(r, n) for r, n in zip(runs, names) if r.get("kind") == "bench"]
     probes = [(r, n) for r, n in zip(runs, names) if r.get("cost_probe")]
     sweeps = [(r, n) for r, n in zip(runs, names) if r.get("kind") == "sweep"]
+    whatifs = [(r, n) for r, n in zip(runs, names) if r.get("kind") == "whatif"]
+    loads = [(r, n) for r, n in zip(runs, names) if r.get("kind") == "load"]
     out: dict[str, Any] = {}
+    if whatifs:
+        out["whatif"] = {n: d for r, n in whatifs if (d := whatif_data(r))}
+    if loads:
+        out["load"] = {n: load_data(r) for r, n in loads}
     if bench:
         rs, ns = zip(*bench)
         out["speedup"] = speedup_data(list(rs), list(ns))
@@ -288,7 +294,8 @@ def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None 
         raise PlotError(PLOT_HINT) from None
     data = figure_data(runs, names)
     if not data:
-        raise PlotError("nothing to plot: give bench, costs or sweep results files")
+        raise PlotError("nothing to plot: give bench, costs, sweep, what-if or load results "
+                        "files")
     cap = "\n".join(dict.fromkeys(caption(r) for r in runs))
     by_name = dict(zip(names, runs))
     written: list[Path] = []
@@ -332,6 +339,12 @@ def _figures(plt, data: dict, cap: str, by_name: dict):
             if not off["other_axes"]:
                 continue
         yield _sweep_figure(plt, d), f"sweep_{name.replace('/', '_')}", caption(by_name[name])
+    for name, d in data.get("whatif", {}).items():
+        yield _whatif_figure(plt, d), f"whatif_{name.replace('/', '_')}", \
+            f"shape-true targets (random weights): costs measured, acceptance assumed\n" \
+            f"{caption(by_name[name])}"
+    for name, d in data.get("load", {}).items():
+        yield _load_figure(plt, d), f"load_{name.replace('/', '_')}", caption(by_name[name])
     if "depth" in data:
         d = data["depth"]
         yield _depth_figure(plt, d), "depth", "\n".join(caption(by_name[n]) for n in d["runs"])
@@ -508,3 +521,68 @@ def leaderboard_figure(machines: list[dict], path: Path) -> Path:
     _save(plt, fig, stem, f"cpuspec leaderboard: {len(xs)} machines measured SD faster",
           written)
     return written[0]
+
+
+def whatif_data(doc: dict) -> dict[str, Any] | None:
+    """Per quant, per k: the target sizes (parameters, billions) and the least acceptance at
+    which SD pays there (None where none does)."""
+    from cpuspec.analysis.whatif import whatif_row
+    rows = [r for r in doc.get("rows", []) if "cost_probe" in r]
+    if not rows:
+        return None
+    out: dict[str, Any] = {}
+    for r in rows:
+        w = whatif_row(r["cost_probe"])
+        for k, p in w["break_even_p"].items():
+            line = out.setdefault(r["quant"], {}).setdefault(k, {"x": [], "y": []})
+            line["x"].append(r["params"] / 1e9)
+            line["y"].append(p)
+    return out
+
+
+def _whatif_figure(plt, d: dict):
+    """Where does SD start to pay as the target grows? Break-even acceptance against the
+    target's size, a line per k (solid Q4_K_M, dashed others); a missing point: no acceptance
+    pays there."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    styles = {}
+    for quant, by_k in d.items():
+        ls = styles.setdefault(quant, ["-", "--", ":", "-."][len(styles) % 4])
+        for k, line in sorted(by_k.items()):
+            pts = [(x, y) for x, y in zip(line["x"], line["y"]) if y is not None]
+            if pts:
+                xs, ys = zip(*sorted(pts))
+                ax.plot(xs, ys, ls=ls, marker="o", ms=3, label=f"{quant} k = {k}")
+    ax.set_xscale("log")
+    ax.set_xlabel("target parameters, billions (shape-true)")
+    ax.set_ylabel("break-even acceptance per token")
+    ax.set_ylim(0.5, 1.0)
+    ax.set_title("SD pays above the line: the least acceptance, per k")
+    ax.legend(fontsize=6, ncol=2)
+    return fig
+
+
+def load_data(doc: dict) -> dict[str, Any]:
+    """Per concurrency: plain and SD aggregate t/s and request p99 (s)."""
+    from cpuspec.analysis.load import summarize_load
+    levels = summarize_load(doc)
+    return {"n": [lv["concurrency"] for lv in levels],
+            "raw": [lv["raw"].get("tok_s") for lv in levels],
+            "sd": [lv["sd"].get("tok_s") for lv in levels],
+            "raw_p99": [(lv["raw"].get("e2e_p99_ms") or 0) / 1e3 for lv in levels],
+            "sd_p99": [(lv["sd"].get("e2e_p99_ms") or 0) / 1e3 for lv in levels]}
+
+
+def _load_figure(plt, d: dict):
+    """Does SD still pay with several requests in flight? Aggregate t/s (left) and request
+    p99 (right) against concurrency, plain and SD."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3.6))
+    for ax, key, label in ((a, "", "aggregate tokens/s"), (b, "_p99", "request p99, s")):
+        ax.plot(d["n"], d["raw" + key], marker="o", label="plain llama-server")
+        ax.plot(d["n"], d["sd" + key], marker="s", label="with SD")
+        ax.set_xlabel("requests in flight")
+        ax.set_ylabel(label)
+        ax.set_xticks(d["n"])
+    a.legend(fontsize=7)
+    a.set_title("SD under load")
+    return fig

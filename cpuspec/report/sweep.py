@@ -84,7 +84,8 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
     cpu_raw = {same_point(r): r.get("raw_tok_s")
                for r in rows if not r["n_gpu_layers"] and not r["draft_gpu_layers"]}
     headers = list(axes) + (["placement"] if gpu else []) \
-        + [fields[m].header for m in shown] + ["SD"] + (["raw ×CPU"] if gpu else [])
+        + [fields[m].header for m in shown] + ["measured", "cost model"] \
+        + (["raw ×CPU"] if gpu else [])
     out = []
     for r in rows:
         line = [r[a] for a in axes] + ([placement(r, devices)] if gpu else [])
@@ -101,7 +102,11 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
                     "sd_speedup_units": r.get("sd_speedup_units")}) or "-")
             else:
                 line.append("-" if r.get(m) is None else format(r[m], fields[m].fmt))
-        line.append(r.get("verdict") or "-")
+        ci = [r.get("sd_speedup_ci_low"), r.get("sd_speedup_ci_high")]
+        rng = [r.get("sd_speedup_range_low"), r.get("sd_speedup_range_high")]
+        line.append(screen.verdict_of(ci if None not in ci else None,
+                                      rng if None not in rng else None))
+        line.append(r.get("verdict") or "-")   # the cost model's: a > 1 + α + β
         if gpu:
             base = cpu_raw.get(same_point(r))
             line.append(f"{r['raw_tok_s'] / base:.2f}" if base else "-")
