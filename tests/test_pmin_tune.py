@@ -115,3 +115,62 @@ def test_tune_prices_every_p_min_and_confirms_a_gated_answer(tiny_models, monkey
     assert not run["settings"]["record_confidence"]
     text = render_tune(doc)
     assert "2, p-min 0.75" in text and "--spec-draft-p-min 0.75" in text
+
+
+def test_a_gate_that_never_bites_prices_exactly_the_ungated_row(recorded, monkeypatch):
+    """Issue 53, 5l: with p-min below every recorded confidence the gated replay drafts what
+    the ungated one drafts, so each gated row must equal its ungated row to the digit; a gate
+    that bites prices something else."""
+    from cpuspec.tune import candidates
+    ungated, _, p_min = recorded
+    sd = [r for r in ungated["runs"] if r["mode"] == "static"]
+    lowest = min(c for r in sd for rnd in r["draft_confidence"] for c in rnd)
+    rows = [{"k": 4, "predicted_speedup": 1.23}, {"k": 2, "predicted_speedup": 0.97}]
+    monkeypatch.setattr(candidates, "P_MIN_GRID", (lowest / 2, p_min))
+    gated = candidates._gated_rows(ungated["cost_probe"], sd, rows, 4, None)
+    never = {r["k"]: r["predicted_speedup"] for r in gated if r["p_min"] == lowest / 2}
+    assert never == {4: 1.23, 2: 0.97}
+    bites = {r["k"]: r["predicted_speedup"] for r in gated if r["p_min"] == p_min}
+    assert bites[4] != 1.23
+
+
+@pytest.fixture(scope="module", params=[2, 4, 6])
+def recorded_at_k(request, tiny_models):
+    """At k = 2, 4 and 6: an ungated static run with confidences and a real gated run."""
+    import dataclasses
+    target, draft = local_model(tiny_models["target"]), local_model(tiny_models["draft"])
+    base = BenchConfig(prompts=builtin_prompts(["json", "code"], 2), threads=1, max_tokens=24,
+                       k=request.param, policies=["static"], warmup=0, quality=False,
+                       target_path=target.path, draft_path=draft.path)
+    ungated = run_bench(dataclasses.replace(base, record_confidence=True))
+    conf = sorted({c for r in ungated["runs"] for rnd in r.get("draft_confidence", [])
+                   for c in rnd})
+    p_min = (conf[len(conf) // 2 - 1] + conf[len(conf) // 2]) / 2
+    return request.param, ungated, run_bench(dataclasses.replace(base, p_min=p_min)), p_min
+
+
+def test_the_replay_splits_rounds_as_a_gated_run_does_at_several_k(recorded_at_k):
+    """Issue 53, 5h: a round the gate cuts before its first rejection ends there and the next
+    starts after the target's token. The replay's rounds must be the real gated run's, prompt
+    by prompt, up to the first round whose recorded drafts ran out (what it drafts next was
+    never recorded)."""
+    from cpuspec.analysis.predict import split_round
+    k, ungated, gated, p_min = recorded_at_k
+    i_k, i_acc = ROUND_FIELDS.index("k"), ROUND_FIELDS.index("n_accepted")
+    real = {r["prompt_id"]: [(x[i_k], x[i_acc]) for x in r["rounds"]]
+            for r in gated["runs"] if r["mode"] == "static"}
+    compared = split = 0
+    for r in (r for r in ungated["runs"] if r["mode"] == "static"):
+        replay = []
+        for row, conf in zip(r["rounds"], r["draft_confidence"]):
+            pieces, known = split_round(row, conf, p_min)
+            split += len(pieces) > 1
+            replay += [(p[i_k], p[i_acc]) for p in (pieces if known else pieces[:-1])]
+            if not known:     # the last piece drafted past the record: compare up to it
+                break
+        want = real[r["prompt_id"]]
+        # the last recorded round may be cut by max_tokens in either run: compare before it
+        m = min(len(replay), len(want) - 1)
+        assert replay[:m] == want[:m], (k, r["prompt_id"], replay, want)
+        compared += m
+    assert compared > 0 and split > 0, "no round was split: the test checked nothing"

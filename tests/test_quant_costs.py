@@ -27,6 +27,8 @@ def test_derive_a_file(tiny_models):
         assert "Q8_0" in m.desc
     size = os.path.getsize(path)
     assert size < tiny_models["target"].stat().st_size  # F32 → 8.5 bits per weight
+    # issue 53, 6k: an F32 parent is quantized, not "requantized from another quant"
+    assert "another quant" not in res.output and "quantized locally from F32" in res.output
     again = run("models", "derive", str(tiny_models["target"]), "--quant", "Q8_0")
     assert again.output.strip().splitlines()[-1] == path and "quantizing" not in again.output
     bad = run("models", "derive", str(tiny_models["target"]), "--quant", "Q3_X")

@@ -101,6 +101,11 @@ def test_the_paths_command_measures_the_server(server_bin, tiny_models, tmp_path
     assert {r["mode"] for r in server} == {"raw", "static"} and len(server) == 4
     assert all(r["server_prompt_tokens"] > 0 and r["e2e_s"] > r["decode_s"] for r in server)
     assert all(r["server_rounds"] > 0 for r in server if r["mode"] == "static")
+    # issue 53, 5l: the server drafted, fewer rounds than tokens, and greedy SD kept the text
+    raw = {r["prompt_id"]: r["text"] for r in server if r["mode"] == "raw"}
+    for r in (r for r in server if r["mode"] == "static"):
+        assert r["drafted"] > 0 and r["server_rounds"] < r["n_tokens"]
+        assert r["text"] == raw[r["prompt_id"]]
 
 
 def test_server_flags_replace_the_configurations(tiny_models, server_bin):

@@ -84,24 +84,52 @@ def replay_inputs(sd: list[dict]) -> tuple[list[tuple[int, int, int]], float, fl
 def gated_runs(sd: list[dict], p_min: float) -> list[dict] | None:
     """The runs of a draft model at a fixed k as a p-min gate would have drafted them, from each
     round's recorded draft confidences (runs made with record_confidence): a round drafts up
-    to its first token below p_min and keeps min(n_accepted, that many). Within a round the
-    drafts are the same greedy tokens whether gated or not; the rounds' boundaries are taken as
-    recorded, as replaying at a smaller k takes them. None where a run lacks confidences."""
+    to its first token below p_min. Greedy drafts are the same tokens whether gated or not, so
+    a round the gate cuts before its first rejection (j < n_accepted) ends early — j drafts
+    kept, the target's token is the next draft — and the next round starts there, drafting the
+    recorded drafts that follow with their recorded confidences (gate_split). None where a run
+    lacks confidences."""
     if not sd or any(len(r.get("draft_confidence", ())) != len(r.get("rounds", ()))
                      for r in sd):
         return None
+    return [{**r, "rounds": [new for row, conf in zip(r["rounds"], r["draft_confidence"])
+                             for new in gate_split(row, conf, p_min)]} for r in sd]
+
+
+def gate_split(row: list, conf: list[float], p_min: float) -> list[list]:
+    """One recorded round as the rounds a gated run makes of it (split_round)."""
+    return split_round(row, conf, p_min)[0]
+
+
+def split_round(row: list, conf: list[float], p_min: float, first: bool = True
+                ) -> tuple[list[list], bool]:
+    """The gated rounds of one recorded round, and whether they are all known. A later round
+    starts inside the recorded one with fewer recorded drafts left than a round drafts; where
+    the gate does not cut them, it would have drafted past the record: its accepted tokens are
+    known where a rejection came first, but not how many it drafted (priced as the recorded
+    ones: a lower bound), nor, where every one was accepted, what came next (it ends where
+    the recorded round ended: a lower bound on its tokens)."""
     i_k, i_acc, i_emit = (ROUND_FIELDS.index(f) for f in ("k", "n_accepted", "n_emitted"))
-    out = []
-    for r in sd:
-        rows = []
-        for row, conf in zip(r["rounds"], r["draft_confidence"]):
-            j = next((i for i, c in enumerate(conf[:row[i_k]]) if c < p_min), row[i_k])
-            new = list(row)
-            new[i_k], new[i_acc] = j, min(row[i_acc], j)
-            new[i_emit] = min(row[i_emit], new[i_acc] + 1)
-            rows.append(new)
-        out.append({**r, "rounds": rows})
-    return out
+    k, n_acc, n_emit = row[i_k], row[i_acc], row[i_emit]
+    j = next((i for i, c in enumerate(conf[:k]) if c < p_min), k)
+    new = list(row)
+    if j >= n_acc or n_emit < n_acc + 1:   # cut at or after the first rejection: as recorded
+        new[i_k], new[i_acc] = j, min(n_acc, j)
+        new[i_emit] = min(n_emit, new[i_acc] + 1)
+        return [new], first or j < k
+    new[i_k], new[i_acc], new[i_emit] = j, j, j + 1
+    rest = list(row)   # the target's token was draft j + 1; the next round drafts from j + 2
+    rest[i_k], rest[i_acc], rest[i_emit] = k - j - 1, n_acc - j - 1, n_emit - j - 1
+    if k - j - 1 == 0:
+        return [new, _plain_step(rest, i_k, i_acc, i_emit)], False
+    pieces, known = split_round(rest, conf[j + 1:], p_min, first=False)
+    return [new, *pieces], known
+
+
+def _plain_step(row: list, i_k: int, i_acc: int, i_emit: int) -> list:
+    """A round with no recorded draft left: the target's own token (one decode)."""
+    row[i_k], row[i_acc], row[i_emit] = 0, 0, max(row[i_emit], 1)
+    return row
 
 
 def predict_from_rounds(probe: dict, k: int, sd: list[dict],

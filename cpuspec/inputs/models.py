@@ -40,6 +40,24 @@ PARTIAL_SUFFIX = ".partial"
 DERIVED_NOTE = ("requantized locally from another quant: the same tensor types, kernels and "
                 "speed as the official file, but not exactly its quality")
 MIRROR_TMP_PREFIX = "cpuspec-mirror-"
+# llama_ftype values of unquantized files (general.file_type): a file derived from one was
+# quantized, not requantized
+UNQUANTIZED_FTYPES = {0: "F32", 1: "F16", 32: "BF16"}
+
+
+def derived_note(parent: Path) -> str:
+    """What a derived file is, by its parent's type: quantized from F32/F16/BF16, or
+    requantized from another quant (DERIVED_NOTE)."""
+    try:
+        from gguf import GGUFReader
+        field = GGUFReader(parent).fields.get("general.file_type")
+        ftype = int(field.contents()) if field is not None else None
+    except Exception:   # unreadable here: say what is true of the common case
+        ftype = None
+    if ftype in UNQUANTIZED_FTYPES:
+        return (f"quantized locally from {UNQUANTIZED_FTYPES[ftype]}: llama.cpp's quantizer "
+                "(pure), the same tensor types and kernels as an official file of that quant")
+    return DERIVED_NOTE
 
 
 @dataclass
@@ -390,9 +408,9 @@ def derive_model(parent: FetchedModel, quant: str, log: Callable[[str], None] = 
                              repo="(derived)", file=dest.name)
     info = {"parent": parent.spec.name, "parent_file": parent.path.name,
             "parent_sha256": parent.sha256, "quant": quant, "pure": True,
-            "note": DERIVED_NOTE}
+            "note": derived_note(parent.path)}
     return FetchedModel(spec, dest, sha256_file(dest), "derived", parent.verified,
-                        warnings=[f"{spec.name}: {DERIVED_NOTE}"],
+                        warnings=[f"{spec.name}: {info['note']}"],
                         verified_by="parent verified by sha256; derived file hashed at load",
                         derived=info)
 
