@@ -178,3 +178,15 @@ def test_the_leaderboard_draws_its_scatter(tmp_path):
     assert (tmp_path / "board.png").stat().st_size > 0
     res = run("leaderboard", "--sql", "SELECT 1", "--plot", tmp_path / "x.png")
     assert res.exit_code == 2 and "--sql is the whole query" in res.output
+
+
+def test_a_source_whose_filesystem_is_not_installed_gets_a_clear_message():
+    """s3:// without s3fs (not installed here): said, exit 1, no traceback."""
+    import importlib.util
+    if importlib.util.find_spec("s3fs") is not None:
+        pytest.skip("s3fs is installed: the URL would be tried for real")
+    res = run("leaderboard", "s3://some-bucket/cpuspec-runs")
+    assert res.exit_code == 1 and "cannot open s3://some-bucket/cpuspec-runs" in res.output
+    assert "Traceback" not in res.output
+    res = run("publish", B, "--to", "s3://some-bucket/cpuspec-runs")
+    assert res.exit_code == 1 and "cannot open s3://" in res.output

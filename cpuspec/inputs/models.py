@@ -55,8 +55,9 @@ def derived_note(parent: Path) -> str:
     except Exception:   # unreadable here: say what is true of the common case
         ftype = None
     if ftype in UNQUANTIZED_FTYPES:
-        return (f"quantized locally from {UNQUANTIZED_FTYPES[ftype]}: llama.cpp's quantizer "
-                "(pure), the same tensor types and kernels as an official file of that quant")
+        return (f"quantized locally from {UNQUANTIZED_FTYPES[ftype]} (pure): the same tensor "
+                "types, kernels and speed as an official file of that quant, but not exactly "
+                "its quality")
     return DERIVED_NOTE
 
 
