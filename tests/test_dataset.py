@@ -109,6 +109,8 @@ def test_a_source_without_files_and_a_bad_query_get_a_clear_message(tmp_path):
     run("export", B, "--out", out)
     res = run("leaderboard", out, "--where", "no_such_column = 1")
     assert res.exit_code == 2 and "the query failed" in res.output, res.output
+    res = run("leaderboard", out, "--where", "cpu_vendor = 'AMD' AND memory_gib > 1")
+    assert res.exit_code == 0 and "1.42 [1.31, 1.55]" in res.output, res.output
     res = run("leaderboard", out, "--sql", "SELECT task, sd_speedup FROM rows ORDER BY 2 DESC",
               "--format", "csv")
     assert res.exit_code == 0 and res.output.startswith("task,sd_speedup\njson,1.4")

@@ -128,8 +128,9 @@ def leaderboard(source, where, sql, fmt, plot_path):
     src = source or shipped_source()
     mine = _latest_mine()
     try:
+        # a query or a condition may name any column; the board alone reads only its own
         loaded = read_source(src, COLUMNS, DATASET_SCHEMA, MIGRATIONS,
-                             wanted=None if sql else NEEDED)
+                             wanted=None if sql or where else NEEDED)
         table = _with_mine(loaded.table, mine)
         if sql:
             cols, rows = query(table, sql)
