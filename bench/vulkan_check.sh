@@ -16,7 +16,8 @@
 # 3. llama_supports_gpu_offload() and the device list, then the placements 0/0, 99/0, 0/99,
 #    99/99 (-ngl/-ngld) with small settings, JSON and tables under $OUT.
 #
-# Usage: bash bench/vulkan_check.sh [OUT_DIR]     (from the repository root; root for apt-get)
+# Usage: [BUILD_ONLY=1] bash bench/vulkan_check.sh [OUT_DIR]   (from the repository root; root for
+#        apt-get)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 machine="epyc-family$(awk '/^cpu family/{print $4; exit}' /proc/cpuinfo)-model$(awk '/^model[[:space:]]/{print $3; exit}' /proc/cpuinfo)"
@@ -70,6 +71,8 @@ fi
 "$VENV/bin/pip" install -q -e . >/dev/null
 "$VENV/bin/python" -c "import llama_cpp; assert llama_cpp.llama_supports_gpu_offload(), 'not a GPU build'"
 "$VENV/bin/cpuspec" hw | tee "$OUT/vulkan_hw.txt"
+# BUILD_ONLY=1: stop here (the venv that tests/test_offload.py runs the placements with)
+[ -z "${BUILD_ONLY:-}" ] || exit 0
 
 # The placements on the default pair, few tokens (a software device is slow: ~1.4 t/s at -ngl 99)
 "$VENV/bin/cpuspec" bench -ngl 0,99 -ngld 0,99 --tasks json --prompts-per-task 2 -n 16 -k 3 \

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -129,3 +130,35 @@ def test_the_crossover_is_the_last_level_measured_faster_before_the_first_that_w
         {"pays_up_to": None, "off_from": 1}
     assert crossover([level(1, "faster"), level(2, "faster")]) == \
         {"pays_up_to": 2, "off_from": None}
+
+
+B_PRIME = Path(__file__).resolve().parent.parent / "bench" / "results" / "epyc-family25-model17"
+
+
+def test_compare_sets_load_runs_side_by_side_on_one_screen():
+    """Two load runs of one workload: one row per level and run, the ratio of SD ×raw at each
+    level, each run's crossover under its machine; on one screen."""
+    run = B_PRIME / "load_q8_0_k7.json"
+    res = CliRunner().invoke(main, ["compare", str(run), str(run)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert len(lines) <= 40 and max(map(len, lines)) <= 100, res.output
+    assert res.output.count("SD pays for up to 2 request(s) in flight here; off from 4") == 2
+    for n, x in ((1, "1.32 [1.21, 1.45]"), (2, "1.20 [1.11, 1.30]"), (4, "0.89 [0.83, 0.95]")):
+        rows = [x_ for x_ in lines if x_.split()[:1] == [str(n)]]
+        assert len(rows) == 2 and all(x in r for r in rows), rows
+        assert rows[1].split()[-1] == "1.00"          # run 2 ÷ run 1, the same run
+
+
+def test_compare_refuses_load_runs_of_other_workloads_and_mixed_kinds():
+    q8, default = B_PRIME / "load_q8_0_k7.json", B_PRIME / "load_default_k4.json"
+    res = CliRunner().invoke(main, ["compare", str(q8), str(default)])
+    assert res.exit_code == 1 and "different workloads" in res.output
+    assert "k: 7 vs 4" in res.output and "target file" in res.output
+    res = CliRunner().invoke(main, ["compare", str(q8), str(default), "--force"])
+    assert res.exit_code == 0 and "0.58 [0.53, 0.64]" in res.output, res.output
+    bench = B_PRIME / "bench_q8_0_k7.json"
+    res = CliRunner().invoke(main, ["compare", str(q8), str(bench)])
+    assert res.exit_code == 2 and "load files" in res.output, res.output
+    res = CliRunner().invoke(main, ["compare", str(q8), str(q8), "--format", "csv"])
+    assert res.exit_code == 2 and "text only" in res.output

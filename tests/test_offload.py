@@ -34,11 +34,49 @@ def test_hw_prints_the_devices():
     assert data["ggml_devices"][0]["name"] == "CPU"
 
 
+def test_the_load_log_says_where_the_weights_went(tiny_models):
+    """n_gpu_layers is a request: llama.cpp's load log says where the weights really went. On
+    this build (no GPU) 99 layers asked for still land on the CPU, and the record says so."""
+    from cpuspec.llama.engine import Model
+    for asked in (0, 99):
+        with Model(tiny_models["target"], n_gpu_layers=asked) as m:
+            assert m.buffers, "no 'model buffer size' line read from llama.cpp's load log"
+            total = sum(m.buffers.values())
+            # the buffers hold the weights (printed in MiB to two decimals; padded)
+            assert 0.9 * m.size_bytes <= total <= 1.5 * m.size_bytes + 2**16, (m.buffers,
+                                                                                  m.size_bytes)
+            if not supports_gpu_offload():
+                assert all(name.startswith("CPU") for name in m.buffers), m.buffers
+                assert m.offloaded_bytes == 0
+
+
+def test_a_placement_asked_for_but_not_made_is_shown_as_cpu(tiny_models):
+    """A sweep row whose -ngl the build ignored (the weights stayed on the CPU, as the load
+    log shows) is not labelled as running on the device."""
+    from cpuspec.llama.engine import Model
+    from cpuspec.report.sweep import placement
+    if supports_gpu_offload():
+        pytest.skip("this build offloads: the case needs a CPU-only build")
+    doc = json.loads(RECORDED_SWEEP.read_text())
+    row = next(r for r in doc["rows"] if r["n_gpu_layers"] == 99 and r["draft_gpu_layers"] == 0)
+    assert placement(row, doc["meta"]["ggml_devices"]).startswith("target Vulkan0")
+    with Model(tiny_models["target"], n_gpu_layers=99) as m:
+        row = row | {"target_offloaded_bytes": m.offloaded_bytes}
+    assert placement(row, doc["meta"]["ggml_devices"]).startswith(
+        "target CPU (-ngl 99: none offloaded)")
+
+
 def vulkan_python() -> Path:
     py = VULKAN_VENV / "bin" / "python"
     if not py.is_file():
         pytest.skip(f"no Vulkan build of llama-cpp-python at {VULKAN_VENV} "
                     "(bash bench/vulkan_check.sh builds one)")
+    ready = subprocess.run([str(py), "-c", "import click, llama_cpp; "
+                            "assert llama_cpp.llama_supports_gpu_offload()"],
+                           capture_output=True, text=True, timeout=120)
+    if ready.returncode:   # bench/vulkan_check.sh stopped (or is still running) half-way
+        pytest.skip(f"the venv at {VULKAN_VENV} is not a finished Vulkan build "
+                    f"({ready.stderr.strip().splitlines()[-1:]}); bash bench/vulkan_check.sh")
     return py
 
 
@@ -64,6 +102,13 @@ def test_every_placement_runs_on_the_vulkan_device(tiny_models, tmp_path):
     assert all("skipped" not in r for r in doc["rows"])
     devices = doc["meta"]["ggml_devices"]
     assert any(d["type"] != "CPU" for d in devices), devices
+    # the layers really went to the device: llama.cpp's load log, read into each row
+    from cpuspec.report.tables import sweep_rows
+    for r, point in zip(sweep_rows(doc), doc["points"]):
+        for role, asked in (("target", r["n_gpu_layers"]), ("draft", r["draft_gpu_layers"])):
+            weights = point["models"][role]["weight_bytes"]
+            placed = r[f"{role}_offloaded_bytes"]
+            assert (placed >= 0.9 * weights) if asked else (placed == 0), (role, r)
     for point in doc["points"]:          # lossless on the device too
         assert all(a["identical"] for a in point["audit"])
 

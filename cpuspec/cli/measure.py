@@ -477,9 +477,7 @@ def _load_test(cfg, levels: list[int], batches: int, per_client: int, save_doc) 
     """`paths --concurrency`: harness/load.py with the paths command's server flags."""
     from cpuspec.harness.load import LoadConfig, measure_load
     texts, per_slot, followups = core.server_texts(cfg)
-    lcfg = LoadConfig(cfg.target, cfg.draft, cfg.k, cfg.drafter, cfg.prompts, cfg.max_tokens,
-                      cfg.threads, cfg.bin_dir, tuple(levels), batches, per_client,
-                      cfg.server_flags, cfg.p_min)
+    lcfg = LoadConfig(cfg, tuple(levels), batches, per_client)
     doc = measure_load(lcfg, environment(cfg.threads),
                        lambda n_ctx, sd: core.server_argv(cfg, n_ctx, sd), texts, per_slot,
                        log, save_doc)

@@ -26,7 +26,8 @@ from cpuspec.results.schema import ResultsError, read_bench, read_json
 from cpuspec.results.store import OutputError, resolve_run, results_dir, run_listing, saved_runs
 from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.report.sweep import headline, render_sweep, render_sweep_screen, sweep_csv
-from cpuspec.report.load import load_note, render_load, render_load_details
+from cpuspec.report.load import (load_mismatches, load_note, render_compare_load, render_load,
+                                  render_load_details)
 from cpuspec.report.tune import render_tune, render_tune_screen
 from cpuspec.report.measurements import (render_costs_file, render_quality,
                                          render_shape_validation, render_whatif)
@@ -252,7 +253,7 @@ def _print_per_prompt(results: dict, path, task_filter: str | None, fmt: str) ->
 @click.option("--details", is_flag=True, help="Every metric per task and run (the wide table).")
 @reads_results
 def compare(runs, fmt, force, details):
-    """Bench runs side by side, from any machines: files or saved-run ids.
+    """Bench, sweep or load runs side by side, from any machines: files or saved-run ids.
 
     One column per run, labelled by its machine (CPU, ISA, threads); per task the end-to-end
     speeds and speedup with its 95 % interval, a, c, β, 1 + α + β, p99 latencies, and run 2 ÷
@@ -270,9 +271,18 @@ def compare(runs, fmt, force, details):
     for r, kind in zip(runs, kinds):   # an unreadable file gets its own message first
         if kind is None:
             load_results(r, bench_only=False)
-    if set(kinds) not in ({"bench"}, {"sweep"}):
-        raise click.UsageError("compare takes bench files, or sweep files with sweep files; "
-                               "these are: " + ", ".join(map(str, kinds)))
+    if set(kinds) not in ({"bench"}, {"sweep"}, {"load"}):
+        raise click.UsageError("compare takes bench files, sweep files with sweep files, or "
+                               "load files (paths --concurrency) with load files; these are: "
+                               + ", ".join(map(str, kinds)))
+    if set(kinds) == {"load"}:
+        loaded = [load_results(r, bench_only=False) for r in runs]
+        if fmt != "text":
+            raise click.UsageError("load runs are compared as text only")
+        docs = [res for res, _ in loaded]
+        _check_workloads(load_mismatches(docs), force, "load runs")
+        click.echo(render_compare_load(docs, run_names([path for _, path in loaded])))
+        return
     if set(kinds) == {"sweep"}:
         loaded = [load_results(r, bench_only=False) for r in runs]
         _compare_sweeps([res for res, _ in loaded], run_names([path for _, path in loaded]),

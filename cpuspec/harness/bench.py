@@ -208,7 +208,10 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
     for role, m in (("target", loaded.target_m), ("draft", loaded.draft_m)):
         if m:
             results["models"][role].update(desc=m.desc, n_params=m.n_params,
-                                           weight_bytes=m.size_bytes, n_vocab=m.n_vocab)
+                                           weight_bytes=m.size_bytes, n_vocab=m.n_vocab,
+                                           # where llama.cpp put the weights (its load log)
+                                           buffers=m.buffers,
+                                           offloaded_bytes=m.offloaded_bytes)
     if cfg.drafter == "hybrid":
         results["models"]["draft"].update(drafter="hybrid", ngram_max=HYBRID_NGRAM,
                                           ngram_min=HYBRID_NGRAM)

@@ -12,11 +12,12 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from cpuspec.inputs.tasks import Prompt
 from cpuspec.llama.native import NativeError
+
+if TYPE_CHECKING:
+    from cpuspec.harness.paths import PathsConfig
 
 CTX_SLACK = 64
 # A client stops starting requests after this long in one batch (the batch still finishes the
@@ -26,19 +27,12 @@ BATCH_TIME_LIMIT_S = 600.0
 
 @dataclass(frozen=True)
 class LoadConfig:
-    target: Path
-    draft: Path | None
-    k: int
-    drafter: str
-    prompts: list[Prompt]
-    max_tokens: int
-    threads: int
-    bin_dir: Path
+    """A load test: the server configuration `paths` measures one request at a time, and the
+    levels of requests in flight."""
+    server: PathsConfig              # models, k, drafter, prompts, tokens, threads, flags
     levels: tuple[int, ...]          # the concurrencies, e.g. (1, 2, 4)
     batches: int = 5                 # per level and server: the interval's units
     requests_per_client: int = 1     # per batch
-    server_flags: tuple[str, ...] | None = None
-    p_min: float = 0.0
 
 
 def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int, bool], list],
@@ -47,23 +41,24 @@ def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int,
     """Every level of cfg.levels; server_args(n_ctx, sd) gives a server's flags (the paths
     command's server_argv), texts the chat-formatted prompt of each prompt id."""
     from cpuspec.llama.server import Server
+    sc = cfg.server
     doc = {"kind": "load", "complete": False, "meta": environment,
-           "settings": {"target": str(cfg.target),
-                        "draft": str(cfg.draft) if cfg.draft else None, "k": cfg.k,
-                        "drafter": cfg.drafter, "max_tokens": cfg.max_tokens,
-                        "threads": cfg.threads, "levels": list(cfg.levels),
+           "settings": {"target": str(sc.target),
+                        "draft": str(sc.draft) if sc.draft else None, "k": sc.k,
+                        "drafter": sc.drafter, "max_tokens": sc.max_tokens,
+                        "threads": sc.threads, "levels": list(cfg.levels),
                         "batches": cfg.batches, "requests_per_client": cfg.requests_per_client,
-                        "prompts": [p.prompt_id for p in cfg.prompts],
-                        "server_flags": list(cfg.server_flags) if cfg.server_flags else None,
-                        "p_min": cfg.p_min, "per_slot_ctx": per_slot_ctx},
+                        "prompts": [p.prompt_id for p in sc.prompts],
+                        "server_flags": list(sc.server_flags) if sc.server_flags else None,
+                        "p_min": sc.p_min, "per_slot_ctx": per_slot_ctx},
            "levels": []}
-    ids = [p.prompt_id for p in cfg.prompts]
+    ids = [p.prompt_id for p in sc.prompts]
     for n in cfg.levels:
         level = {"concurrency": n, "batches": []}
         doc["levels"].append(level)
         with contextlib.ExitStack() as stack:
             servers = {mode: stack.enter_context(
-                Server(cfg.bin_dir, server_args(n * per_slot_ctx, mode == "sd"), slots=n))
+                Server(sc.bin_dir, server_args(n * per_slot_ctx, mode == "sd"), slots=n))
                 for mode in ("raw", "sd")}
             for server in servers.values():   # warm-up, not kept
                 server.complete(texts[ids[0]], 8)
@@ -73,7 +68,7 @@ def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int,
                     level["batches"].append(
                         {"batch": b, "mode": mode,
                          **drive(servers[mode], texts, ids, n, cfg.requests_per_client, b,
-                                 cfg.max_tokens)})
+                                 sc.max_tokens)})
                 if on_update:
                     on_update(doc)
     doc["complete"] = True

@@ -8,6 +8,7 @@ read through numpy views of llama.cpp's own buffer, without copies.
 from __future__ import annotations
 
 import ctypes
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -30,9 +31,31 @@ class EngineError(RuntimeError):
 _backend_ready = False
 
 
+_captured: list[bytes] | None = None   # the log lines of the load under way (Model.__init__)
+
+
 @ll.llama_log_callback
 def _quiet_log(level, text, user_data):  # llama.cpp's own logging would flood the terminal
-    pass
+    if _captured is not None and text:
+        _captured.append(text)
+
+
+# llama.cpp's load log, one line per buffer it allocated for the weights
+# (src/llama-model.cpp, load_tensors: "%s: %12s model buffer size = %8.2f MiB"): the only place
+# where it says which device holds the weights; n_gpu_layers is a request, not a placement.
+_BUFFER_LINE = re.compile(rb"load_tensors:\s+(\S+) model buffer size =\s*([0-9.]+) MiB")
+
+
+def parse_model_buffers(lines: Sequence[bytes]) -> dict[str, int]:
+    """{buffer name: bytes} from a model load's log lines (CPU_Mapped, CPU_REPACK, Vulkan0,
+    CUDA0, ...); a name seen twice is summed."""
+    out: dict[str, int] = {}
+    for line in lines:
+        m = _BUFFER_LINE.search(line)
+        if m:
+            name = m.group(1).decode(errors="replace")
+            out[name] = out.get(name, 0) + round(float(m.group(2)) * 2**20)
+    return out
 
 
 def init_backend() -> None:
@@ -115,8 +138,19 @@ class Model:
             raise EngineError(f"model file not found: {self.path}")
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        self.ptr = ll.llama_model_load_from_file(str(self.path).encode(), params)
+        global _captured
+        _captured = []
+        try:
+            self.ptr = ll.llama_model_load_from_file(str(self.path).encode(), params)
+            lines = _captured
+        finally:
+            _captured = None
         interrupt.check()
+        # where the weights went: {buffer name: bytes}, and the part on a device other than
+        # the CPU (a GPU's own memory; host-side buffers such as Vulkan_Host are not counted)
+        self.buffers = parse_model_buffers(lines)
+        devices = {d["name"] for d in ggml_devices() if d["type"] != "CPU"}
+        self.offloaded_bytes = sum(b for name, b in self.buffers.items() if name in devices)
         if not self.ptr:
             raise EngineError(f"llama.cpp could not load {self.path} (not a valid GGUF model?)")
         self.vocab = ll.llama_model_get_vocab(self.ptr)

@@ -4,6 +4,7 @@ runs a measured configuration in the user's own stack (`how_to_run`, which bench
 reports print too)."""
 from __future__ import annotations
 
+import functools
 import shlex
 from pathlib import Path
 
@@ -363,13 +364,25 @@ def _first_token_lines(doc: dict) -> list[str]:
 
 # --- what a saved paths run says about a configuration, printed under tune and advise ---
 
+@functools.lru_cache(maxsize=256)
+def _read_saved(path: Path, mtime_ns: int, size: int) -> dict | None:
+    """A saved paths or load run, parsed once per process and version of the file (advise and
+    the first screen ask for several of them: load_note, server_paths_run, measured_paths).
+    None where it is not one. Callers must not change the dict."""
+    import json
+    try:
+        doc = json.loads(path.read_text())
+        doc["settings"]["target"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return doc
+
+
 def saved_paths_runs(meta: dict | None, kind: str = "paths"):
     """Complete saved `cpuspec paths` runs of `kind` (paths, or load: `--concurrency`), newest
     first, as (doc, path); with `meta` (the environment of the file being printed), only those
     from the same machine (CPU model and llama.cpp's system info): a recorded file from
     elsewhere is not answered with this machine's runs."""
-    import json
-
     try:
         runs = saved_runs()
     except OutputError:
@@ -378,11 +391,11 @@ def saved_paths_runs(meta: dict | None, kind: str = "paths"):
         if not path.stem.endswith("-paths"):
             continue
         try:
-            doc = json.loads(path.read_text())
-            doc["settings"]["target"]
-        except (OSError, ValueError, KeyError, TypeError):
+            st = path.stat()
+            doc = _read_saved(path, st.st_mtime_ns, st.st_size)
+        except OSError:
             continue
-        if doc.get("complete") and doc.get("kind", "paths") == kind and (
+        if doc is not None and doc.get("complete") and doc.get("kind", "paths") == kind and (
                 meta is None or Machine.of(doc).same_as(Machine.of({"meta": meta}))):
             yield doc, path
 

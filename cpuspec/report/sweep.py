@@ -62,13 +62,17 @@ def device_line(devices: list[dict] | None) -> str | None:
 
 def placement(row: dict, devices: list[dict] | None) -> str:
     """Where a point's target and draft ran: CPU, the device (-ngl 99: every layer) or the
-    device with that many layers."""
+    device with that many layers; CPU where layers were asked for and llama.cpp's load log
+    shows no weights on the device (recorded since the load log is read: *_offloaded_bytes)."""
     dev = offload_device(devices)
     name = dev["name"] if dev else "GPU"
 
-    def where(layers: int) -> str:
+    def where(role: str, layers: int) -> str:
+        if layers and row.get(f"{role}_offloaded_bytes") == 0:
+            return f"CPU (-ngl {layers}: none offloaded)"
         return "CPU" if not layers else name if layers >= 99 else f"{name} ({layers} layers)"
-    return f"target {where(row['n_gpu_layers'])}, draft {where(row['draft_gpu_layers'])}"
+    return (f"target {where('target', row['n_gpu_layers'])}, "
+            f"draft {where('draft', row['draft_gpu_layers'])}")
 
 
 def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",

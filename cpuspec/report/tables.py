@@ -122,7 +122,11 @@ def sweep_figures(results: dict) -> dict:
     s = summarize(results)[OVERALL]
     values = table_rows({OVERALL: s})[0]
     cost = s.get("cost", {})
-    return {m: values[m] for m in SWEEP_METRICS} | {
+    # where llama.cpp put each model's weights (its load log; files since 2026-12-04)
+    placed = {f"{role}_offloaded_bytes": m["offloaded_bytes"]
+              for role, m in (results.get("models") or {}).items()
+              if isinstance(m, dict) and isinstance(m.get("offloaded_bytes"), int)}
+    return {m: values[m] for m in SWEEP_METRICS} | placed | {
         "verdict": ("ON" if cost.get("pays") else "OFF") if cost else None}
 
 
