@@ -42,8 +42,9 @@ def test_the_load_log_says_where_the_weights_went(tiny_models):
         with Model(tiny_models["target"], n_gpu_layers=asked) as m:
             assert m.buffers, "no 'model buffer size' line read from llama.cpp's load log"
             total = sum(m.buffers.values())
-            # the buffers hold the weights (printed in MiB to two decimals; padded)
-            assert 0.9 * m.size_bytes <= total <= 1.5 * m.size_bytes + 2**16, (m.buffers,
+            # the buffers hold the weights (MiB to two decimals, padded), a CPU_REPACK copy
+            # of some at most (Q4_0, Q4_K on x86)
+            assert 0.9 * m.size_bytes <= total <= 2 * m.size_bytes + 2**16, (m.buffers,
                                                                                   m.size_bytes)
             if not supports_gpu_offload():
                 assert all(name.startswith("CPU") for name in m.buffers), m.buffers
@@ -66,6 +67,16 @@ def test_a_placement_asked_for_but_not_made_is_shown_as_cpu(tiny_models):
         "target CPU (-ngl 99: none offloaded)")
 
 
+def vulkan_env() -> dict:
+    """This checkout's cpuspec on the Vulkan venv's llama-cpp-python, on device 0."""
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+            # ggml skips a device of type CPU (lavapipe) unless it is named
+            "GGML_VK_VISIBLE_DEVICES": os.environ.get("GGML_VK_VISIBLE_DEVICES", "0"),
+            # lavapipe (Mesa 22.3) crashes in ggml's fused ops on batches of 3+ tokens: 3 runs
+            # in 4 died with SIGSEGV in its queue thread, 0 in 10 with fusion off (docs/offload.md)
+            "GGML_VK_DISABLE_FUSION": os.environ.get("GGML_VK_DISABLE_FUSION", "1")}
+
+
 def vulkan_python() -> Path:
     py = VULKAN_VENV / "bin" / "python"
     if not py.is_file():
@@ -73,7 +84,7 @@ def vulkan_python() -> Path:
                     "(bash bench/vulkan_check.sh builds one)")
     ready = subprocess.run([str(py), "-c", "import click, llama_cpp; "
                             "assert llama_cpp.llama_supports_gpu_offload()"],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=120, env=vulkan_env())
     if ready.returncode:   # bench/vulkan_check.sh stopped (or is still running) half-way
         pytest.skip(f"the venv at {VULKAN_VENV} is not a finished Vulkan build "
                     f"({ready.stderr.strip().splitlines()[-1:]}); bash bench/vulkan_check.sh")
@@ -82,12 +93,7 @@ def vulkan_python() -> Path:
 
 def test_every_placement_runs_on_the_vulkan_device(tiny_models, tmp_path):
     py = vulkan_python()
-    # this checkout's cpuspec on that venv's llama-cpp-python
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-           "GGML_VK_VISIBLE_DEVICES": os.environ.get("GGML_VK_VISIBLE_DEVICES", "0"),
-           # lavapipe (Mesa 22.3) crashes in ggml's fused ops on batches of 3+ tokens: 3 runs
-           # in 4 died with SIGSEGV in its queue thread, 0 in 10 with fusion off (docs/offload.md)
-           "GGML_VK_DISABLE_FUSION": os.environ.get("GGML_VK_DISABLE_FUSION", "1")}
+    env = vulkan_env()
     out = tmp_path / "offload.json"
     proc = subprocess.run(
         [str(py), "-m", "cpuspec.cli.main", "bench", "--target", str(tiny_models["target"]),
@@ -103,12 +109,20 @@ def test_every_placement_runs_on_the_vulkan_device(tiny_models, tmp_path):
     devices = doc["meta"]["ggml_devices"]
     assert any(d["type"] != "CPU" for d in devices), devices
     # the layers really went to the device: llama.cpp's load log, read into each row
+    # (-ngl 99: every weight but the input embeddings, which llama.cpp keeps on the CPU)
+    from gguf import GGUFReader
+
     from cpuspec.report.tables import sweep_rows
     for r, point in zip(sweep_rows(doc), doc["points"]):
         for role, asked in (("target", r["n_gpu_layers"]), ("draft", r["draft_gpu_layers"])):
             weights = point["models"][role]["weight_bytes"]
+            embd = next(t.n_bytes for t in GGUFReader(tiny_models[role]).tensors
+                        if t.name == "token_embd.weight")
             placed = r[f"{role}_offloaded_bytes"]
-            assert (placed >= 0.9 * weights) if asked else (placed == 0), (role, r)
+            if asked:
+                assert weights - embd <= placed <= 1.05 * (weights - embd), (role, r, embd)
+            else:
+                assert placed == 0, (role, r)
     for point in doc["points"]:          # lossless on the device too
         assert all(a["identical"] for a in point["audit"])
 
