@@ -22,6 +22,8 @@ run load_q8_0_k7 --target "$Q8" --draft "$Q4D" -k 7 --concurrency 1,2,4 --batche
 # flight (a request here is ~30 s of prefill: 4 in flight would take an hour on 2 cores)
 run load_spec_default_long-edit --drafter lookup --server-flags '--spec-default' \
   --tasks long-edit --concurrency 1,2 --batches 5 -n 64
+run load_spec_default_long-edit_q8_0 --target "$Q8" --drafter lookup \
+  --server-flags '--spec-default' --tasks long-edit --concurrency 1,2 --batches 5 -n 64
 run server_k_q8_0_k7 --target "$Q8" --draft "$Q4D" -k 7 --paths cpuspec,llama-server
 [ -f "$OUT/bench_q8_0_k7_serverk.json" ] || cpuspec bench --target "$Q8" --draft "$Q4D" -k 7 \
   --tasks json,code --prompts-per-task 5 -n 64 --policy static \

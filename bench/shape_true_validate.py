@@ -2,7 +2,8 @@
 their Q4_0/Q8_0 derivations, interleaved in one process (harness/whatif.py), so every round is
 one paired unit. Writes bench/results/<machine>/shape_validation.json; `cpuspec report FILE`
 prints the table. Run alone: nothing else on the cores.
-Usage: python bench/shape_true_validate.py [ROUNDS] [OUT]"""
+Usage: python bench/shape_true_validate.py [ROUNDS] [OUT] [QUANTS]   (QUANTS: e.g. Q8_0; all
+three by default)"""
 import sys
 from pathlib import Path
 
@@ -37,7 +38,10 @@ def main() -> None:
     tokenizer = fetch_model(reg.model("qwen2.5-coder-0.5b-q4km"), print).path
     memory = psutil.virtual_memory().total
     models = {}
+    chosen = sys.argv[3].split(",") if len(sys.argv) > 3 else list(QUANTS)
     for quant, (target, draft) in QUANTS.items():
+        if quant not in chosen:
+            continue
         models[f"real {quant}"] = tuple(fetch_model(reg.model(n), print).path
                                         for n in (target, draft))
         models[f"shape {quant}"] = tuple(write_shape_true(shape_of(size), quant, tokenizer,

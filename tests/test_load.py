@@ -162,3 +162,32 @@ def test_compare_refuses_load_runs_of_other_workloads_and_mixed_kinds():
     assert res.exit_code == 2 and "load files" in res.output, res.output
     res = CliRunner().invoke(main, ["compare", str(q8), str(q8), "--format", "csv"])
     assert res.exit_code == 2 and "text only" in res.output
+
+
+def test_a_draftless_flags_load_run_answers_for_that_flag_only(cpuspec_home):
+    """A saved load run of llama-server with --spec-default (no draft model) answers the
+    draftless line's "under load" note for that flag on that target, and never a draft model's
+    configuration or another flag's (recorded on B': not faster at 1 or 2 in flight)."""
+    from cpuspec.report.load import load_note, measured_load
+    saved = cpuspec_home / "results"
+    saved.mkdir(parents=True)
+    run = B_PRIME / "load_spec_default_long-edit.json"
+    (saved / "20261204T000000Z-host-AMD-EPYC-paths.json").write_text(run.read_text())
+    doc = json.loads(run.read_text())
+    target, meta = doc["settings"]["target"], doc["meta"]
+    found = measured_load(target, None, 0, meta, threads=2, server_flags=["--spec-default"])
+    assert found is not None and found[1].name.startswith("20261204T000000Z")
+    assert load_note(target, None, 0, meta, threads=2, server_flags=["--spec-default"]) == \
+        "SD was not faster at 1 in flight here"
+    assert measured_load(target, None, 0, meta, threads=2,
+                         server_flags=["--spec-type", "ngram-mod"]) is None
+    assert measured_load(target, None, 4, meta, threads=2, drafter="lookup") is None
+    assert measured_load(target, None, 0, meta, threads=1,
+                         server_flags=["--spec-default"]) is None
+    other = json.loads((B_PRIME.parent / "epyc-family25-model1" /
+                        "server_spec_default_long-edit.json").read_text())["meta"]
+    assert measured_load(target, None, 0, other, threads=2,
+                         server_flags=["--spec-default"]) is None
+    # its screen names the flag in place of a draft and a k it did not use
+    head = CliRunner().invoke(main, ["report", str(run)]).output.splitlines()[0]
+    assert "with --spec-default" in head and "k =" not in head, head

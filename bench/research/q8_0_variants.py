@@ -10,6 +10,9 @@ files that each change one thing between the two, for llama-bench to time side b
   st-realorder   the shape-true file's bytes laid out in the real file's tensor order
   st-realq       the shape-true layout with the real file's int8 values (blocks permuted)
                  and the shape-true constant scale
+  real-nosub     the real file with its subnormal fp16 scales (0.08 % of blocks) raised to
+                 the smallest normal one, 2^-14
+  st-reald       the shape-true file with the real file's scales (blocks permuted)
 Each is a copy of one of the two files with its Q8_0 tensors' bytes rewritten in place
 (metadata, F32 tensors and layout kept).
 
@@ -70,7 +73,18 @@ def main() -> None:
         r = blocks(rt[name])
         b[:, 2:] = r[rng.permutation(len(r)), 2:]
 
-    jobs = {"real-shuffled": (real_p, real_shuffled), "real-constd": (real_p, real_constd),
+    def real_nosub(name, b):             # layout: real; subnormal fp16 scales → 2^-14
+        d = b[:, :2].copy().view(np.uint16).ravel()
+        sub = ((d & 0x7C00) == 0) & ((d & 0x03FF) != 0)
+        d[sub] = (d[sub] & 0x8000) | 0x0400
+        b[:, :2] = d.view(np.uint8).reshape(-1, 2)
+
+    def st_reald(name, b):               # layout: shape-true; the real scales, permuted
+        r = blocks(rt[name])
+        b[:, :2] = r[rng.permutation(len(r)), :2]
+
+    jobs = {"real-nosub": (real_p, real_nosub), "st-reald": (st_p, st_reald),
+            "real-shuffled": (real_p, real_shuffled), "real-constd": (real_p, real_constd),
             "st-realorder": (real_p, st_realorder), "st-realq": (st_p, st_realq)}
     for label in (sys.argv[4].split(",") if len(sys.argv) > 4 else jobs):
         dest = out / f"q8_0-{label}.gguf"

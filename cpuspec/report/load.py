@@ -33,13 +33,21 @@ def load_answer(doc: dict) -> str:
                "; every level tried paid (try more: --concurrency 1,2,4,8,16)"))
 
 
+def _config(s: dict) -> str:
+    """The SD server's configuration: target + draft at k, or the server flags that replaced
+    them (a draftless type such as --spec-default, whose k is its own)."""
+    if s.get("server_flags"):
+        return f"{Path(s['target']).name} with {' '.join(s['server_flags'])}"
+    return (f"{Path(s['target']).name} + "
+            f"{Path(s['draft']).name if s.get('draft') else 'prompt lookup'}, k = {s['k']}")
+
+
 def render_load(doc: dict, source: str = "RUN") -> str:
     s = doc["settings"]
     levels = summarize_load(doc)
-    head = (f"llama-server under load: {Path(s['target']).name} + "
-            f"{Path(s['draft']).name if s.get('draft') else 'no draft model'}, k = {s['k']}, "
-            f"{s['threads']} threads, {s['max_tokens']} tokens; {s['batches']} batches per "
-            "level, each one unit of the 95 % interval (*: a range)")
+    head = (f"llama-server under load: {_config(s)}, {s['threads']} threads, "
+            f"{s['max_tokens']} tokens; {s['batches']} batches per level, each one unit of the "
+            "95 % interval (*: a range)")
     rows = []
     for lv in levels:
         raw, sd = lv["raw"], lv["sd"]
@@ -81,15 +89,23 @@ def render_load_details(doc: dict) -> str:
 
 
 def measured_load(target: str, draft: str | None, k: int, meta: dict | None = None,
-                  threads: int | None = None, drafter: str = "model", p_min: float = 0.0
-                  ) -> tuple[dict, Path] | None:
+                  threads: int | None = None, drafter: str = "model", p_min: float = 0.0,
+                  server_flags: list[str] | None = None) -> tuple[dict, Path] | None:
     """The newest saved load run of this configuration (target and draft files by name, k,
-    drafter, p-min, threads where given), from this machine when `meta` is given."""
+    drafter, p-min, threads where given), from this machine when `meta` is given; with
+    `server_flags`, of the run whose SD server ran those flags on this target (a draftless
+    type: its own k, no draft file)."""
     from cpuspec.report.paths import saved_paths_runs
     for doc, path in saved_paths_runs(meta, "load"):
         s = doc.get("settings") or {}
+        if Path(str(s.get("target"))).name != Path(target).name or \
+                (threads is not None and s.get("threads") != threads):
+            continue
+        if server_flags:
+            if list(s.get("server_flags") or []) == list(server_flags):
+                return doc, path
+            continue
         if s.get("drafter", "model") == drafter and (s.get("p_min") or 0.0) == p_min \
-                and (threads is None or s.get("threads") == threads) and Path(str(s.get("target"))).name == Path(target).name \
                 and (Path(s["draft"]).name if s.get("draft") else None) == \
                 (Path(draft).name if draft else None) and s.get("k") == k \
                 and not s.get("server_flags"):

@@ -488,6 +488,11 @@ def draftless_lines(target: str, threads: int, meta: dict | None = None,
         pays = [r for r in rows if r.get("significance") == "faster"]
         verdict = f"pays: {pays[0]['flags']}" if pays else \
             "none shown to pay (no interval above 1)"
+        if pays:   # and with several requests in flight, where a load run measured it
+            from cpuspec.report.load import load_note
+            note = load_note(target, None, 0, meta, threads=threads,
+                             server_flags=shlex.split(pays[0]["flags"]))
+            verdict += f" ({note})"
         lines.append(f"{indent}{task}: {verdict}; measured {cells}")
     return lines
 
