@@ -64,7 +64,7 @@ def test_a_placement_asked_for_but_not_made_is_shown_as_cpu(tiny_models):
     with Model(tiny_models["target"], n_gpu_layers=99) as m:
         row = row | {"target_offloaded_bytes": m.offloaded_bytes}
     assert placement(row, doc["meta"]["ggml_devices"]).startswith(
-        "target CPU (-ngl 99: none offloaded)")
+        "target CPU (ngl ignored)")
 
 
 def vulkan_env() -> dict:
@@ -120,7 +120,8 @@ def test_every_placement_runs_on_the_vulkan_device(tiny_models, tmp_path):
                         if t.name == "token_embd.weight")
             placed = r[f"{role}_offloaded_bytes"]
             if asked:
-                assert weights - embd <= placed <= 1.05 * (weights - embd), (role, r, embd)
+                # (buffer sizes are logged in MiB to 2 decimals: ±0.01 MiB a buffer)
+                assert weights - embd - 2**14 <= placed <= 1.05 * (weights - embd), (role, r)
             else:
                 assert placed == 0, (role, r)
     for point in doc["points"]:          # lossless on the device too

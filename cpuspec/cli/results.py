@@ -14,7 +14,7 @@ from cpuspec.cli.bench_report import print_bench
 from cpuspec.cli.loading import load_results, reads_results, run_names
 from cpuspec.cli.log import log
 from cpuspec.report.compare import (mismatches, render_compare, render_compare_screen,
-                                     render_compare_sweeps,
+                                     render_compare_load, render_compare_sweeps,
                                      sweep_mismatches)
 from cpuspec.report.paths import (draftless_lines, how_to_run, render_paths,
                                   render_paths_screen, server_paths_run)
@@ -26,7 +26,7 @@ from cpuspec.results.schema import ResultsError, read_bench, read_json
 from cpuspec.results.store import OutputError, resolve_run, results_dir, run_listing, saved_runs
 from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.report.sweep import headline, render_sweep, render_sweep_screen, sweep_csv
-from cpuspec.report.load import (load_mismatches, load_note, render_compare_load, render_load,
+from cpuspec.report.load import (load_mismatches, load_note, render_load,
                                   render_load_details)
 from cpuspec.report.tune import render_tune, render_tune_screen
 from cpuspec.report.measurements import (render_costs_file, render_quality,

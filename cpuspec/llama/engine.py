@@ -36,8 +36,9 @@ _captured: list[bytes] | None = None   # the log lines of the load under way (Mo
 
 @ll.llama_log_callback
 def _quiet_log(level, text, user_data):  # llama.cpp's own logging would flood the terminal
-    if _captured is not None and text:
-        _captured.append(text)
+    buf = _captured
+    if buf is not None and text:
+        buf.append(text)
 
 
 # llama.cpp's load log, one line per buffer it allocated for the weights
@@ -148,9 +149,12 @@ class Model:
         interrupt.check()
         # where the weights went: {buffer name: bytes}, and the part on a device other than
         # the CPU (a GPU's own memory; host-side buffers such as Vulkan_Host are not counted)
+        # (None where the log said nothing: another library took the callback, or llama.cpp
+        # changed the line; a device's buffer is named after it: Vulkan0, CUDA0, MTL0_Mapped)
         self.buffers = parse_model_buffers(lines)
-        devices = {d["name"] for d in ggml_devices() if d["type"] != "CPU"}
-        self.offloaded_bytes = sum(b for name, b in self.buffers.items() if name in devices)
+        devices = tuple(d["name"] for d in ggml_devices() if d["type"] != "CPU" and d["name"])
+        self.offloaded_bytes = sum(b for name, b in self.buffers.items()
+                                   if name.startswith(devices)) if self.buffers else None
         if not self.ptr:
             raise EngineError(f"llama.cpp could not load {self.path} (not a valid GGUF model?)")
         self.vocab = ll.llama_model_get_vocab(self.ptr)

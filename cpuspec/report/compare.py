@@ -215,3 +215,41 @@ def render_compare_sweeps(runs: list[dict], names: list[str]) -> str:
         + (["2 ÷ 1"] if len(runs) == 2 else [])
     return "\n".join(lines + [tabulate(table, headers=headers, tablefmt="simple",
                                        disable_numparse=True)])
+
+
+def render_compare_load(runs: list[dict], names: list[str]) -> str:
+    """One screen: one row per concurrency and run (plain and SD t/s, SD ×raw of throughput
+    with its interval and verdict, of latency, the p99), each run's crossover under its
+    machine, and for two runs run 2's SD ×raw over run 1's at each level."""
+    from cpuspec.analysis.load import summarize_load
+    from cpuspec.report import screen
+    from cpuspec.report.load import load_answer, speedup_cell_of, verdict_cell
+    lines = []
+    summaries = [summarize_load(r) for r in runs]
+    for i, (n, r) in enumerate(zip(names, runs)):
+        m = Machine.of(r)
+        lines += screen.wrap(f"run {i + 1}: {n}: {m.label()}" + incomplete_note(r), "  ")
+        lines += screen.wrap(load_answer(r), "    ")
+    levels = list(dict.fromkeys(lv["concurrency"] for s in summaries for lv in s))
+    rows = []
+    for c in levels:
+        at = [next((lv for lv in s if lv["concurrency"] == c), None) for s in summaries]
+        for i, lv in enumerate(at):
+            if lv is None:
+                continue
+            ratio = ""
+            if len(runs) == 2 and i == 1 and at[0] is not None:
+                x0, x1 = at[0]["throughput"]["speedup"], lv["throughput"]["speedup"]
+                ratio = fmt_value(x1 / x0 if x0 and x1 else None, ".2f")
+            raw, sd = lv["raw"], lv["sd"]
+            rows.append([c, f"run {i + 1}", f"{raw.get('tok_s', 0):.1f}",
+                         f"{sd.get('tok_s', 0):.1f}", speedup_cell_of(lv["throughput"]),
+                         verdict_cell(lv["throughput"]), speedup_cell_of(lv["latency"]),
+                         f"{raw.get('e2e_p99_ms', 0) / 1e3:.1f}→"
+                         f"{sd.get('e2e_p99_ms', 0) / 1e3:.1f}", ratio])
+    headers = ["N", "run", "raw t/s", "SD t/s", "SD ×raw t/s", "measured", "SD ×raw latency",
+               "p99 s"] + (["SD 2 ÷ 1"] if len(runs) == 2 else [])
+    lines += ["", screen.table(headers, [r if len(runs) == 2 else r[:-1] for r in rows]), ""]
+    lines += screen.wrap("N: requests in flight; t/s: every request's tokens over the batch's "
+                         "wall time; compare ratios within a run, not t/s across machines", "  ")
+    return "\n".join(lines + ["", "More: cpuspec report RUN --details (every batch of a run)"])

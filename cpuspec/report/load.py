@@ -9,11 +9,11 @@ from cpuspec.analysis.load import crossover, summarize_load
 from cpuspec.report import screen
 
 
-def _cell(st: dict) -> str:
+def speedup_cell_of(st: dict) -> str:
     return screen.speedup(st["speedup"], st["ci"], st["range"])
 
 
-def _verdict(st: dict) -> str:
+def verdict_cell(st: dict) -> str:
     return screen.verdict_of(st["ci"], st["range"])
 
 
@@ -52,8 +52,8 @@ def render_load(doc: dict, source: str = "RUN") -> str:
     for lv in levels:
         raw, sd = lv["raw"], lv["sd"]
         rows.append([lv["concurrency"], f"{raw.get('tok_s', 0):.1f}", f"{sd.get('tok_s', 0):.1f}",
-                     _cell(lv["throughput"]), _verdict(lv["throughput"]),
-                     _cell(lv["latency"]),
+                     speedup_cell_of(lv["throughput"]), verdict_cell(lv["throughput"]),
+                     speedup_cell_of(lv["latency"]),
                      f"{raw.get('e2e_p99_ms', 0) / 1e3:.1f}→{sd.get('e2e_p99_ms', 0) / 1e3:.1f}",
                      f"{raw.get('ttft_p50_ms', 0) / 1e3:.1f}→{sd.get('ttft_p50_ms', 0) / 1e3:.1f}",
                      lv["same_output"]])
@@ -95,7 +95,7 @@ def measured_load(target: str, draft: str | None, k: int, meta: dict | None = No
     drafter, p-min, threads where given), from this machine when `meta` is given; with
     `server_flags`, of the run whose SD server ran those flags on this target (a draftless
     type: its own k, no draft file)."""
-    from cpuspec.report.paths import saved_paths_runs
+    from cpuspec.results.store import saved_paths_runs
     for doc, path in saved_paths_runs(meta, "load"):
         s = doc.get("settings") or {}
         if Path(str(s.get("target"))).name != Path(target).name or \
@@ -144,44 +144,5 @@ def load_mismatches(runs: list[dict]) -> list[str]:
     for name, get in LOAD_WORKLOAD:
         values = [str(get(r.get("settings") or {})) for r in runs]
         if len(set(values)) > 1:
-            out.append(f"{name}: {' vs '.join(v[:24] for v in values)}")
+            out.append(f"{name}: {' vs '.join(values)}")
     return out
-
-
-def render_compare_load(runs: list[dict], names: list[str]) -> str:
-    """One screen: one row per concurrency and run (plain and SD t/s, SD ×raw of throughput
-    with its interval and verdict, of latency, the p99), each run's crossover under its
-    machine, and for two runs run 2's SD ×raw over run 1's at each level."""
-    from cpuspec.report.compare import incomplete_note
-    from cpuspec.report.tables import fmt_value
-    from cpuspec.results.records import Machine
-    lines = []
-    summaries = [summarize_load(r) for r in runs]
-    for i, (n, r) in enumerate(zip(names, runs)):
-        m = Machine.of(r)
-        lines += screen.wrap(f"run {i + 1}: {n}: {m.label()}"
-                             + (f" ({m.cpu_id})" if m.cpu_id else "") + incomplete_note(r), "  ")
-        lines += screen.wrap(load_answer(r), "    ")
-    levels = list(dict.fromkeys(lv["concurrency"] for s in summaries for lv in s))
-    rows = []
-    for c in levels:
-        at = [next((lv for lv in s if lv["concurrency"] == c), None) for s in summaries]
-        for i, lv in enumerate(at):
-            if lv is None:
-                continue
-            ratio = ""
-            if len(runs) == 2 and i == 1 and at[0] is not None:
-                x0, x1 = at[0]["throughput"]["speedup"], lv["throughput"]["speedup"]
-                ratio = fmt_value(x1 / x0 if x0 and x1 else None, ".2f")
-            raw, sd = lv["raw"], lv["sd"]
-            rows.append([c, f"run {i + 1}", f"{raw.get('tok_s', 0):.1f}",
-                         f"{sd.get('tok_s', 0):.1f}", _cell(lv["throughput"]),
-                         _verdict(lv["throughput"]), _cell(lv["latency"]),
-                         f"{raw.get('e2e_p99_ms', 0) / 1e3:.1f}→"
-                         f"{sd.get('e2e_p99_ms', 0) / 1e3:.1f}", ratio])
-    headers = ["N", "run", "raw t/s", "SD t/s", "SD ×raw t/s", "measured", "SD ×raw latency",
-               "p99 s"] + (["SD 2 ÷ 1"] if len(runs) == 2 else [])
-    lines += ["", screen.table(headers, [r if len(runs) == 2 else r[:-1] for r in rows]), ""]
-    lines += screen.wrap("N: requests in flight; t/s: every request's tokens over the batch's "
-                         "wall time; compare ratios within a run, not t/s across machines", "  ")
-    return "\n".join(lines + ["", "More: cpuspec report RUN --details (every batch of a run)"])

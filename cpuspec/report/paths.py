@@ -4,17 +4,15 @@ runs a measured configuration in the user's own stack (`how_to_run`, which bench
 reports print too)."""
 from __future__ import annotations
 
-import functools
 import shlex
 from pathlib import Path
 
 from cpuspec.core import commands
 from cpuspec.results.schema import CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, LLAMA_SERVER, REDECODE
-from cpuspec.results.records import Machine
 from cpuspec.report import screen
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import e2e_tok_s, speedup_stats
-from cpuspec.results.store import OutputError, saved_runs
+from cpuspec.results.store import saved_paths_runs
 from cpuspec.analysis.summary import OVERALL
 
 PATH_NOTES = {
@@ -363,42 +361,6 @@ def _first_token_lines(doc: dict) -> list[str]:
 
 
 # --- what a saved paths run says about a configuration, printed under tune and advise ---
-
-@functools.lru_cache(maxsize=256)
-def _read_saved(path: Path, mtime_ns: int, size: int) -> dict | None:
-    """A saved paths or load run, parsed once per process and version of the file (advise and
-    the first screen ask for several of them: load_note, server_paths_run, measured_paths).
-    None where it is not one. Callers must not change the dict."""
-    import json
-    try:
-        doc = json.loads(path.read_text())
-        doc["settings"]["target"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return doc
-
-
-def saved_paths_runs(meta: dict | None, kind: str = "paths"):
-    """Complete saved `cpuspec paths` runs of `kind` (paths, or load: `--concurrency`), newest
-    first, as (doc, path); with `meta` (the environment of the file being printed), only those
-    from the same machine (CPU model and llama.cpp's system info): a recorded file from
-    elsewhere is not answered with this machine's runs."""
-    try:
-        runs = saved_runs()
-    except OutputError:
-        return
-    for path in reversed(runs):
-        if not path.stem.endswith("-paths"):
-            continue
-        try:
-            st = path.stat()
-            doc = _read_saved(path, st.st_mtime_ns, st.st_size)
-        except OSError:
-            continue
-        if doc is not None and doc.get("complete") and doc.get("kind", "paths") == kind and (
-                meta is None or Machine.of(doc).same_as(Machine.of({"meta": meta}))):
-            yield doc, path
-
 
 def server_paths_run(target: str, draft: str | None, drafter: str, threads: int,
                      meta: dict | None = None) -> tuple[dict, Path] | None:

@@ -69,7 +69,7 @@ def placement(row: dict, devices: list[dict] | None) -> str:
 
     def where(role: str, layers: int) -> str:
         if layers and row.get(f"{role}_offloaded_bytes") == 0:
-            return f"CPU (-ngl {layers}: none offloaded)"
+            return "CPU (ngl ignored)"
         return "CPU" if not layers else name if layers >= 99 else f"{name} ({layers} layers)"
     return (f"target {where('target', row['n_gpu_layers'])}, "
             f"draft {where('draft', row['draft_gpu_layers'])}")

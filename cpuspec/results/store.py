@@ -7,6 +7,7 @@ path, or replaces a read-only results file without --force.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from cpuspec.inputs.registry import cpuspec_home
+from cpuspec.results.records import Machine
 
 GGUF_MAGIC = b"GGUF"
 
@@ -321,3 +323,38 @@ def _count(doc: dict) -> str:
         if isinstance(doc.get(key), list):
             return f"{len(doc[key])} {what}"
     return "the results so far"
+
+
+@functools.lru_cache(maxsize=256)
+def _read_saved(path: Path, mtime_ns: int, size: int) -> dict | None:
+    """A saved paths or load run, parsed once per process and version of the file (advise and
+    the first screen ask for several of them: load_note, server_paths_run, measured_paths).
+    None where it is not one. Callers must not change the dict."""
+    try:
+        doc = json.loads(path.read_text())
+        doc["settings"]["target"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return doc
+
+
+def saved_paths_runs(meta: dict | None, kind: str = "paths"):
+    """Complete saved `cpuspec paths` runs of `kind` (paths, or load: `--concurrency`), newest
+    first, as (doc, path); with `meta` (the environment of the file being printed), only those
+    from the same machine (CPU model and llama.cpp's system info): a recorded file from
+    elsewhere is not answered with this machine's runs."""
+    try:
+        runs = saved_runs()
+    except OutputError:
+        return
+    for path in reversed(runs):
+        if not path.stem.endswith("-paths"):
+            continue
+        try:
+            st = path.stat()
+            doc = _read_saved(path, st.st_mtime_ns, st.st_size)
+        except OSError:
+            continue
+        if doc is not None and doc.get("complete") and doc.get("kind", "paths") == kind and (
+                meta is None or Machine.of(doc).same_as(Machine.of({"meta": meta}))):
+            yield doc, path
