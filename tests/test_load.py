@@ -194,3 +194,14 @@ def test_a_draftless_flags_load_run_answers_for_that_flag_only(cpuspec_home):
     # its screen names the flag in place of a draft and a k it did not use
     head = CliRunner().invoke(main, ["report", str(run)]).output.splitlines()[0]
     assert "with --spec-default" in head and "k =" not in head, head
+
+
+def test_compare_of_many_load_runs_stays_on_one_screen_and_counts_what_it_left_out():
+    run = str(B_PRIME / "load_q8_0_k7.json")
+    res = CliRunner().invoke(main, ["compare", *[run] * 8])     # 8 runs × 3 levels = 24 rows
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert len(lines) <= 40 and max(map(len, lines)) <= 100, res.output
+    shown = [x for x in lines if x.split()[:1] in (["1"], ["2"], ["4"])]
+    cut = next(x for x in lines if "more rows" in x)
+    assert len(shown) + int(cut.split()[1]) == 24, res.output

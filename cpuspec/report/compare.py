@@ -249,7 +249,12 @@ def render_compare_load(runs: list[dict], names: list[str]) -> str:
                          f"{sd.get('e2e_p99_ms', 0) / 1e3:.1f}", ratio])
     headers = ["N", "run", "raw t/s", "SD t/s", "SD ×raw t/s", "measured", "SD ×raw latency",
                "p99 s"] + (["SD 2 ÷ 1"] if len(runs) == 2 else [])
-    lines += ["", screen.table(headers, [r if len(runs) == 2 else r[:-1] for r in rows]), ""]
-    lines += screen.wrap("N: requests in flight; t/s: every request's tokens over the batch's "
-                         "wall time; compare ratios within a run, not t/s across machines", "  ")
+    foot = screen.wrap("N: requests in flight; t/s: every request's tokens over the batch's "
+                       "wall time; compare ratios within a run, not t/s across machines", "  ")
+    # one screen: the rows that fit under the runs' lines, the rest counted
+    room = screen.MAX_LINES - len(lines) - len(foot) - 7   # blank lines, header, cut, more
+    cut = [f"  ... {len(rows) - room} more rows: compare fewer runs at a time"] \
+        if len(rows) > room else []
+    shown = [r if len(runs) == 2 else r[:-1] for r in rows[:max(room, 0)]]
+    lines += ["", screen.table(headers, shown), *cut, ""] + foot
     return "\n".join(lines + ["", "More: cpuspec report RUN --details (every batch of a run)"])
