@@ -7,6 +7,7 @@ from pathlib import Path
 
 from cpuspec.analysis.load import crossover, summarize_load
 from cpuspec.report import screen
+from cpuspec.results.store import saved_paths_runs
 
 
 def speedup_cell_of(st: dict) -> str:
@@ -95,7 +96,6 @@ def measured_load(target: str, draft: str | None, k: int, meta: dict | None = No
     drafter, p-min, threads where given), from this machine when `meta` is given; with
     `server_flags`, of the run whose SD server ran those flags on this target (a draftless
     type: its own k, no draft file)."""
-    from cpuspec.results.store import saved_paths_runs
     for doc, path in saved_paths_runs(meta, "load"):
         s = doc.get("settings") or {}
         if Path(str(s.get("target"))).name != Path(target).name or \

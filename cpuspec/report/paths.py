@@ -10,6 +10,7 @@ from pathlib import Path
 from cpuspec.core import commands
 from cpuspec.results.schema import CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, LLAMA_SERVER, REDECODE
 from cpuspec.report import screen
+from cpuspec.report.load import load_note
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import e2e_tok_s, speedup_stats
 from cpuspec.results.store import saved_paths_runs
@@ -451,7 +452,6 @@ def draftless_lines(target: str, threads: int, meta: dict | None = None,
         verdict = f"pays: {pays[0]['flags']}" if pays else \
             "none shown to pay (no interval above 1)"
         if pays:   # and with several requests in flight, where a load run measured it
-            from cpuspec.report.load import load_note
             note = load_note(target, None, 0, meta, threads=threads,
                              server_flags=shlex.split(pays[0]["flags"]))
             verdict += f" ({note})"
