@@ -124,12 +124,15 @@ def test_bad_levels_are_refused_before_anything_runs(levels):
 def test_the_crossover_is_the_last_level_measured_faster_before_the_first_that_was_not():
     def level(n, sig):
         return {"concurrency": n, "throughput": {"significance": sig}}
-    assert crossover([level(1, "faster"), level(2, "not significant"), level(4, "slower")]) \
-        == {"pays_up_to": 1, "off_from": 2}
-    assert crossover([level(1, "not significant"), level(2, "faster")]) == \
-        {"pays_up_to": None, "off_from": 1}
-    assert crossover([level(1, "faster"), level(2, "faster")]) == \
-        {"pays_up_to": 2, "off_from": None}
+    c = crossover([level(1, "faster"), level(2, "not significant"), level(4, "slower")])
+    assert (c["pays_up_to"], c["stop_at"], c["stop_state"], c["off_from"]) == \
+        (1, 2, "no difference", None)
+    c = crossover([level(1, "not significant"), level(2, "faster")])
+    assert (c["pays_up_to"], c["stop_at"], c["stop_state"]) == (None, 1, "no difference")
+    c = crossover([level(1, "faster"), level(2, None)])
+    assert (c["pays_up_to"], c["stop_at"], c["stop_state"]) == (1, 2, "range")
+    c = crossover([level(1, "faster"), level(2, "faster")])
+    assert (c["pays_up_to"], c["stop_at"]) == (2, None)
 
 
 B_PRIME = Path(__file__).resolve().parent.parent / "bench" / "results" / "epyc-family25-model17"
@@ -143,7 +146,7 @@ def test_compare_sets_load_runs_side_by_side_on_one_screen():
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert len(lines) <= 40 and max(map(len, lines)) <= 100, res.output
-    assert res.output.count("SD pays for up to 2 request(s) in flight here; off from 4") == 2
+    assert res.output.count("SD pays for up to 2 request(s) in flight here; off from 4 (measured slower)") == 2
     for n, x in ((1, "1.32 [1.21, 1.45]"), (2, "1.20 [1.11, 1.30]"), (4, "0.89 [0.83, 0.95]")):
         rows = [x_ for x_ in lines if x_.split()[:1] == [str(n)]]
         assert len(rows) == 2 and all(x in r for r in rows), rows
@@ -181,7 +184,7 @@ def test_a_draftless_flags_load_run_answers_for_that_flag_only(cpuspec_home):
     found = measured_load(target, None, 0, meta, threads=2, server_flags=["--spec-default"])
     assert found is not None and found[1].name.startswith("20261204T000000Z")
     assert load_note(target, None, 0, meta, threads=2, server_flags=["--spec-default"]) == \
-        "SD was not faster at 1 in flight here"
+        "SD made no difference at 1 in flight here"
     assert measured_load(target, None, 0, meta, threads=2,
                          server_flags=["--spec-type", "ngram-mod"]) is None
     assert measured_load(target, None, 4, meta, threads=2, drafter="lookup") is None

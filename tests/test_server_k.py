@@ -30,3 +30,34 @@ def test_the_priced_server_matches_the_measured_server_at_the_measured_k():
     assert all(r["server"] < r["loop"] for r in priced["table"])
     costs = round_costs(paths)
     assert costs["server_round_s"] > costs["loop_round_s"]
+
+
+def test_the_priced_server_at_other_k_against_paths_runs_measured_at_those_k():
+    """Issue 57, item 10: not the fitted k. Priced from the k = 7 paths run, with the held-out
+    runs' own acceptance (the loop's rounds there; the server accepted the same drafts), the
+    server's decode SD ×raw at k = 3 and 5 lands within 10 % of what llama-server measured at
+    those k on prompts the fit never saw. (At k = 7 on those prompts it reads 23 % high: the
+    fitted constant does not carry across runs that well; docs/server.md.)"""
+    paths, bench = json.loads(PATHS.read_text()), json.loads(BENCH.read_text())
+    for k in (3, 5):
+        held = json.loads((HERE / f"server_k_heldout6_q8_0_k{k}.json").read_text())
+        rounds = [rd for r in held["runs"] if r["path"] == "cpuspec" and r["mode"] == "static"
+                  for rd in r["rounds"]]
+        survival = [sum(acc >= i for _, acc in rounds) / len(rounds) for i in range(1, k + 1)]
+        priced = server_k(bench["cost_probe"], survival, paths)
+        server = [r for r in held["runs"] if r["path"] == "llama-server"]
+
+        def decode_tok_s(mode):
+            sel = [r for r in server if r["mode"] == mode]
+            return sum(r["n_tokens"] - 1 for r in sel) / sum(r["decode_s"] for r in sel)
+        measured = decode_tok_s("static") / decode_tok_s("raw")
+        at_k = next(r for r in priced["table"] if r["k"] == k)["server"]
+        assert abs(at_k / measured - 1) < 0.10, (k, at_k, measured)
+
+
+def test_no_k_that_pays_in_the_server_is_off_not_a_command():
+    """A predicted server speedup ≤ 1 at every k is k_server 0 (off): advise prints no
+    llama-server SD command for it. Acceptance 0.1 at every position (a poor draft)."""
+    paths, bench = json.loads(PATHS.read_text()), json.loads(BENCH.read_text())
+    priced = server_k(bench["cost_probe"], [0.1 ** i for i in range(1, 8)], paths)
+    assert priced["server_speedup"] < 1 and priced["k_server"] == 0

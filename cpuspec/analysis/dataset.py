@@ -6,6 +6,7 @@ DATASET_SCHEMA is its version, and results/parquet.py reads older versions throu
 migration."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -15,9 +16,32 @@ from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.analysis.whatif import ASSUMED_P, whatif_row
 from cpuspec.results.records import Machine
 
-DATASET_SCHEMA = 1
-# version → function(Arrow table) → the table at version + 1; schema 1 is the first
-MIGRATIONS: dict = {}
+DATASET_SCHEMA = 2
+
+
+def _method_of_drafter(drafter: str | None) -> str | None:
+    """Schema 1 had no method: every run of it drafted with a separate draft model ("draft",
+    llama.cpp's draft-simple) or an n-gram drafter (lookup, hybrid, gated kinds)."""
+    if drafter is None:
+        return None
+    return "draft" if drafter in ("model", "gated") else f"ngram ({drafter})"
+
+
+def _to_2(table):
+    """Schema 1 → 2: the `method` column (issue 58), from each row's drafter."""
+    import pyarrow as pa
+    if "method" in table.column_names:
+        return table
+    drafters = table.column("drafter").to_pylist() if "drafter" in table.column_names \
+        else [None] * table.num_rows
+    col = pa.array([_method_of_drafter(d) for d in drafters], pa.string())
+    at = table.column_names.index("drafter") + 1 if "drafter" in table.column_names \
+        else table.num_columns
+    return table.add_column(at, "method", col)
+
+
+# version → function(Arrow table) → the table at version + 1
+MIGRATIONS: dict = {1: _to_2}
 # every column, in order, with its Arrow type name (results/parquet.py maps them)
 COLUMNS: list[tuple[str, str]] = [
     ("dataset_schema", "int"), ("row_id", "str"), ("run_id", "str"), ("kind", "str"),
@@ -34,7 +58,8 @@ COLUMNS: list[tuple[str, str]] = [
     ("target_label", "str"), ("draft_sha256", "str"), ("draft_quant", "str"),
     ("draft_params", "int"), ("draft_label", "str"),
     # the settings
-    ("task", "str"), ("k", "int"), ("drafter", "str"), ("policy", "str"), ("p_min", "float"),
+    ("task", "str"), ("k", "int"), ("drafter", "str"), ("method", "str"),
+    ("policy", "str"), ("p_min", "float"),
     ("max_tokens", "int"), ("depth", "int"), ("temperature", "float"),
     ("prompts_sha256", "str"), ("n_prompts", "int"),
     # the results
@@ -105,7 +130,8 @@ def machine_columns(doc: dict) -> dict:
            "backend": " ".join(m.backend) or "CPU",
            "device": (gpu or {}).get("description") or "CPU"}
     key = json.dumps([out[k] for k in ("cpu_vendor", "cpu_name", "cpu_family", "cpu_model",
-                                       "cpu_stepping", "isa", "memory_gib", "backend")])
+                                       "cpu_stepping", "isa", "memory_gib", "backend",
+                                       "logical_cpus")])
     out["machine_fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:16]
     return out
 
@@ -132,17 +158,46 @@ def run_id(doc: dict) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
+@functools.lru_cache(maxsize=1)
+def _builtin_texts() -> frozenset[str]:
+    from cpuspec.inputs.tasks import ALL_TASKS, builtin_prompts
+    return frozenset(p.text for p in builtin_prompts(list(ALL_TASKS)))
+
+
+def public_task(task: str) -> str:
+    """A task's name as it may leave the machine: cpuspec's own task names (and overall)
+    verbatim, any other (a user's own prompts file) as "user"."""
+    from cpuspec.inputs.tasks import ALL_TASKS, OVERALL as ALL
+    return task if task in ALL_TASKS or task == ALL else "user"
+
+
+def prompts_digest(doc: dict) -> str | None:
+    """The sha256 of the prompts' texts where every one is a built-in prompt (public text, so
+    runs on the same suite can be matched); None for a user's own prompts, whose short texts
+    an unsalted hash would let anyone guess and confirm."""
+    texts = [p.get("text", "") for p in doc.get("prompts") or []]
+    if not texts or not set(texts) <= _builtin_texts():
+        return None
+    return hashlib.sha256(json.dumps(texts).encode()).hexdigest()
+
+
+def _policies(s: dict) -> str | None:
+    pol = s.get("policies")
+    pol = [pol] if isinstance(pol, str) else pol if isinstance(pol, (list, tuple)) else []
+    return ",".join(str(p) for p in pol) or None
+
+
 def _base(doc: dict) -> dict:
     s = doc.get("settings") or {}
-    texts = [p.get("text", "") for p in doc.get("prompts") or []]
     started = (doc.get("meta") or {}).get("started_at") or ""
     return {"dataset_schema": DATASET_SCHEMA, "run_id": run_id(doc), "kind": doc.get("kind"),
             "month": started[:7] or None, **machine_columns(doc), **model_columns(doc),
-            "drafter": s.get("drafter"), "p_min": _num(s.get("p_min")),
+            "drafter": s.get("drafter"),
+            "method": s.get("method") or _method_of_drafter(s.get("drafter")),
+            "p_min": _num(s.get("p_min")),
             "max_tokens": s.get("max_tokens"), "depth": _int(s.get("depth")),
             "temperature": _num(s.get("temperature")), "k": s.get("k"),
-            "prompts_sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest()
-            if texts else None, "policy": ",".join(s.get("policies") or []) or None}
+            "prompts_sha256": prompts_digest(doc), "policy": _policies(s)}
 
 
 def bench_rows(doc: dict) -> list[dict]:
@@ -154,7 +209,7 @@ def bench_rows(doc: dict) -> list[dict]:
         audit = s.get("audit") or {}
         lat = {m: (s.get(f"{m}_latency_ms") or {}).get("p99") for m in ("raw", "sd")}
         rows.append(base | {
-            "task": task, "n_prompts": s.get("sd_speedup_units") or s.get("n_generations"),
+            "task": public_task(task), "_key": task, "n_prompts": s.get("sd_speedup_units") or s.get("n_generations"),
             "raw_tok_s": _num(s.get("raw_tok_s")), "sd_tok_s": _num(s.get("sd_tok_s")),
             "sd_speedup": _num(s.get("sd_speedup")), "sd_ci_low": _num(ci[0]),
             "sd_ci_high": _num(ci[1]), "verdict": s.get("sd_significance"),
@@ -164,8 +219,18 @@ def bench_rows(doc: dict) -> list[dict]:
             "acceptance_pct": _num(s.get("acceptance_pct")),
             "zero_accept_pct": _num(s.get("zero_accept_pct")),
             "raw_p99_ms": _num(lat["raw"]), "sd_p99_ms": _num(lat["sd"]),
-            "audit_identical": audit.get("identical"), "audit_n": audit.get("n")})
+            "audit_identical": audit.get("identical"), "audit_n": audit.get("n"),
+            "bandwidth_gbps": base["bandwidth_gbps"] or _decode_gbps(doc, s)})
     return rows
+
+
+def _decode_gbps(doc: dict, s: dict) -> float | None:
+    """Where the run probed no bandwidth: the bandwidth its plain decode achieved, the
+    target's weight bytes read per token × raw decode t/s (a lower bound on the machine's)."""
+    target = (doc.get("models") or {}).get("target") or {}
+    weights, tok_s = target.get("weight_bytes"), _num(s.get("raw_decode_tok_s"))
+    return round(weights * tok_s / 1e9, 2) if isinstance(weights, (int, float)) and tok_s \
+        else None
 
 
 def whatif_rows(doc: dict) -> list[dict]:
@@ -190,8 +255,9 @@ def dataset_rows(doc: dict) -> list[dict]:
     out = []
     for r in rows:
         full = {n: r.get(n) for n in NAMES}
+        key = r.get("_key", full["task"])   # the task's own name: two user tasks, two rows
         full["row_id"] = hashlib.sha256(
-            f"{full['run_id']}/{full['task']}/{full['target_quant']}".encode()).hexdigest()[:20]
+            f"{full['run_id']}/{key}/{full['target_quant']}".encode()).hexdigest()[:20]
         out.append(full)
     return out
 

@@ -1,48 +1,61 @@
 """The leaderboard: DuckDB queries over the dataset's rows (an Arrow table, analysis/dataset.py's
-columns), one row per machine fingerprint: the CPU, the default pair's raw speed, the best SD
-configuration measured faster there (an interval above 1), the least acceptance at which SD
-pays for a 7B target where a what-if was run, and the bandwidth. `--where` filters the rows
-before they are grouped; `--sql` runs any query over them (the table is named `rows`)."""
+columns), each row counted once (by row_id), one board row per (machine fingerprint, threads):
+the CPU, the default pair's raw speed at depth 0, the best SD configuration measured faster
+there (an interval above 1) and how many were, the least acceptance at which SD pays for a 7B
+target where a what-if was run, and the bandwidth. `--where` filters the rows before they are
+grouped; `--sql` runs any query over them (the table is named `rows`).
+
+The user's text never reaches the machine: the rows are loaded into an in-memory database
+first, then external access (files, URLs, extensions) is switched off and the configuration
+locked, and only then does a query run; `--where` is parsed as one expression (a relation's
+filter), never pasted into SQL."""
 from __future__ import annotations
 
 # the columns the leaderboard reads (a source is read for these alone)
-NEEDED = ["kind", "machine_fingerprint", "cpu_name", "cpu_family", "cpu_model", "isa",
+NEEDED = ["row_id", "depth", "kind", "machine_fingerprint", "cpu_name", "cpu_family", "cpu_model", "isa",
           "threads", "bandwidth_gbps", "target_sha256", "target_quant", "draft_quant", "task",
           "k", "drafter", "raw_tok_s", "sd_speedup", "sd_ci_low", "sd_ci_high", "verdict",
           "target_label", "month", *[f"break_even_p_k{k}" for k in range(1, 9)]]
-# the default pair's target (models.toml: qwen2.5-coder-1.5b-q4km): its raw t/s is the yardstick
-DEFAULT_TARGET_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+
+
+def default_target_sha256() -> str:
+    """The default pair's target (models.toml's default pair): its raw t/s is the yardstick."""
+    from cpuspec.inputs.registry import load_registry
+    reg = load_registry()
+    return reg.models[reg.pairs[reg.default_pair].target].sha256
+
+
 WHATIF_TASK = "what-if qwen2.5-7b"
 
-BOARD_SQL = f"""
-WITH r AS (SELECT * FROM rows {{where}}),
-m AS (
-  SELECT machine_fingerprint AS fp, any_value(cpu_name) AS cpu,
+BOARD_SQL = """
+WITH m AS (
+  SELECT machine_fingerprint AS fp, threads, any_value(cpu_name) AS cpu,
          any_value(cpu_family) AS family, any_value(cpu_model) AS model,
-         any_value(isa) AS isa, max(threads) AS threads, max(bandwidth_gbps) AS bw,
-         count(DISTINCT month) AS months
-  FROM r GROUP BY 1),
+         any_value(isa) AS isa, max(bandwidth_gbps) AS bw, count(DISTINCT month) AS months
+  FROM r GROUP BY 1, 2),
 raw AS (
-  SELECT machine_fingerprint AS fp, median(raw_tok_s) AS raw
-  FROM r WHERE kind = 'bench' AND task = 'overall' AND target_sha256 = '{DEFAULT_TARGET_SHA256}'
-  GROUP BY 1),
+  SELECT machine_fingerprint AS fp, threads, median(raw_tok_s) AS raw
+  FROM r WHERE kind = 'bench' AND task = 'overall' AND target_sha256 = $default_target
+       AND coalesce(depth, 0) = 0
+  GROUP BY 1, 2),
 best AS (
-  SELECT machine_fingerprint AS fp,
+  SELECT machine_fingerprint AS fp, threads,
          arg_max(task || ': ' || coalesce(target_quant, '?') || ' + ' ||
                  coalesce(draft_quant, drafter, '?') || ', k ' || k, sd_speedup) AS config,
          max(sd_speedup) AS sd, arg_max(sd_ci_low, sd_speedup) AS lo,
-         arg_max(sd_ci_high, sd_speedup) AS hi
-  FROM r WHERE kind = 'bench' AND task <> 'overall' AND verdict = 'faster' GROUP BY 1),
+         arg_max(sd_ci_high, sd_speedup) AS hi, count(*) AS n_faster
+  FROM r WHERE kind = 'bench' AND task <> 'overall' AND verdict = 'faster' GROUP BY 1, 2),
 w AS (
-  SELECT machine_fingerprint AS fp,
-         min(least({', '.join(f'coalesce(break_even_p_k{k}, 2)' for k in range(1, 9))})) AS p7
-  FROM r WHERE kind = 'whatif' AND task = '{WHATIF_TASK}' AND target_quant = 'Q4_K_M'
-  GROUP BY 1)
-SELECT m.*, raw.raw, best.config, best.sd, best.lo, best.hi,
+  SELECT machine_fingerprint AS fp, threads,
+         min(least(COALESCES)) AS p7
+  FROM r WHERE kind = 'whatif' AND task = $whatif_task AND target_quant = 'Q4_K_M'
+  GROUP BY 1, 2)
+SELECT m.*, raw.raw, best.config, best.sd, best.lo, best.hi, best.n_faster,
        CASE WHEN w.p7 > 1 THEN NULL ELSE w.p7 END AS p7
-FROM m LEFT JOIN raw USING (fp) LEFT JOIN best USING (fp) LEFT JOIN w USING (fp)
+FROM m LEFT JOIN raw USING (fp, threads) LEFT JOIN best USING (fp, threads)
+     LEFT JOIN w USING (fp, threads)
 ORDER BY best.sd DESC NULLS LAST, raw.raw DESC NULLS LAST
-"""
+""".replace("COALESCES", ", ".join(f"coalesce(break_even_p_k{k}, 2)" for k in range(1, 9)))
 
 
 def _duck():
@@ -54,15 +67,38 @@ def _duck():
     return duckdb
 
 
+def locked(table):
+    """An in-memory DuckDB holding `table` as `rows`, each row_id once (a run published twice,
+    exported twice or also the user's own latest run is one set of rows), with external
+    access off and the configuration locked: no query run on it can read or write a file,
+    reach a URL or load an extension."""
+    con = _duck().connect(":memory:")
+    con.register("loaded_rows", table)
+    key = "row_id" if "row_id" in table.column_names else None
+    con.execute("CREATE TABLE rows AS SELECT * FROM loaded_rows" +
+                (f" QUALIFY row_number() OVER (PARTITION BY {key}) = 1" if key else ""))
+    con.unregister("loaded_rows")
+    for setting in ("enable_external_access = false", "autoinstall_known_extensions = false",
+                    "autoload_known_extensions = false", "lock_configuration = true"):
+        con.execute(f"SET {setting}")
+    return con
+
+
 def query(table, sql: str) -> tuple[list[str], list[tuple]]:
-    """Any SQL over the rows (named `rows`): column names and result rows."""
-    con = _duck().connect()
-    con.register("rows", table)
-    res = con.execute(sql)
+    """Any SQL over the rows (named `rows`), on a locked database: column names and rows."""
+    res = locked(table).execute(sql)
+    if res.description is None:
+        return [], []
     return [d[0] for d in res.description], res.fetchall()
 
 
 def board(table, where: str | None = None) -> list[dict]:
-    """One dict per machine fingerprint (BOARD_SQL), best SD first."""
-    cols, rows = query(table, BOARD_SQL.format(where=f"WHERE {where}" if where else ""))
-    return [dict(zip(cols, r)) for r in rows]
+    """One dict per (machine fingerprint, threads) (BOARD_SQL), best SD first. `where` is one
+    SQL expression, applied as a filter on the rows (parsed as an expression, not pasted)."""
+    con = locked(table)
+    rel = con.table("rows")
+    (rel.filter(where) if where else rel).create_view("r")
+    res = con.execute(BOARD_SQL, {"default_target": default_target_sha256(),
+                                  "whatif_task": WHATIF_TASK})
+    cols = [d[0] for d in res.description]
+    return [dict(zip(cols, r)) for r in res.fetchall()]

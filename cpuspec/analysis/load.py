@@ -5,28 +5,14 @@ the same index), time to first token, the per-token latency's p99, whether SD's 
 the plain server's, and the level from which SD stops paying."""
 from __future__ import annotations
 
-import math
 import statistics
 
-import numpy as np
-
-from cpuspec.analysis.stats import MIN_CI_UNITS, percentile, significance, t_interval
+from cpuspec.analysis.stats import percentile, ratio_stats
 
 
 def _ratio_stats(pairs: list[tuple[float, float]]) -> dict:
-    """other ÷ base over paired units: geometric mean, 95 % t-interval from MIN_CI_UNITS
-    units (a range below), and the verdict."""
-    logs = np.log([o / b for b, o in pairs if b > 0 and o > 0])
-    if not len(logs):
-        return {"speedup": None, "ci": None, "range": None, "units": 0, "significance": None}
-    ci = None
-    if len(logs) >= MIN_CI_UNITS:
-        _, lo, hi = t_interval(logs)
-        ci = [math.exp(lo), math.exp(hi)]
-    return {"speedup": math.exp(float(logs.mean())), "ci": ci,
-            "range": [math.exp(float(logs.min())), math.exp(float(logs.max()))]
-            if ci is None and len(logs) >= 2 else None,
-            "units": len(logs), "significance": significance(ci)}
+    """other ÷ base over paired batches, through the one interval function (stats.ratio_stats)."""
+    return ratio_stats([o / b for b, o in pairs if b > 0])
 
 
 def _throughput(batch: dict) -> float:
@@ -75,10 +61,29 @@ def summarize_load(doc: dict) -> list[dict]:
     return out
 
 
+# A level's state under the verdict grammar: faster / slower where its interval excludes 1,
+# no difference where it spans 1, range where fewer than MIN_CI_UNITS batches ran (no verdict).
+STATES = {"faster": "faster", "slower": "slower", "not significant": "no difference",
+          None: "range"}
+
+
+def level_state(level: dict) -> str:
+    return STATES[level["throughput"]["significance"]]
+
+
 def crossover(levels: list[dict]) -> dict:
-    """Up to which concurrency SD's throughput was measured faster (an interval above 1), and
-    the first level where it was not: "pays for 1; off from 2"."""
-    pays = [lv["concurrency"] for lv in levels if lv["throughput"]["significance"] == "faster"]
-    not_ = [lv["concurrency"] for lv in levels if lv["throughput"]["significance"] != "faster"]
-    last_paying = max((c for c in pays if all(c < n for n in not_)), default=None)
-    return {"pays_up_to": last_paying, "off_from": min(not_) if not_ else None}
+    """Levels in order of concurrency: up to which one SD's throughput was measured faster at
+    every level (pays_up_to), and the first level after that with its state (slower, no
+    difference, or range): "pays for 1; slower from 2", "pays for 1; unclear from 2"."""
+    ordered = sorted(levels, key=lambda lv: lv["concurrency"])
+    pays_up_to, stop = None, None
+    for lv in ordered:
+        if level_state(lv) != "faster":
+            stop = lv
+            break
+        pays_up_to = lv["concurrency"]
+    return {"pays_up_to": pays_up_to,
+            "stop_at": stop["concurrency"] if stop else None,
+            "stop_state": level_state(stop) if stop else None,
+            "off_from": stop["concurrency"] if stop and level_state(stop) == "slower" else None,
+            "levels": [(lv["concurrency"], level_state(lv)) for lv in ordered]}

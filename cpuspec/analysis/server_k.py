@@ -5,10 +5,12 @@ this machine gives the server's round cost against the loop's there; the cost pr
 both at every other k.
 
 Model (per round, ms): the loop's round at k is the probe's k·d + V(k + 1), scaled by γ (the
-loop's measured round at k_m over the probe's); the server's is ρ·(loop round) + (k + 1)·u + s0,
-where ρ = the server's plain decode per token over the loop's (its slower plain decode), u the
-draft's per-token cost of a batch (the probe's catch-up rate: the re-decode of k + 1 tokens) and
-s0 what is left at k_m (sampling, the slot's bookkeeping), fitted there. With E(k) tokens per
+loop's measured round at k_m over the probe's); the server's is ρ·(loop round) + D(k + 1) + s0,
+where ρ = the server's plain decode per token over the loop's (its slower plain decode), D(k + 1)
+the draft's re-decode of the k + 1 tokens of each verify batch, priced as a (k + 1)-token batch of
+the draft: its one-token decode d times the target's batch curve V(k + 1)/V(1) (the probe times
+the draft at one token only; the same kernels at the same n), and s0 what is left at k_m
+(sampling, the slot's bookkeeping), fitted there. With E(k) tokens per
 round from the measured per-position acceptance, decode-only SD ×raw is E(k)·T / round(k) for
 either, T each one's plain decode per token. Inputs: the probe, the acceptance, the paths run;
 the prediction is of other k and other prompts than those the paths run measured."""
@@ -57,16 +59,18 @@ def server_prices(probe: CostProbe | dict, survival: list[float], costs: dict) -
         return k * p.draft_s + p.verify_s[k + 1]
     gamma = costs["loop_round_s"] / probe_round(km)
     rho = costs["server_token_s"] / costs["loop_token_s"]
-    u = p.catchup_s
+
+    def redecode(k: int) -> float:   # D(k + 1): the draft's (k + 1)-token batch
+        return p.draft_s * p.verify_s[k + 1] / p.t
     # what the model leaves of the server's round at k_m; never below 0 (a noisy fit would
     # price a server round below the loop's)
-    s0 = max(costs["server_round_s"] - rho * gamma * probe_round(km) - (km + 1) * u, 0.0)
+    s0 = max(costs["server_round_s"] - rho * gamma * probe_round(km) - redecode(km), 0.0)
     out = []
     for k in range(1, len(survival) + 1):
         if k + 1 not in p.verify_s:
             break
         loop_round = gamma * probe_round(k)
-        server_round = rho * loop_round + (k + 1) * u + s0
+        server_round = rho * loop_round + redecode(k) + s0
         e = expected_tokens(survival, k)
         out.append({"k": k, "loop": e * costs["loop_token_s"] / loop_round,
                     "server": e * costs["server_token_s"] / server_round})
@@ -75,14 +79,16 @@ def server_prices(probe: CostProbe | dict, survival: list[float], costs: dict) -
 
 def server_k(probe: CostProbe | dict, survival: list[float], paths_doc: dict) -> dict | None:
     """The k best in the server and in the loop, with each one's predicted decode SD ×raw, the
-    paths run's k_m, and the whole table; None without a usable paths run."""
+    paths run's k_m, and the whole table; k_server 0 (off) where no k is predicted to pay in
+    the server; None without a usable paths run."""
     costs = round_costs(paths_doc)
     table = server_prices(probe, survival, costs) if costs else []
     if not table:
         return None
     best_server = max(table, key=lambda r: r["server"])
     best_loop = max(table, key=lambda r: r["loop"])
-    return {"k_server": best_server["k"], "server_speedup": best_server["server"],
+    return {"k_server": best_server["k"] if best_server["server"] > 1 else 0,
+            "server_speedup": best_server["server"],
             "k_loop": best_loop["k"], "loop_speedup": best_loop["loop"],
             "server_at_loop_k": next(r["server"] for r in table if r["k"] == best_loop["k"]),
             "measured_at_k": costs["k"], "table": table}

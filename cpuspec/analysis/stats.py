@@ -115,18 +115,37 @@ def unit_speedups(units: np.ndarray) -> np.ndarray:
     return (units[:, 2] / units[:, 3]) / (units[:, 0] / units[:, 1])
 
 
+def ratio_stats(ratios) -> dict[str, Any]:
+    """The one interval function of cpuspec: over independent paired units' own ratios (SD ÷
+    raw of a prompt, of a load batch, shape-true ÷ real of a validation round), their geometric
+    mean, its 95 % t-interval on the logs from MIN_CI_UNITS units (None below), their range
+    below MIN_CI_UNITS (from 2 units), the number of units and the verdict (significance).
+    Ratios that are not positive finite numbers count in nothing."""
+    xs = np.asarray([r for r in ratios if r is not None and np.isfinite(r) and r > 0],
+                    dtype=float)
+    if not len(xs):
+        return {"speedup": None, "ci": None, "range": None, "units": 0, "significance": None}
+    logs = np.log(xs)
+    ci = None
+    if len(logs) >= MIN_CI_UNITS:
+        _, lo, hi = t_interval(logs)
+        ci = [math.exp(lo), math.exp(hi)]
+    return {"speedup": math.exp(float(logs.mean())), "ci": ci,
+            "range": [float(xs.min()), float(xs.max())] if ci is None and len(xs) >= 2
+            else None, "units": len(xs), "significance": significance(ci)}
+
+
 def speedup_ci(units: np.ndarray) -> tuple[float, float] | None:
-    """95 % interval of the speedup over paired prompt units (paired_units): a t-interval on
-    the units' log-speedups, taken back to a ratio, so it is the interval of the geometric
-    mean that speedup_stats reports and holds its coverage at 5 units. None with fewer than
-    MIN_CI_UNITS units: the caller prints their range instead."""
-    if len(units) < MIN_CI_UNITS:
-        return None
-    _, lo, hi = t_interval(np.log(unit_speedups(units)))
-    return math.exp(lo), math.exp(hi)
+    """95 % interval of the speedup over paired prompt units (paired_units): ratio_stats's
+    t-interval on the units' log-speedups, so it is the interval of the geometric mean that
+    speedup_stats reports. None with fewer than MIN_CI_UNITS units."""
+    ci = ratio_stats(unit_speedups(units))["ci"] if len(units) else None
+    return tuple(ci) if ci else None
 
 
-def significance(ci: tuple[float, float] | None) -> str | None:
+def significance(ci) -> str | None:
+    """faster / slower when the interval excludes 1, "not significant" when it spans it, None
+    without an interval (fewer than MIN_CI_UNITS units: a range, no verdict)."""
     if ci is None:
         return None
     if ci[0] > 1.0:
@@ -137,18 +156,14 @@ def significance(ci: tuple[float, float] | None) -> str | None:
 
 
 def speedup_stats(base: list[dict], other: list[dict]) -> dict[str, Any]:
-    """other ÷ base end to end, paired by prompt: the geometric mean of the paired prompts'
-    own speedups, its 95 % interval (≥ MIN_CI_UNITS prompts) or range (fewer), both over the
-    same units, the number of units and the verdict. `other` may be SD runs or raw runs of
-    another target. A prompt measured in one mode only counts in neither figure."""
+    """other ÷ base end to end, paired by prompt: ratio_stats over the paired prompts' own
+    speedups. `other` may be SD runs or raw runs of another target. A prompt measured in one
+    mode only counts in neither figure."""
     units = paired_units(base, other)
-    each = unit_speedups(units) if len(units) else np.array([])
-    ci = speedup_ci(units)
-    return {"speedup": float(np.exp(np.log(each).mean())) if len(each) else float("nan"),
-            "ci": list(ci) if ci else None,
-            "range": [float(each.min()), float(each.max())]
-            if ci is None and len(units) >= 2 else None,
-            "units": len(units), "significance": significance(ci)}
+    out = ratio_stats(unit_speedups(units) if len(units) else [])
+    if out["speedup"] is None:
+        out["speedup"] = float("nan")
+    return out
 
 
 # --- the target's prefill, shared between modes ----------------------------------------------

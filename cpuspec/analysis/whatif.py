@@ -11,6 +11,16 @@ from cpuspec.core.costs import break_even_acceptance, expected_tokens_iid
 from cpuspec.results.records import CostProbe
 
 ASSUMED_P = (0.6, 0.7, 0.8, 0.9)
+# How far a what-if figure can be from what the real file does: the cross-check in
+# docs/shape-true.md (shape-true costs predicted 5-7 % more than the real files' within one run,
+# and one file's own probes moved the prediction 9 % across runs): read its figures as ±15 %.
+WHATIF_ERROR = 0.15
+
+
+def whatif_state(speedup: float) -> str:
+    """on: SD pays beyond the what-if's error; off: it does not pay at all; within error: a
+    predicted gain the what-if cannot tell from none (1 < speedup ≤ 1 + WHATIF_ERROR)."""
+    return "on" if speedup > 1 + WHATIF_ERROR else "off" if speedup <= 1 else "within error"
 
 
 def whatif_row(probe: CostProbe | dict, ks: range | None = None) -> dict:
@@ -25,7 +35,7 @@ def whatif_row(probe: CostProbe | dict, ks: range | None = None) -> dict:
         k_best = max(ks, key=lambda k: expected_tokens_iid(acc, k) / need[k])
         speedup = expected_tokens_iid(acc, k_best) / need[k_best]
         best[acc] = {"k": k_best if speedup > 1 else 0, "speedup": max(speedup, 1.0),
-                     "sd_speedup": speedup}
+                     "sd_speedup": speedup, "state": whatif_state(speedup)}
     return {"decode_tok_s": 1 / t, "c": d / t,
             "beta": {k: v[k + 1] / t - 1 for k in ks},
             "break_even_a": need,
@@ -58,25 +68,18 @@ def validation(doc: dict, real: str, shape: str) -> list[dict]:
     """Per point: the real and shape-true medians over the rounds, and shape ÷ real as the
     geometric mean of the rounds' own ratios (each round one paired unit) with its 95 %
     t-interval (≥ MIN_CI_UNITS rounds; a range below)."""
-    import math
     import statistics
 
-    import numpy as np
-
-    from cpuspec.analysis.stats import MIN_CI_UNITS, t_interval
+    from cpuspec.analysis.stats import ratio_stats
     a = [probe_points(p) for p in doc["probes"][real]]
     b = [probe_points(p) for p in doc["probes"][shape]]
     n = min(len(a), len(b))
     rows = []
     for key in a[0] if n else []:
-        logs = np.log([b[i][key] / a[i][key] for i in range(n)])
+        st = ratio_stats([b[i][key] / a[i][key] for i in range(n)])
         row = {"point": key, "real": statistics.median(x[key] for x in a[:n]),
                "shape": statistics.median(x[key] for x in b[:n]),
-               "ratio": math.exp(float(logs.mean())), "units": n}
-        if n >= MIN_CI_UNITS:
-            _, lo, hi = t_interval(logs)
-            row["ci"] = [math.exp(lo), math.exp(hi)]
-        elif n >= 2:
-            row["range"] = [math.exp(float(logs.min())), math.exp(float(logs.max()))]
+               "ratio": st["speedup"], "units": st["units"]}
+        row |= {k: st[k] for k in ("ci", "range") if st[k]}
         rows.append(row)
     return rows

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 from pathlib import Path
 
 import click
 
 from cpuspec.analysis.dataset import COLUMNS, DATASET_SCHEMA, MIGRATIONS, dataset_rows
 from cpuspec.cli.loading import load_results
-from cpuspec.results.parquet import DatasetError, publish as publish_rows, read_source
+from cpuspec.results.parquet import (DatasetError, existing_name, publish as publish_rows,
+                                     read_source, unique_rows)
 from cpuspec.results.store import OutputError, saved_runs
 
 # the dataset shipped in the package: bench/results of the machines this project measured
@@ -26,7 +29,7 @@ def _rows(runs: tuple[str, ...]) -> list[dict]:
             raise click.ClickException(f"{path}: a {doc.get('kind')} file has no dataset "
                                        "rows (bench and what-if runs have)")
         rows += got
-    return rows
+    return unique_rows(rows)   # a run given twice is one set of rows
 
 
 @click.command()
@@ -64,9 +67,15 @@ def publish(runs, dest, dry_run):
     """
     rows = _rows(runs)
     if dry_run:
+        try:
+            there = existing_name(rows, COLUMNS, DATASET_SCHEMA, dest)
+        except DatasetError as exc:
+            raise click.ClickException(str(exc))
         for r in rows:
             click.echo(json.dumps({k: v for k, v in r.items() if v is not None}))
-        click.echo(f"(dry run: {len(rows)} rows would go to {dest}; nothing was sent)", err=True)
+        click.echo(f"(dry run: these {len(rows)} rows are already at {there}: nothing would be "
+                   "sent)" if there else
+                   f"(dry run: {len(rows)} rows would go to {dest}; nothing was sent)", err=True)
         return
     _publish(rows, dest)
 
@@ -105,8 +114,10 @@ def _latest_mine() -> list[dict]:
 @click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text",
               show_default=True, help="For --sql: the whole result as CSV or JSON.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path),
-              help="A scatter: cores or bandwidth against the best SD ×raw (PNG).")
-def leaderboard(source, where, sql, fmt, plot_path):
+              help="A scatter: cores or bandwidth against the best SD ×raw, written as "
+              "PATH's stem .png and .svg.")
+@click.option("--force", is_flag=True, help="With --plot: replace figures already there.")
+def leaderboard(source, where, sql, fmt, plot_path, force):
     """Machines side by side from everyone's runs: where SD pays, and by how much.
 
     SOURCE is a folder or URL of dataset files (default: the dataset shipped with cpuspec,
@@ -125,6 +136,8 @@ def leaderboard(source, where, sql, fmt, plot_path):
                                "the leaderboard without --sql")
     if fmt != "text" and not sql:
         raise click.UsageError("--format csv|json is for --sql's result")
+    if plot_path:
+        _check_plot_path(plot_path, force)
     src = source or shipped_source()
     mine = _latest_mine()
     try:
@@ -158,19 +171,59 @@ def _with_mine(table, mine: list[dict]):
     return pa.concat_tables([table, extra])
 
 
+def _cell(v):
+    """A query result's value for CSV or JSON: text cleaned of control characters (a remote
+    row's ESC/OSC/CR never reaches the terminal), NaN and ±inf as null (valid JSON)."""
+    from cpuspec.report.screen import clean
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, str):
+        return clean(v)
+    if isinstance(v, (int, float, bool)) or v is None:
+        return v
+    return clean(str(v))
+
+
 def _as(fmt: str, cols: list[str], rows: list[tuple]) -> str:
+    from cpuspec.report.screen import clean
+    cols = [clean(c) for c in cols]
+    rows = [[_cell(v) for v in r] for r in rows]
     if fmt == "json":
-        return json.dumps([dict(zip(cols, r)) for r in rows], indent=1, default=str)
+        return json.dumps([dict(zip(cols, r)) for r in rows], indent=1, allow_nan=False)
     from cpuspec.report.tables import csv_text
-    return csv_text(cols, [list(r) for r in rows]).rstrip("\n")
+    return csv_text(cols, rows).rstrip("\n")
+
+
+def _plot_files(path: Path) -> list[Path]:
+    stem = path.with_suffix("") if path.suffix.lower() in (".png", ".svg") else path
+    return [stem.with_name(f"{stem.name}.{ext}") for ext in ("png", "svg")]
+
+
+def _check_plot_path(path: Path, force: bool) -> None:
+    """Before any work: the folder exists and is writable, and no figure is replaced unless
+    --force says so."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise click.UsageError(f"--plot: {folder} is not a folder (create it first)")
+    if not os.access(folder, os.W_OK):
+        raise click.UsageError(f"--plot: {folder} is not writable")
+    files = _plot_files(path)
+    read_only = [str(f) for f in files if f.exists() and not f.stat().st_mode & 0o222]
+    if read_only:
+        raise click.UsageError(f"--plot: {', '.join(read_only)} is read-only: not replaced")
+    there = [str(f) for f in files if f.exists()]
+    if there and not force:
+        raise click.UsageError(f"--plot: {', '.join(there)} already there (--force replaces)")
 
 
 def _plot(machines: list[dict], path: Path) -> None:
     from cpuspec.report.plots import PLOT_HINT, PlotError, leaderboard_figure
     try:
-        leaderboard_figure(machines, path)
+        leaderboard_figure(machines, _plot_files(path)[0])
     except PlotError as exc:
         raise click.ClickException(str(exc))
     except ImportError:
         raise click.ClickException(PLOT_HINT)
-    click.echo(str(path))
+    except OSError as exc:
+        raise click.ClickException(f"--plot: cannot write {path}: {exc.strerror or exc}")
+    click.echo("\n".join(str(f) for f in _plot_files(path)))

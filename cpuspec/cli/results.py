@@ -116,7 +116,14 @@ def _advise_screen(results: dict, advice: dict, ref: str) -> str:
     on = {task: (a.get("server") or {}).get("k_server", a["k_best"])
           for task, a in advice.items() if a["verdict"] == "ON"
           and (task != OVERALL or len(advice) == 1)}
-    for k_best in sorted(set(on.values())) if target else []:
+    off = [t for t, k in on.items() if k == 0]
+    if off and target:
+        s = advice[off[0]]["server"]
+        lines += ["", *screen.wrap(
+            f"llama-server for {', '.join(off)}: keep SD off (its own rounds priced from a paths "
+            f"run at k = {s['measured_at_k']}: no k is predicted to pay there, at best "
+            f"{s['server_speedup']:.2f}× decode at k = {max(s['table'], key=lambda r: r['server'])['k']})")]
+    for k_best in sorted(set(on.values()) - {0}) if target else []:
         group = [t for t, k in on.items() if k == k_best]
         argv = invocations(target, draft, k_best, settings.get("drafter", "model"),
                            settings["threads"], p_min=settings.get("p_min") or 0.0,

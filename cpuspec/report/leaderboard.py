@@ -23,16 +23,18 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
                           else "")
         best = screen.speedup(r["sd"], [r["lo"], r["hi"]] if r.get("lo") is not None
                               else None, None) if r.get("sd") else "none faster"
-        table.append([str(i) + ("←" if r["fp"] == mine else ""), screen.cut(cpu, 22),
+        table.append([str(i) + ("←" if r["fp"] == mine else ""), screen.cut(cpu, 20),
                       _isa(r.get("isa")), r.get("threads") or "-",
                       "-" if r.get("raw") is None else f"{r['raw']:.1f}",
-                      screen.cut(r.get("config") or "-", 26), best,
+                      screen.cut(r.get("config") or "-", 25), r.get("n_faster") or "-", best,
                       *(["-" if r.get("p7") is None else f"{r['p7']:.2f}"] if show_p7 else []),
                       *(["-" if not r.get("bw") else f"{r['bw']:.0f}"] if show_bw else [])])
-    head = ["#", "CPU (family/model)", "ISA", "t", "raw t/s", "best SD measured faster",
+    head = ["#", "CPU (family/model)", "ISA", "t", "raw t/s", "best SD measured faster", "of",
             "SD ×raw [95%]", *(["7B p*"] if show_p7 else []), *(["GB/s"] if show_bw else [])]
     lines = screen.wrap(f"{len(rows)} machines, {n_rows} rows from {source}; raw t/s: the "
-                        "default pair (1.5B + 0.5B Q4_K_M)"
+                        "default pair (1.5B + 0.5B Q4_K_M) at depth 0, per machine and thread "
+                        "count; of: how many configurations measured faster the best is the "
+                        "maximum of (noisy rows: the more, the more it flatters)"
                         + ("; 7B p*: the least acceptance at which SD pays for a shape-true "
                            "7B Q4_K_M target (costs measured, acceptance assumed)"
                            if show_p7 else ""))
@@ -54,7 +56,7 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
 def render_query(cols: list[str], rows: list[tuple]) -> str:
     """Any query's result, cut to the screen (CSV or JSON give it whole: --format)."""
     def cell(v):
-        return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+        return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else screen.clean(str(v))
     width = max(8, (screen.WIDTH - 2 * len(cols)) // max(len(cols), 1))
     body = [[screen.cut(cell(v), width) for v in r] for r in rows[:screen.MAX_LINES - 4]]
     out = [screen.table([screen.cut(c, width) for c in cols], body)]

@@ -18,20 +18,43 @@ def verdict_cell(st: dict) -> str:
     return screen.verdict_of(st["ci"], st["range"])
 
 
+_STOP_WORDS = {"slower": "off from {n} (measured slower)",
+               "no difference": "unclear from {n} (its interval spans 1)",
+               "range": "no verdict from {n} (fewer than 5 batches)"}
+
+
+_SHORT = {"slower": "slower", "no difference": "unclear", "range": "no verdict"}
+
+
 def load_answer(doc: dict) -> str:
-    """"SD pays for up to N in flight; off from M" (or that it never paid)."""
+    """Up to how many requests in flight SD was measured faster, in the verdict grammar: each
+    level faster / slower (an interval from ≥ 5 batches excludes 1), no difference (it spans 1)
+    or a range (fewer batches: no verdict). Only the levels that ran are named."""
     levels = summarize_load(doc)
+    if not levels:
+        return "no verdict: no level finished (rerun cpuspec paths --concurrency ...)"
     c = crossover(levels)
-    faster = [lv["concurrency"] for lv in levels if lv["throughput"]["significance"] == "faster"]
-    if c["pays_up_to"] is None and faster:
-        return (f"SD was not faster at {c['off_from']} in flight but was at "
-                f"{', '.join(map(str, faster))}: no clear crossover; measure more batches")
+    states = [st for _, st in c["levels"]]
+    ran = ", ".join(str(n) for n, _ in c["levels"])
+    if all(st == "range" for st in states):
+        return (f"no verdict: fewer than 5 batches per level ({ran} in flight); rerun with "
+                "--batches 5 or more")
     if c["pays_up_to"] is None:
-        return (f"SD was not measured faster at any load tried "
-                f"({', '.join(map(str, doc['settings']['levels']))} in flight): keep it off")
-    return (f"SD pays for up to {c['pays_up_to']} request(s) in flight here"
-            + (f"; off from {c['off_from']}" if c["off_from"] else
-               "; every level tried paid (try more: --concurrency 1,2,4,8,16)"))
+        n, st = c["stop_at"], c["stop_state"]
+        if all(x == "slower" for x in states):
+            return f"SD was measured slower at every load tried ({ran} in flight): keep it off"
+        return {"slower": f"SD was measured slower at {n} in flight: keep it off there",
+                "no difference": f"SD made no measurable difference at {n} in flight (its "
+                                 "interval spans 1): not worth turning on for this load",
+                "range": f"no verdict at {n} in flight: fewer than 5 batches"}[st]
+    if c["stop_at"] is None and not doc.get("complete", True):
+        return (f"SD pays for up to {c['pays_up_to']} request(s) in flight here; every level "
+                "that finished paid (the run stopped before the others)")
+    if c["stop_at"] is None:
+        return (f"SD pays for up to {c['pays_up_to']} request(s) in flight here; every level "
+                "tried paid (try more: --concurrency 1,2,4,8,16)")
+    return (f"SD pays for up to {c['pays_up_to']} request(s) in flight here; "
+            + _STOP_WORDS[c["stop_state"]].format(n=c["stop_at"]))
 
 
 def _config(s: dict) -> str:
@@ -120,11 +143,18 @@ def load_note(target: str, draft: str | None, k: int, meta: dict | None = None,
     found = measured_load(target, draft, k, meta, **config)
     if found is None:
         return "measured 1 request at a time"
-    c = crossover(summarize_load(found[0]))
+    levels = summarize_load(found[0])
+    if not levels:
+        return "measured 1 request at a time (the saved load run has no finished level)"
+    c = crossover(levels)
     if c["pays_up_to"]:
         return f"SD paid up to {c['pays_up_to']} in flight" + (
-            f", not from {c['off_from']}" if c["off_from"] else "")
-    return f"SD was not faster at {c['off_from']} in flight here"
+            "" if c["stop_at"] is None else
+            f", {_SHORT[c['stop_state']]} from {c['stop_at']}")
+    st = c["stop_state"]
+    return {"slower": f"SD was slower at {c['stop_at']} in flight here",
+            "no difference": f"SD made no difference at {c['stop_at']} in flight here",
+            "range": f"no verdict at {c['stop_at']} in flight (fewer than 5 batches)"}[st]
 
 
 # What two load runs must share to be compared: the server's workload, not its machine.

@@ -101,15 +101,19 @@ def render_whatif(doc: dict) -> str:
     """The what-if on one screen: per shape-true target, its decode speed, c, and the least
     per-token acceptance at which SD pays at each k; then the best SD ×raw at assumed
     acceptance rates; what is measured and what assumed; the command that measures acceptance."""
-    from cpuspec.analysis.whatif import ASSUMED_P, whatif_row
+    from cpuspec.analysis.whatif import ASSUMED_P, WHATIF_ERROR, whatif_row
     from cpuspec.report import screen
     rows = [r for r in doc.get("rows", []) if "cost_probe" in r]
+
+    def best(b: dict) -> str:
+        return {"on": f"{b['speedup']:.2f} (k {b['k']})", "off": "off",
+                "within error": f"~{b['sd_speedup']:.2f} (k {b['k']})"}[b["state"]]
     draft = ((doc.get("models") or {}).get("draft") or {}).get("file", "?")
     out = screen.wrap(f"What-if on this CPU: targets are {doc['settings']['label']} (real "
                       f"shapes and quant types); draft {draft}. Measured: every cost (decode, "
                       "c, β); assumed: acceptance, i.i.d. per token.")
     if not rows:
-        return "\n".join(out + ["(no target measured)"])
+        return "\n".join(out + ["no verdict: no target was measured"])
     w = [whatif_row(r["cost_probe"]) for r in rows]
     ks = sorted(set.intersection(*(set(x["break_even_p"]) for x in w)))[:8]
     out += ["", "Least acceptance p at which SD pays, per k (-: no p does):",
@@ -117,11 +121,12 @@ def render_whatif(doc: dict) -> str:
                          [[r["size"], r["quant"], f"{x['decode_tok_s']:.1f}", f"{x['c']:.3f}",
                            *[fmt(x["break_even_p"][k]) for k in ks]]
                           for r, x in zip(rows, w)]),
-            "", "Best SD ×raw over k at acceptance p (its k; 1.00: SD off):",
+            "", *screen.wrap(f"Best SD ×raw over k at acceptance p (its k; off: no k pays; "
+                             f"~: a gain within the what-if's error, ±{WHATIF_ERROR:.0%}, "
+                             "not a verdict):"),
             screen.table(["size", "quant", *[f"p = {p}" for p in ASSUMED_P]],
-                         [[r["size"], r["quant"],
-                           *[f"{x['best'][p]['speedup']:.2f} (k {x['best'][p]['k']})"
-                             for p in ASSUMED_P]] for r, x in zip(rows, w)])]
+                         [[r["size"], r["quant"], *[best(x["best"][p]) for p in ASSUMED_P]]
+                          for r, x in zip(rows, w)])]
     skipped = [f"{r['size']} {r['quant']}" for r in doc.get("rows", []) if "skipped" in r]
     if skipped:
         out += screen.wrap("skipped (no room): " + ", ".join(skipped))
@@ -155,16 +160,20 @@ def render_shape_validation(doc: dict) -> str:
     def cell(r: dict | None) -> str:
         if r is None:
             return "-"
-        lo, hi = r.get("ci") or r.get("range") or (r["ratio"], r["ratio"])
+        cell = screen.speedup(r["ratio"], r.get("ci"), r.get("range"))
+        if not r.get("ci"):          # fewer than 5 rounds: a range, no verdict
+            return cell
+        lo, hi = r["ci"]
         tol = VALIDATION_TOLERANCE
         mark = "ok" if 1 - tol <= lo and hi <= 1 + tol else \
             "NO" if hi < 1 - tol or lo > 1 + tol else "?"
-        return f"{screen.speedup(r['ratio'], r.get('ci'), r.get('range'))} {mark}"
+        return f"{cell} {mark}"
     table = [[pt, *[cell(next((r for r in rows if r["point"] == pt), None))
                     for rows in columns.values()]] for pt in points]
     s = doc["settings"]
     return "\n".join([*screen.wrap(
         f"Shape-true ({s['label']}) ÷ real, {s['rounds']} interleaved rounds at a "
         f"{s['prompt_tokens']}-token prompt: geometric mean [95 % interval]; ok: the interval "
-        "within ±5 %, NO: outside it, ?: across its edge"), "",
+        "within ±5 %, NO: outside it, ?: across its edge; no mark: fewer than 5 rounds, their range "
+        "(lo–hi), no verdict"), "",
         screen.table(["point", *columns], table)])

@@ -43,10 +43,22 @@ def to_parquet_bytes(rows: list[dict], columns: list[tuple[str, str]], version: 
     return buf.getvalue()
 
 
-def submission_name(rows: list[dict]) -> str:
-    """A content address: the rows' ids, sorted (the same runs give the same name)."""
-    ids = sorted(r["row_id"] for r in rows)
-    return f"cpuspec-{hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:24]}.parquet"
+def submission_name(data: bytes) -> str:
+    """A content address of the file's bytes: the same rows written the same way are one
+    name; a corrected re-export (other bytes) is a new file beside the old, never a silent
+    replacement, and a damaged upload can be published again under its true name."""
+    return f"cpuspec-{hashlib.sha256(data).hexdigest()[:24]}.parquet"
+
+
+def unique_rows(rows: list[dict]) -> list[dict]:
+    """Each row_id once, first kept (`export A A`, or a run given twice, is one set of rows)."""
+    seen: set = set()
+    out = []
+    for r in rows:
+        if r["row_id"] not in seen:
+            seen.add(r["row_id"])
+            out.append(r)
+    return out
 
 
 def _fs(dest: str):
@@ -54,11 +66,35 @@ def _fs(dest: str):
         import fsspec
     except ImportError:
         raise DatasetError("fsspec is needed for URLs: pip install fsspec") from None
+    if dest.startswith("hf://"):
+        _hf_parts(dest)                        # hf://datasets//x: one line, not a traceback
     try:
         fs, path = fsspec.core.url_to_fs(dest)
-    except (ImportError, ValueError) as exc:
-        raise DatasetError(f"cannot open {dest}: {exc}") from None
+    except ImportError as exc:
+        raise DatasetError(f"cannot open {dest}: {exc} (its filesystem is not installed)") \
+            from None
+    except Exception as exc:   # a bad URL, a refused connection (ftp://host:1), no such host
+        raise DatasetError(f"cannot open {dest}: {_first_line(exc)}") from None
     return fs, path
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
+
+
+def existing_name(rows: list[dict], columns: list[tuple[str, str]], version: int,
+                  dest: str) -> str | None:
+    """The address under `dest` that already holds exactly these rows' file, or None (also
+    where `dest` cannot be looked at without sending anything, such as hf://)."""
+    if dest.startswith("hf://"):
+        return None
+    fs, root = _fs(dest)
+    target = f"{root.rstrip('/')}/{submission_name(to_parquet_bytes(rows, columns, version))}"
+    try:
+        return target if fs.exists(target) else None
+    except Exception:
+        return None
 
 
 def publish(rows: list[dict], columns: list[tuple[str, str]], version: int, dest: str) -> tuple[str, bool]:
@@ -66,15 +102,19 @@ def publish(rows: list[dict], columns: list[tuple[str, str]], version: int, dest
     The file is written whole or not at all: to a temporary name, then moved."""
     if not rows:
         raise DatasetError("no rows to publish (bench and what-if runs give rows)")
-    name = submission_name(rows)
+    data = to_parquet_bytes(rows, columns, version)
+    name = submission_name(data)
     if dest.startswith("hf://"):
-        return _publish_hf(dest, name, to_parquet_bytes(rows, columns, version))
+        return _publish_hf(dest, name, data)
     fs, root = _fs(dest)
     target = f"{root.rstrip('/')}/{name}"
-    data = to_parquet_bytes(rows, columns, version)
     try:
         if fs.exists(target):
-            return target, False
+            with fs.open(target, "rb") as f:
+                if f.read() == data:         # the same rows, whole: nothing to do
+                    return target, False
+            # a file under this name whose bytes are not its name's (a broken upload): the
+            # true bytes replace it, through the temporary name below
         fs.makedirs(root, exist_ok=True)
         tmp = f"{target}.partial"
         with fs.open(tmp, "wb") as f:
@@ -82,23 +122,39 @@ def publish(rows: list[dict], columns: list[tuple[str, str]], version: int, dest
         fs.mv(tmp, target)
     except DatasetError:
         raise
+    except OSError as exc:
+        raise DatasetError(f"cannot write to {dest}: {_os_reason(exc)}") from None
     except Exception as exc:   # fsspec backends raise their own errors: say where, not how
-        raise DatasetError(f"cannot write to {dest}: {exc}") from None
+        raise DatasetError(f"cannot write to {dest}: {_first_line(exc)}") from None
     return target, True
 
 
 HF_PREFIX = "hf://datasets/"
 
 
+def _os_reason(exc: OSError) -> str:
+    import errno
+    import os
+    if exc.errno == errno.ENOSPC:
+        return "no space left on the device"
+    return os.strerror(exc.errno) if exc.errno else _first_line(exc)
+
+
+def _hf_parts(dest: str) -> tuple[str, list[str]]:
+    """hf://datasets/OWNER/NAME[/FOLDER]: the repo id and the folder; anything else refused."""
+    parts = dest[len(HF_PREFIX):].strip("/").split("/") if dest.startswith(HF_PREFIX) else []
+    if len(parts) < 2 or not all(parts[:2]) or any(not p for p in parts):
+        raise DatasetError(f"{dest}: a Hugging Face dataset is hf://datasets/OWNER/NAME")
+    return f"{parts[0]}/{parts[1]}", parts[2:]
+
+
 def _publish_hf(dest: str, name: str, data: bytes) -> tuple[str, bool]:
     """One file into a Hugging Face dataset repo (hf://datasets/OWNER/NAME[/FOLDER]) through
     huggingface-hub's API, with its token from the usual place; an existing file of the same
     name (the same rows) is left as it is."""
-    if not dest.startswith(HF_PREFIX) or len(dest[len(HF_PREFIX):].split("/")) < 2:
-        raise DatasetError(f"{dest}: a Hugging Face destination is hf://datasets/OWNER/NAME")
+    repo_id, folder = _hf_parts(dest)
     from huggingface_hub import HfApi
-    owner, repo, *folder = dest[len(HF_PREFIX):].strip("/").split("/")
-    repo_id, path = f"{owner}/{repo}", "/".join([*folder, name])
+    path = "/".join([*folder, name])
     api = HfApi()
     try:
         if api.file_exists(repo_id, path, repo_type="dataset"):
@@ -127,13 +183,23 @@ def read_source(source: str, columns: list[tuple[str, str]], version: int,
     pa, pq = _pa()
     fs, root = _fs(source)
     try:
-        paths = sorted(p for p in fs.find(root) if p.endswith(".parquet")) \
-            if fs.isdir(root) else [root] if fs.isfile(root) else []
+        if fs.isdir(root):
+            paths = sorted(p for p in fs.find(root) if p.endswith(".parquet"))
+        elif fs.isfile(root):
+            if not root.endswith(".parquet"):
+                raise DatasetError(f"{source}: not a .parquet file (give a dataset folder, a "
+                                   "URL or a .parquet file)")
+            paths = [root]
+        else:
+            raise DatasetError(f"{source}: no such file or folder")
+    except DatasetError:
+        raise
     except Exception as exc:
-        raise DatasetError(f"cannot read {source}: {exc}") from None
+        raise DatasetError(f"cannot read {source}: {_first_line(exc)}") from None
     if not paths:
         raise DatasetError(f"no .parquet files under {source}")
     names = wanted or [n for n, _ in columns]
+    schema = pa.schema([f for f in arrow_schema(columns, version) if f.name in names])
     tables, skipped = [], []
     for path in paths:
         name = path[len(root.rstrip("/")):].lstrip("/") or path   # said relative to SOURCE
@@ -159,13 +225,16 @@ def read_source(source: str, columns: list[tuple[str, str]], version: int,
                                 if got == version else None)
             for v in range(got, version):
                 table = migrations[v](table)
-            tables.append(table.select([n for n in names if n in table.column_names]))
+            # conformed here: a column that does not cast passes over this file alone
+            tables.append(_conform(table.select([n for n in names
+                                                 if n in table.column_names]), schema))
         except Exception as exc:   # a damaged file among good ones: say so, keep the rest
-            skipped.append(f"{name}: unreadable ({str(exc)[:120]})")
-    schema = pa.schema([f for f in arrow_schema(columns, version) if f.name in names])
-    table = pa.concat_tables([_conform(t, schema) for t in tables]) if tables else \
-        schema.empty_table()
-    return Loaded(table, len(paths), skipped)
+            skipped.append(f"{name}: unreadable ({_first_line(exc)[:120]})")
+    if not tables:
+        raise DatasetError(f"no cpuspec dataset file could be read from {source}: "
+                           + "; ".join(skipped[:3]) + (f"; {len(skipped) - 3} more"
+                                                       if len(skipped) > 3 else ""))
+    return Loaded(pa.concat_tables(tables), len(paths), skipped)
 
 
 def _conform(table, schema):
