@@ -50,6 +50,8 @@ def test_n_clients_complete_outputs_are_checked_and_servers_stop(server_bin, tin
     assert doc["kind"] == "load" and doc["complete"]
     for level in doc["levels"]:
         n = level["concurrency"]
+        for argv in level["server_argv"].values():       # each server had N slots
+            assert argv[argv.index("-np") + 1] == str(n), argv
         assert len(level["batches"]) == 4                 # 2 batches × (plain, SD)
         for b in level["batches"]:
             assert len(b["requests"]) == n and {r["client"] for r in b["requests"]} == \
@@ -57,6 +59,10 @@ def test_n_clients_complete_outputs_are_checked_and_servers_stop(server_bin, tin
             assert all(r["n_tokens"] == 12 for r in b["requests"])
             if b["mode"] == "sd":
                 assert sum(r["drafted"] for r in b["requests"]) > 0
+            if n > 1:   # the requests were in flight together: every one started before the
+                # first one ended
+                first_end = min(r["start_s"] + r["e2e_s"] for r in b["requests"])
+                assert max(r["start_s"] for r in b["requests"]) < first_end, b["requests"]
     levels = summarize_load(doc)
     for lv in levels:                  # greedy: SD's text is the plain server's
         same, total = map(int, lv["same_output"].split("/"))

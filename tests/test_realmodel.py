@@ -83,6 +83,12 @@ def test_real_run_has_windows_intervals_and_prediction(bench_json):
     probe = data["cost_probe"]
     assert probe["target_prefill_s"] > 0 and probe["draft_prefill_s"] > 0
     assert s["predicted_window"] == "end-to-end" and s["predicted_speedup"] > 0
+    # the probe again after the prompts (issue 57): the prediction's band, on the first screen
+    end = data["cost_probe_end"]
+    assert end["verify_s"]["1"] > 0 and end["verify_s"] != probe["verify_s"]
+    lo, hi = s["predicted_band"]
+    assert lo <= s["predicted_speedup"] <= hi
+    assert "the cost probes before and after the prompts" in stdout
     for r in data["runs"]:
         # The end-to-end window covers all the work: the noise probe's wall clock around the
         # whole generation (read separately) is at most 1 % longer (it measured 0.005 % on

@@ -100,3 +100,28 @@ def test_the_whatif_calls_a_gain_within_its_error_no_verdict():
     assert whatif_state(1 + WHATIF_ERROR + 0.01) == "on"
     text = render_whatif(json.loads((B_PRIME / "whatif_q4km_q4_0.json").read_text()))
     assert "~1.0" in text and "±15%" in text, text     # 7B Q4_K_M at 0.8: 1.02, 1.13
+
+
+def test_the_prediction_reaches_the_first_screen_only_with_its_band():
+    """A recorded bench run has one probe: no prediction on its first screen. With a second
+    probe whose verify costs 10 % more (the drift issue 57 saw between two runs), each task's
+    band spans the two predictions and the screen says where the measurement fell."""
+    from cpuspec.analysis.summary import summarize
+    from cpuspec.report.verdict import render_verdict
+    doc = json.loads((B_PRIME / "bench_q8_0_k7.json").read_text())
+    one = summarize(doc)
+    assert "predicted_band" not in one["json"]
+    assert "cost probes before and after" not in render_verdict(doc, one, None)
+    end = copy.deepcopy(doc["cost_probe"])
+    end["verify_s"] = {n: 1.1 * v if n != "1" else v for n, v in end["verify_s"].items()}
+    doc["cost_probe_end"] = end
+    two = summarize(doc)
+    for task in ("json", "code", "story"):
+        lo, hi = two[task]["predicted_band"]
+        assert lo < hi and hi == two[task]["predicted_speedup"]     # dearer verify: lower
+        m = two[task]["sd_speedup"]
+        inside = lo <= m <= hi
+        assert (two[task]["band_error_pct"] == 0) == inside
+    text = render_verdict(doc, two, None)
+    assert "cost probes before and after the prompts: json " in " ".join(text.split())
+    assert max(map(len, text.splitlines())) <= 100

@@ -86,3 +86,18 @@ def test_the_recorded_what_if_and_load_runs_plot_and_report(tmp_path):
     assert {"whatif_whatif_q4km_q4_0.png", "load_load_q8_0_k7.png"} <= names, names
     out = CliRunner().invoke(main, ["report", str(LOAD)]).output
     assert "SD pays for up to 2 request(s) in flight here; off from 4" in out
+
+
+def test_a_hand_case_worked_on_paper():
+    """Issue 57, item 10: numbers worked by hand, not by the formulas under test. A draft
+    token costs 0.1 of a decode, V(1) = 1, V(2) = 1.2: a round of k = 1 costs 0.1 + 1.2 = 1.3
+    decodes, so a*(1) = 1.3 tokens; i.i.d. acceptance yields 1 + p tokens at k = 1, so the
+    break-even p* = 0.3; at p = 0.9 a round yields 1.9 tokens for 1.3 decodes: 1.9 / 1.3 =
+    1.4615× (the issue's "1.2×" is p = 0.56: 1.56 / 1.3)."""
+    probe = {"verify_s": {"1": 1.0, "2": 1.2}, "draft_s": 0.1}
+    row = whatif_row(probe)
+    assert row["break_even_a"][1] == pytest.approx(1.3)
+    assert row["break_even_p"][1] == pytest.approx(0.3, abs=1e-9)
+    assert row["best"][0.9]["sd_speedup"] == pytest.approx(1.4615, abs=1e-4)
+    assert row["best"][0.9]["k"] == 1 and row["best"][0.9]["state"] == "on"
+    assert predicted_sd_speedup(probe, 0.56, 1) == pytest.approx(1.2)

@@ -100,7 +100,8 @@ GATED_HYBRID = "hybrid, gated by p-min"
 
 def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
                     parallel: bool = False, drafter: str = "model",
-                    draft_window: list[int] | None = None) -> dict[str, Any]:
+                    draft_window: list[int] | None = None,
+                    probe_end: dict | None = None) -> dict[str, Any]:
     """Metrics of one task (or of all runs) from its raw and speculative runs; draft_window:
     the run's (settings.draft_window), which the prediction prices."""
     raw = [r for r in runs if r["mode"] == "raw"]
@@ -131,6 +132,8 @@ def summarize_group(runs: list[dict], k: int, probe: dict | None = None,
         out.update(_accounting(raw, sd, full, k, out["a"], variable, parallel))
         if probe:
             out.update(_prediction(probe, sd, k, drafter, parallel, draft_window, out))
+        if probe and probe_end and out.get("predicted_speedup"):
+            out.update(_band(probe_end, sd, k, drafter, parallel, draft_window, out))
     if ad:
         out.update(_adaptive(raw, sd, ad, out))
     if not parallel:   # the parallel schedule prefills both models at once: not raw's work
@@ -197,6 +200,21 @@ def _prediction(probe: dict, sd: list[dict], k: int, drafter: str, parallel: boo
     return {"predicted_speedup": pred[0], "predicted_window": pred[1],
             "predicted_from": PREDICTED_FROM["model" if drafter == "model" else "variable"],
             "prediction_error_pct": 100.0 * (out["sd_speedup"] / pred[0] - 1.0)}
+
+
+def _band(probe_end: dict, sd: list[dict], k: int, drafter: str, parallel: bool,
+          draft_window: list[int] | None, out: dict[str, Any]) -> dict[str, Any]:
+    """The prediction again from the cost probe taken after the prompts: the two predictions
+    bound what the machine's drift between them moves the prediction by (the band), and the
+    measured speedup's distance from the band (0 inside it)."""
+    end = _prediction(probe_end, sd, k, drafter, parallel, draft_window, out)
+    if not end:
+        return {}
+    lo, hi = sorted((out["predicted_speedup"], end["predicted_speedup"]))
+    m = out["sd_speedup"]
+    return {"predicted_band": [lo, hi],
+            "band_error_pct": 0.0 if lo <= m <= hi else
+            100.0 * (m / (lo if m < lo else hi) - 1.0)}
 
 
 def _adaptive(raw: list[dict], sd: list[dict], ad: list[dict], out: dict[str, Any]
@@ -295,6 +313,7 @@ def summarize(results: dict) -> dict[str, Any]:
     k = results["settings"]["k"]
     runs = results["runs"]
     probe = results.get("cost_probe")
+    probe_end = results.get("cost_probe_end")   # after the prompts: the prediction's band
     parallel = results["settings"].get("schedule") == "parallel"
     drafter = results["settings"].get("drafter", "model")
     if drafter in ("model", "hybrid") and results["settings"].get("p_min"):
@@ -303,8 +322,9 @@ def summarize(results: dict) -> dict[str, Any]:
     draft_window = results["settings"].get("draft_window")
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     summary = {t: summarize_group([r for r in runs if r["task"] == t], k, probe, parallel,
-                                  drafter, draft_window) for t in tasks}
-    summary[OVERALL] = summarize_group(runs, k, probe, parallel, drafter, draft_window)
+                                  drafter, draft_window, probe_end) for t in tasks}
+    summary[OVERALL] = summarize_group(runs, k, probe, parallel, drafter, draft_window,
+                                       probe_end)
     # The memory roofline beside tokens/s: a one-token decode reads every weight once.
     weight_bytes = (results.get("models", {}).get("target") or {}).get("weight_bytes")
     for t in tasks + [OVERALL]:

@@ -358,6 +358,11 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 results.setdefault("followups", {})[p.prompt_id] = info
         _measure_all(cfg, gen, target, draft, target_m, encoded, reuse, results, log,
                      on_update)
+        # the costs again after the prompts: the machine drifts over a run (issue 57: the
+        # break-even moved 15 % between two runs), so the prediction is printed as the band
+        # between the two probes' (analysis/summary.py)
+        log("cost probe again, after the prompts (the prediction's band)")
+        results["cost_probe_end"] = probe_costs(target, draft_model, encoded[0], curve - 1)
         # The quality proxy beside the speed: a faster quant is a win only if this holds up.
         if cfg.quality:
             results["quality"] = target_perplexity(target_m, cfg.threads)

@@ -40,7 +40,7 @@ def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int,
                  on_update: Callable[[dict], None] | None = None) -> dict:
     """Every level of cfg.levels; server_args(n_ctx, sd) gives a server's flags (the paths
     command's server_argv), texts the chat-formatted prompt of each prompt id."""
-    from cpuspec.llama.server import Server
+    from cpuspec.llama.server import Server, redact_argv
     sc = cfg.server
     doc = {"kind": "load", "complete": False, "meta": environment,
            "settings": {"target": str(sc.target),
@@ -60,6 +60,9 @@ def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int,
             servers = {mode: stack.enter_context(
                 Server(sc.bin_dir, server_args(n * per_slot_ctx, mode == "sd"), slots=n))
                 for mode in ("raw", "sd")}
+            # what each server ran (its -np N among them), secrets' values never kept
+            level["server_argv"] = {mode: [server.program.name, *redact_argv(server.argv[1:])]
+                                    for mode, server in servers.items()}
             for server in servers.values():   # warm-up, not kept
                 server.complete(texts[ids[0]], 8)
             for b in range(cfg.batches):

@@ -60,6 +60,32 @@ class ServerRun:
     stop: str                   # "eos", "limit", ...
 
 
+# Flags whose value is a secret: never saved in a results file nor printed.
+SECRET_FLAGS = ("--api-key", "--api-key-file", "--ssl-key-file", "--hf-token", "-hft")
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """argv with every secret flag's value (separate or after '=') replaced by '***'."""
+    out: list[str] = []
+    hide_next = False
+    for a in argv:
+        a = str(a)
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        flag = a.split("=", 1)[0]
+        if flag in SECRET_FLAGS:
+            if "=" in a:
+                out.append(f"{flag}=***")
+            else:
+                out.append(a)
+                hide_next = True
+            continue
+        out.append(a)
+    return out
+
+
 class Server:
     """A running llama-server (use as a context manager). argv: the flags after the program
     (model, speculative flags, threads, context); host, port, the slots (-np: one unless a

@@ -68,6 +68,10 @@ FIELDS = [
     Field("predicted_speedup", "predicted", lambda s: s.get("predicted_speedup"), ".2f"),
     Field("prediction_error_pct", "error %", lambda s: s.get("prediction_error_pct"), "+.0f"),
     Field("predicted_from", "", lambda s: s.get("predicted_from"), text=False),
+    Field("predicted_band", "band",
+          lambda s: f"{s['predicted_band'][0]:.2f}–{s['predicted_band'][1]:.2f}"
+          if s.get("predicted_band") else None),
+    Field("band_error_pct", "", lambda s: s.get("band_error_pct"), "+.1f", text=False),
     Field("sd_decode_speedup", "decode-only ×raw", lambda s: s.get("sd_decode_speedup"),
           ".2f"),
     Field("a", "a", lambda s: s.get("a"), ".2f"),

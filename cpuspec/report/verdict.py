@@ -155,6 +155,24 @@ def _measured_flags(settings: dict) -> dict:
     return {"n_min": settings.get("n_min") or 0, "draft_threads": settings.get("draft_threads")}
 
 
+def _band_lines(summary: dict) -> list[str]:
+    """The prediction on the first screen, only with its band: SD ×raw predicted from this
+    run's acceptance and the cost probes before and after the prompts, per task, and where
+    the measurement fell against it. Nothing for runs with one probe."""
+    cells = []
+    for task, s in summary.items():
+        band = s.get("predicted_band")
+        if not band or (task == OVERALL and len(summary) > 1):
+            continue
+        err = s.get("band_error_pct") or 0.0
+        where = "measured inside" if err == 0 else f"measured {err:+.0f} %"
+        cells.append(f"{task} {band[0]:.2f}–{band[1]:.2f} ({where})")
+    if not cells:
+        return []
+    return _wrap("Predicted from this run's acceptance and the cost probes before and after "
+                 "the prompts: " + ", ".join(cells))
+
+
 def render_verdict(results: dict, summary: dict, advice: dict | None,
                    source: str | None = None, warning: str | None = None) -> str:
     """The first screen (see the module's docstring). source: the run's file or id, for the
@@ -168,6 +186,7 @@ def render_verdict(results: dict, summary: dict, advice: dict | None,
     if adaptive:
         lines += _wrap("Adaptive policy, ×raw (drafts only where it predicts a gain): "
                        + ", ".join(adaptive))
+    lines += _band_lines(summary)
     advice_lines, on = _advice_lines(summary, advice, settings["k"])
     ref = source or "RUN"
     lines += ["", "Advice:", *advice_lines, *(_wrap(warning) if warning else []), ""]
