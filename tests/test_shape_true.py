@@ -122,3 +122,28 @@ def test_bad_names_quants_and_no_room_are_refused_with_the_bytes(tmp_path, monke
                                          r"has 8\.0 GB"):
         check_room(shape_of("14b"), "Q8_0", tmp_path, 8 * 10 ** 9)
     assert not list(tmp_path.rglob("*.gguf*"))      # nothing half written
+
+
+@pytest.mark.realmodel
+def test_a_renamed_shape_true_file_is_known_by_its_metadata(written, tmp_path, monkeypatch):
+    """Issue 57, item 9: paths, tune and quality read the file's metadata as bench does, so
+    the shape-true 1.5B renamed st.bin (or given as hybrid:st.gguf) is refused (exit 2) before
+    anything is measured."""
+    home, files = written
+    for name in ("st.bin", "st.gguf"):
+        (tmp_path / name).symlink_to(files["1.5b"])
+
+    def never(*a, **k):
+        raise AssertionError("measured a shape-true file")
+    monkeypatch.setattr("cpuspec.harness.paths.measure_paths", never)
+    monkeypatch.setattr("cpuspec.cli.measure.run_quality", never)
+    monkeypatch.setattr("cpuspec.cli.measure.run_tune", never, raising=False)
+    st, real = tmp_path / "st.bin", Path(REAL_MODELS_HOME) / "models" / REAL["1.5b"]
+    for args in (["paths", "--target", st, "--drafter", "lookup", "--paths", "cpuspec",
+                  "--no-save"],
+                 ["tune", "--targets", st, "--drafts", "lookup", "--no-save"],
+                 ["tune", "--targets", real, "--drafts", f"hybrid:{tmp_path / 'st.gguf'}",
+                  "--no-save"],
+                 ["quality", st, "--reference", real, "--no-save"]):
+        res = CliRunner().invoke(main, [str(a) for a in args])
+        assert res.exit_code == 2 and "shape-true" in res.output, (args, res.output)

@@ -19,9 +19,11 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
     (or markdown) the full table, per-task details, audit, advice table, noise and build."""
     close_log()    # a progress bar ends before the results are printed
     if not results.get("runs"):
-        click.echo(f"No generation was measured: the run ended "
-                   f"{results.get('ended') or 'before its first prompt'}, so there is "
-                   "nothing to judge. Run `cpuspec bench` again.")
+        from cpuspec.report.screen import wrap
+        click.echo("\n".join(wrap(
+            f"No generation was measured: the run ended "
+            f"{results.get('ended') or 'before its first prompt'}, so there is nothing to "
+            "judge. Run `cpuspec bench` again.")))
         return
     s = summarize(results)
     if not details and fmt == "text":

@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from cpuspec.analysis.dataset import COLUMNS, DATASET_SCHEMA, MIGRATIONS, dataset_rows
-from cpuspec.cli.loading import load_results
+from cpuspec.cli.loading import DAMAGE, load_results
 from cpuspec.results.parquet import (DatasetError, existing_name, publish as publish_rows,
-                                     read_source, unique_rows)
+                                     read_source, to_parquet_bytes, unique_rows)
 from cpuspec.results.store import OutputError, saved_runs
 
 # the dataset shipped in the package: bench/results of the machines this project measured
@@ -24,7 +24,15 @@ def _rows(runs: tuple[str, ...]) -> list[dict]:
     rows = []
     for ref in runs:
         doc, path = load_results(ref, bench_only=False)
-        got = dataset_rows(doc)
+        try:   # what validation does not check: a field of the wrong type, said per file
+            got = dataset_rows(doc)
+            to_parquet_bytes(got, COLUMNS, DATASET_SCHEMA)
+        except DatasetError as exc:
+            raise click.ClickException(str(exc))
+        except DAMAGE as exc:
+            raise click.ClickException(
+                f"{path}: a damaged results file that cpuspec cannot export "
+                f"({type(exc).__name__}: {str(exc)[:200]})") from None
         if not got:
             raise click.ClickException(f"{path}: a {doc.get('kind')} file has no dataset "
                                        "rows (bench and what-if runs have)")

@@ -10,6 +10,11 @@ import click
 from cpuspec.results.schema import ResultsError, read_json, validate, validate_bench
 from cpuspec.results.store import (OutputError, resolve_run)
 
+# what a printer or the dataset's columns raise on a value of the wrong shape
+DAMAGE = (KeyError, TypeError, IndexError, AttributeError, RecursionError, ZeroDivisionError,
+          OverflowError, ValueError)
+
+
 def reads_results(command):
     """For a command that prints results files (report, advise, compare, plot): the files
     are validated field by field (schema.validate), and a damage that validation does not
@@ -19,8 +24,7 @@ def reads_results(command):
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except (KeyError, TypeError, IndexError, AttributeError, RecursionError,
-                ZeroDivisionError, ValueError) as exc:
+        except DAMAGE as exc:
             given = kwargs.get("run") or ", ".join(kwargs.get("runs") or ())
             raise click.ClickException(
                 f"{given}: a damaged results file that cpuspec cannot print "

@@ -15,6 +15,7 @@ from cpuspec.cli.measure import contention, costs, hw, paths, quality, tune
 from cpuspec.cli.models import models
 from cpuspec.cli.results import advise, compare, plot, report, runs
 from cpuspec.cli.dataset import export, leaderboard, publish
+from cpuspec.cli.heads import heads
 from cpuspec.cli.help import SectionedCommand
 from cpuspec.cli.bench_report import print_bench
 from cpuspec.cli.checks import check_bench_flags, check_depths, check_gate, check_size
@@ -311,7 +312,7 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
     finish_outputs(sink)
 
 for _command in (hw, contention, costs, paths, quality, tune, models, advise, report, compare,
-                 plot, runs, export, publish, leaderboard):
+                 plot, runs, export, publish, leaderboard, heads):
     main.add_command(_command)
 
 

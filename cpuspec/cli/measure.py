@@ -165,12 +165,18 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     threads = threads or default_threads()
     check_limits([1], 2, [threads], None)
     check_depths([depth], "--depth")
+    if sizes is None and click.get_current_context().get_parameter_source("quants") != \
+            click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--quants goes with --sizes (the what-if's shape-true targets): "
+                               "add --sizes, or leave --quants out")
+    whatif = (_size_list(sizes, target_path), _quant_list(quants)) if sizes is not None \
+        else None   # --sizes '' is refused there, never the plain curve
     for p in (target_path, draft_path):
         check_model_file(p)
     hw = detect_hardware()
-    if sizes:
-        return _whatif(_size_list(sizes, target_path), _quant_list(quants), pair, draft_path,
-                       threads, max_n, reps, depth, json_path, save, force, hw)
+    if whatif is not None:
+        return _whatif(*whatif, pair, draft_path, threads, max_n, reps, depth, json_path, save,
+                       force, hw)
     sink = prepare_outputs([json_path], [target_path, draft_path], force, save, "costs",
                             hw.cpu_model)
     cfg = BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
@@ -234,6 +240,10 @@ def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_p
         except (ModelError, EngineError, ShapeError, ValueError) as exc:
             raise click.ClickException(str(exc))
         sink(doc)
+        if not any("cost_probe" in r for r in doc["rows"]):
+            raise click.ClickException(
+                "no target was measured, every one was skipped: " + "; ".join(
+                    f"{r['size']} {r['quant']}: {r['skipped']}" for r in doc["rows"]))
     click.echo(render_whatif(doc))
     finish_outputs(sink)
 
@@ -268,7 +278,11 @@ def _chosen_paths(path_list: str, drafter: str, draft, llama_bin, build_native: 
 
 
 def _server_flags(text: str | None, chosen: list[str]) -> tuple[str, ...] | None:
-    """--server-flags as argv words, checked for what cpuspec sets itself."""
+    """--server-flags as argv words, checked for what cpuspec sets itself (long, short and
+    '=' forms): the speculative ones go to the SD server, the others to both servers
+    (harness/paths.server_argv). -k, --p-min and --draft, which they replace in the SD server,
+    are refused beside them where the server is the only path (other paths run them)."""
+    from cpuspec.core.commands import OWN_SERVER_FLAGS, flag_name, split_server_flags
     if text is None:
         return None
     if core.LLAMA_SERVER not in chosen:
@@ -278,13 +292,38 @@ def _server_flags(text: str | None, chosen: list[str]) -> tuple[str, ...] | None
         words = tuple(shlex.split(text))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--server-flags'") from None
-    taken = [w for w in words if w in ("-m", "--model", "--host", "--port", "-np", "--parallel",
-                                       "-t", "--threads", "-c", "--ctx-size")]
+    names = [n for n in map(flag_name, words) if n is not None]
+    taken = list(dict.fromkeys(n for n in names
+                               if n in OWN_SERVER_FLAGS or n.startswith("--fim-")))
     if not words or taken:
         raise click.BadParameter(
-            "give speculative flags only (cpuspec sets the model, threads, context, host, "
-            f"port and slots){': not ' + ', '.join(taken) if taken else ''}",
+            "cpuspec sets both servers' model, threads, context, host, port and slots"
+            f"{': not ' + ', '.join(taken) if taken else ''}", param_hint="'--server-flags'")
+    from cpuspec.llama.server import SECRET_FLAGS
+    secret = [n for n in names if n in SECRET_FLAGS]
+    if secret:   # the client sends no key, and a key is never kept in a results file
+        raise click.BadParameter(f"{', '.join(secret)}: cpuspec's client sends no key to the "
+                                 "servers it starts on 127.0.0.1; leave it out",
+                                 param_hint="'--server-flags'")
+    joined = [flag_name(w) for w in words if flag_name(w) is not None and "=" in w]
+    if joined:
+        raise click.BadParameter("llama.cpp reads a flag's value from the next word: "
+                                 + ", ".join(f"{n} VALUE, not {n}=VALUE" for n in joined),
+                                 param_hint="'--server-flags'")
+    if not split_server_flags(words)[0]:
+        raise click.BadParameter(
+            "name the SD server's speculative flags (--spec-type, --spec-default, -md, "
+            "--spec-draft-*, ...); the other flags are given to both servers",
             param_hint="'--server-flags'")
+    ctx = click.get_current_context()
+    beside = [flag for name, flag in (("k", "-k"), ("p_min", "--p-min"), ("draft", "--draft"))
+              if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if beside and set(chosen) == {core.LLAMA_SERVER}:
+        raise click.UsageError(
+            f"{', '.join(beside)} would not reach the SD server, the only path measured: "
+            "--server-flags replaces its speculative flags. Give them there "
+            "(--spec-draft-n-max N, --spec-draft-p-min P, -md FILE), or leave --server-flags "
+            "out")
     return words
 
 
@@ -431,7 +470,7 @@ def _paths_preflight(reg, names: list[str], chosen: list[str], build_native: boo
     llama.cpp's programs where a path needs them, and $CPUSPEC_NATIVE_TIMEOUT_S."""
     for name in names:
         check_model_name(reg, name)
-        refuse_shape_true(Path(name) if name.endswith(".gguf") else None)
+        refuse_shape_true(Path(name))   # by its metadata, whatever the file's name
     bin_dir = _native_bin_dir(chosen, build_native, llama_bin) \
         if {core.LLAMA_CPP, core.LLAMA_SERVER} & set(chosen) else None
     if bin_dir is not None:
@@ -460,7 +499,7 @@ MAX_CONCURRENCY = 64   # clients are threads of this process: a load test, not a
 
 
 def _levels(concurrency: str | None) -> list[int]:
-    if not concurrency:
+    if concurrency is None:   # --concurrency '' is refused below, never the run without load
         return []
     try:
         levels = [int(x) for x in concurrency.split(",") if x.strip()]
@@ -513,7 +552,7 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
     reg = registry()
     for name in [*models_, reference or reg.pair(None).target]:
         check_model_name(reg, name)
-        refuse_shape_true(Path(name) if name.endswith(".gguf") else None)
+        refuse_shape_true(Path(name))   # by its metadata, whatever the file's name
     files = [Path(m) for m in models_ if Path(m).suffix == ".gguf"]
     sink = prepare_outputs([json_path], files, force, save, "quality",
                             detect_hardware().cpu_model)
@@ -623,8 +662,9 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
     prompts = prompts_or_exit(tasks, prompts_file, prompts_per_task, [*DEFAULT_TASKS, "grounded"])
     reg = registry()
     names = _tune_names(reg, targets, drafts, draft_window)
-    for name in names["targets"] + names["drafts"]:
-        refuse_shape_true(Path(name) if name.endswith(".gguf") else None)
+    for name in names["targets"] + names["drafts"]:   # by metadata, hybrid:FILE's too
+        if name != "lookup":
+            refuse_shape_true(Path(name.removeprefix("hybrid:")))
     files = [Path(x.removeprefix("hybrid:")) for v in names.values() for x in v
              if x.endswith(".gguf")]
     sink = prepare_outputs([json_path], files + [prompts_file], force, save, "tune",

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from pathlib import Path
+
 import click
 
 from cpuspec.cli.inputs import check_model_name, registry, resolve_model
@@ -172,7 +174,12 @@ def models_path(name):
 @click.argument("name")
 @click.option("--quant", default="Q4_K_M", show_default=True, metavar="TYPE",
               help="Q4_K_M (llama.cpp's mix), Q4_0 or Q8_0 (pure).")
-def models_shape(name, quant):
+@click.option("--tokenizer", "tokenizer_file", type=click.Path(exists=True, dir_okay=False,
+                                                               path_type=Path),
+              help="A GGUF whose tokenizer the file carries (any file with tokenizer.* "
+              "fields, such as llama.cpp's models/ggml-vocab-qwen2.gguf); default: the pinned "
+              "Qwen2.5 0.5B, fetched if missing.")
+def models_shape(name, quant, tokenizer_file):
     """Write a shape-true GGUF: a real Qwen architecture with random weights.
 
     NAME is 0.5b, 1.5b, 3b, 7b, 14b, 32b (Qwen2.5) or qwen3-0.6b ... qwen3-14b. The file has
@@ -190,14 +197,16 @@ def models_shape(name, quant):
 
     from cpuspec.inputs.shapes import ShapeError, quant_types, shape_of
     from cpuspec.llama.shape_true import write_shape_true
-    try:
-        shape = shape_of(name)
-        quant_types(shape, quant.upper())   # a bad quant is said before any fetch
-        tokenizer = fetch_model(registry().model(SHAPE_TOKENIZER), log).path
-        path = write_shape_true(shape, quant.upper(), tokenizer,
-                                psutil.virtual_memory().total, log)
-    except (ShapeError, ModelError) as exc:
-        raise click.ClickException(str(exc))
+    with guarded():   # Ctrl-C and SIGTERM: the .partial file removed, exit 130
+        try:
+            shape = shape_of(name)
+            quant_types(shape, quant.upper())   # a bad quant is said before any fetch
+            tokenizer = tokenizer_file or fetch_model(registry().model(SHAPE_TOKENIZER),
+                                                      log).path
+            path = write_shape_true(shape, quant.upper(), tokenizer,
+                                    psutil.virtual_memory().total, log)
+        except (ShapeError, ModelError) as exc:
+            raise click.ClickException(str(exc))
     click.echo(str(path))
 
 

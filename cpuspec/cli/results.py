@@ -237,10 +237,13 @@ def _render_other(results: dict, path, ref: str, details: bool, fmt: str) -> str
         return render_whatif(results)
     if kind == "shape_validation" and isinstance(results.get("probes"), dict):
         return render_shape_validation(results)
+    if kind == "heads" and isinstance(results.get("runs"), list):
+        from cpuspec.report.heads import render_heads
+        return render_heads(results, ref)
     if kind == "load" and isinstance(results.get("levels"), list):
         return render_load_details(results) if details else render_load(results, ref)
     raise click.ClickException(f"{path}: a {kind} file; report prints bench, paths, load, "
-                               "tune, sweep, costs, what-if and quality files")
+                               "tune, sweep, costs, what-if, heads and quality files")
 
 
 def _print_per_prompt(results: dict, path, task_filter: str | None, fmt: str) -> None:

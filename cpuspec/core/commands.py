@@ -11,6 +11,49 @@ from cpuspec.core.drafters import DRAFTERS
 SERVER = "llama-server"
 CLI = "llama-cli"
 
+# llama-server's flags that cpuspec sets itself (`paths --server-flags` may not give them)
+OWN_SERVER_FLAGS = frozenset({"-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo",
+                              "-hff", "--hf-file", "--host", "--port", "-np", "--parallel",
+                              "-t", "--threads", "-c", "--ctx-size"})
+# llama.cpp's speculative flags by their short names (common/arg.cpp); the long ones are
+# --spec-*, --no-spec-*, --draft*, *-draft and --lookup-cache-* (is_speculative)
+SPEC_SHORT_FLAGS = frozenset({"-md", "-td", "-tbd", "-ngld", "-devd", "-otd", "-ctkd", "-ctvd",
+                              "-cmoed", "-ncmoed", "-Cd", "-Cbd", "-Crd", "-Crbd", "-hfd",
+                              "-hfrd", "-lcs", "-lcd"})
+DRAFT_MODEL_FLAGS = frozenset({"-md", "--model-draft", "--spec-draft-model", "-hfd", "-hfrd",
+                               "--hf-repo-draft", "--spec-draft-hf"})
+DRAFT_THREAD_FLAGS = frozenset({"-td", "--threads-draft", "--spec-draft-threads"})
+
+
+def flag_name(word: str) -> str | None:
+    """The flag a command-line word names, as llama.cpp reads it ('--threads=1' → '--threads',
+    '--model_draft' → '--model-draft'), or None for a value: a word that does not start with
+    '-', or a negative number (-ngl -1)."""
+    if len(word) < 2 or word[0] != "-" or word[1].isdigit() or word[1] == ".":
+        return None
+    name = word.split("=", 1)[0]
+    return name.replace("_", "-") if name.startswith("--") else name
+
+
+def is_speculative(flag: str) -> bool:
+    return flag in SPEC_SHORT_FLAGS or flag.endswith("-draft") or flag.startswith(
+        ("--spec-", "--no-spec-", "--draft", "--lookup-cache"))
+
+
+def split_server_flags(words: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(speculative, common): each flag with the values that follow it. The speculative ones
+    are the SD server's alone; the common ones (-ngl, -b, -tb, ...) go to both servers, so
+    SD ×raw compares like with like."""
+    spec: list[str] = []
+    common: list[str] = []
+    dest = common
+    for w in words:
+        name = flag_name(w)
+        if name is not None:
+            dest = spec if is_speculative(name) else common
+        dest.append(w)
+    return spec, common
+
 
 def spec_flags(draft: str | None, k: int, drafter: str, p_min: float = 0.0,
                n_min: int = 0) -> list[str]:

@@ -49,7 +49,8 @@ def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int,
                         "threads": sc.threads, "levels": list(cfg.levels),
                         "batches": cfg.batches, "requests_per_client": cfg.requests_per_client,
                         "prompts": [p.prompt_id for p in sc.prompts],
-                        "server_flags": list(sc.server_flags) if sc.server_flags else None,
+                        "server_flags": redact_argv(sc.server_flags) if sc.server_flags
+                        else None,
                         "p_min": sc.p_min, "per_slot_ctx": per_slot_ctx},
            "levels": []}
     ids = [p.prompt_id for p in sc.prompts]

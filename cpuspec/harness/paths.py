@@ -47,8 +47,9 @@ class PathsConfig:
     paths: tuple[str, ...]
     bin_dir: Path | None = None  # llama.cpp's programs, for the llama.cpp and server paths
     native_rounds: bool = False  # also run llama.cpp's SD once more, untimed, per round
-    server_flags: tuple[str, ...] | None = None   # the SD server's speculative flags, in place
-    #                              of the configuration's (llama.cpp's draftless types)
+    server_flags: tuple[str, ...] | None = None   # --server-flags: the speculative ones in
+    #                              place of the configuration's in the SD server, the others
+    #                              (-ngl, -b, ...) given to both servers (server_argv)
     p_min: float = 0.0           # every path's confidence gate (llama.cpp's --spec-draft-p-min)
 
 
@@ -84,14 +85,7 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
         if needs in cfg.paths and cfg.bin_dir is None:
             raise ValueError(f"the {needs} path needs llama.cpp's programs (bin_dir)")
     doc = {"kind": "paths", "complete": False, "meta": environment,
-           "settings": {"target": str(cfg.target), "draft": str(cfg.draft) if cfg.draft else None,
-                        "k": cfg.k, "drafter": cfg.drafter, "max_tokens": cfg.max_tokens,
-                        "threads": cfg.threads, "paths": list(cfg.paths),
-                        "prompts": [p.prompt_id for p in cfg.prompts],
-                        "llama_bin": str(cfg.bin_dir) if cfg.bin_dir else None,
-                        "native_window": native.WINDOW if LLAMA_CPP in cfg.paths else None,
-                        "server_flags": list(cfg.server_flags) if cfg.server_flags else None,
-                        "p_min": cfg.p_min},
+           "settings": paths_settings(cfg),
            "windows": "end to end: the prompt's prefill (the draft's too) and every token",
            "runs": []}
     with Model(cfg.target) as target_m:
@@ -115,6 +109,20 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
                 draft_m.close()
     doc["complete"] = True
     return doc
+
+
+def paths_settings(cfg: PathsConfig) -> dict:
+    """The configuration as a results file keeps it: a secret flag's value (--api-key ...)
+    in --server-flags never (redact_argv)."""
+    from cpuspec.llama.server import redact_argv
+    return {"target": str(cfg.target), "draft": str(cfg.draft) if cfg.draft else None,
+            "k": cfg.k, "drafter": cfg.drafter, "max_tokens": cfg.max_tokens,
+            "threads": cfg.threads, "paths": list(cfg.paths),
+            "prompts": [p.prompt_id for p in cfg.prompts],
+            "llama_bin": str(cfg.bin_dir) if cfg.bin_dir else None,
+            "native_window": native.WINDOW if LLAMA_CPP in cfg.paths else None,
+            "server_flags": redact_argv(cfg.server_flags) if cfg.server_flags else None,
+            "p_min": cfg.p_min}
 
 
 def server_texts(cfg: PathsConfig) -> tuple[dict[str, str], int, dict]:
@@ -285,14 +293,21 @@ def _native_runner(cfg, texts, n_ctx) -> Callable:
 
 def server_argv(cfg: PathsConfig, n_ctx: int, sd: bool) -> list[str]:
     """The server's flags: the target alone, or the configuration as `invocations` prints it
-    for llama-server (cfg.server_flags, where given, replace its speculative flags)."""
-    from cpuspec.core.commands import SERVER, invocations
-    plain = ["-m", str(cfg.target), "-t", str(cfg.threads), "-c", str(n_ctx)]
+    for llama-server. cfg.server_flags, where given, are split (split_server_flags): the
+    speculative ones replace the configuration's in the SD server, the others go to both
+    servers; a draft model named there (-md, --model-draft, ...) runs on cfg.threads (-td)
+    unless they give its threads."""
+    from cpuspec.core.commands import (DRAFT_MODEL_FLAGS, DRAFT_THREAD_FLAGS, SERVER,
+                                       flag_name, invocations, split_server_flags)
+    spec, common = split_server_flags(cfg.server_flags or ())
+    plain = ["-m", str(cfg.target), "-t", str(cfg.threads), "-c", str(n_ctx), *common]
     if not sd:
         return plain
     if cfg.server_flags is not None:
-        draft = ["-td", str(cfg.threads)] if "-md" in cfg.server_flags else []
-        return [*plain, *cfg.server_flags, *draft]
+        named = {flag_name(w) for w in spec}
+        draft = ["-td", str(cfg.threads)] if named & DRAFT_MODEL_FLAGS \
+            and not named & DRAFT_THREAD_FLAGS else []
+        return [*plain, *spec, *draft]
     argv = invocations(str(cfg.target), str(cfg.draft) if cfg.draft else None, cfg.k,
                        cfg.drafter, cfg.threads, n_ctx, cfg.p_min)[SERVER]
     return argv[1:argv.index("-np")]   # the Server adds its own slots (-np 1) and --metrics

@@ -59,7 +59,7 @@ SIZE_ALIASES = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "3b": "qwen2.5-3
                 "7b": "qwen2.5-7b", "14b": "qwen2.5-14b", "32b": "qwen2.5-32b"}
 QUANTS = ("Q4_K_M", "Q4_0", "Q8_0")
 # elements per block, bytes per block (ggml-common.h)
-BLOCKS = {"F32": (1, 4), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q8_0": (32, 34),
+BLOCKS = {"F32": (1, 4), "F16": (1, 2), "I64": (1, 8), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q8_0": (32, 34),
           "Q4_K": (256, 144), "Q6_K": (256, 210)}
 # llama.cpp's tensor_type_fallback: a row that does not hold whole k-quant blocks
 FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}

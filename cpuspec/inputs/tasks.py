@@ -219,6 +219,8 @@ def read_prompts_file(path: Path, per_task: int | None = None) -> list[Prompt]:
     try:
         if path.is_dir():
             raise PromptsFileError(f"prompts file {path} is a folder")
+        if path.exists() and not path.is_file():   # a FIFO or a device: read forever
+            raise PromptsFileError(f"prompts file {path} is not a regular file")
         # JSON Lines are split on "\n" only: a JSON string may hold U+2028, U+0085 or a form
         # feed raw (json.dumps(ensure_ascii=False) writes them so), which splitlines() splits
         lines = path.read_text(encoding="utf-8-sig").split("\n")  # a BOM is fine

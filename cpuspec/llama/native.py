@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def find_bin_dir(explicit: Path | None = None, need: Sequence[str] = MEASURED) -
 
 def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) -> Path:
     """Build llama.cpp's programs from the sdist of the installed llama-cpp-python (pip
-    download, cmake; CPU backend, no curl). About 15 minutes on 2 cores, once."""
+    download, cmake; CPU backend, no curl), with $CMAKE_ARGS as pip's build of
+    llama-cpp-python takes them (the same flags for both). About 15 minutes on 2 cores, once."""
     bin_dir = build_dir()
     if all((bin_dir / t).is_file() for t in targets):
         return bin_dir
@@ -88,7 +90,8 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     _run(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(root / "build"),
                   "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
                   "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=ON",
-                  "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON"], None)
+                  "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON",
+                  *shlex.split(os.environ.get("CMAKE_ARGS", ""))], None)
     _run(["cmake", "--build", str(root / "build"), "--config", "Release", "-j",
                   str(os.cpu_count() or 2), "--target", *targets], None)
     return bin_dir

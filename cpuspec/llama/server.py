@@ -11,6 +11,7 @@ The standard library's urllib only: no HTTP client is added to cpuspec's depende
 """
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import tempfile
@@ -75,6 +76,8 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             hide_next = False
             continue
         flag = a.split("=", 1)[0]
+        if flag.startswith("--"):   # llama.cpp reads --api_key as --api-key
+            flag = flag.replace("_", "-")
         if flag in SECRET_FLAGS:
             if "=" in a:
                 out.append(f"{flag}=***")
@@ -159,14 +162,34 @@ class Server:
                                   f"{self.log_tail()}")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
+                    if r.status == 200 and self._listens():
                         return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass   # not listening yet, or 503 while it loads
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError,
+                    http.client.HTTPException):
+                pass   # not listening yet, 503 while it loads, or another program's port
             if time.monotonic() > deadline:
                 raise NativeError(f"{SERVER} was not up after {self.start_timeout_s:g} s; its "
                                   f"log ends:\n{self.log_tail()}")
             time.sleep(0.2)
+
+    def _listens(self) -> bool:
+        """Whether the port is our server's (or a process it started): a port picked free can
+        be taken by another program before the server binds it, and that program's /health
+        must not pass for ours. Where the system does not say, /health is trusted."""
+        import psutil
+        try:
+            me = psutil.Process(self.proc.pid)
+            for p in (me, *me.children(recursive=True)):
+                conns = p.net_connections("tcp") if hasattr(p, "net_connections") else \
+                    p.connections("tcp")
+                if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self.port
+                       for c in conns):
+                    return True
+        except psutil.NoSuchProcess:   # exited (a zombie too): the loop says why
+            return False
+        except psutil.AccessDenied:
+            return True
+        return False
 
     def _post(self, route: str, body: dict) -> dict:
         req = urllib.request.Request(self.url + route, data=json.dumps(body).encode(),
@@ -174,21 +197,24 @@ class Server:
         try:
             with urllib.request.urlopen(req, timeout=call_timeout_s()) as r:
                 raw = r.read()
-            return json.loads(raw)
-        except ValueError:
-            raise NativeError(f"{SERVER} answered {route} with no JSON: "
-                              f"{clean(raw[:200].decode(errors='replace'))!r}") from None
         except urllib.error.HTTPError as exc:
             raise NativeError(f"{SERVER} answered {exc.code} to {route}: "
                               f"{exc.read()[:500].decode(errors='replace')}") from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError,
+                http.client.HTTPException, ValueError) as exc:
             raise NativeError(f"{SERVER} did not answer {route} ({exc}); its log ends:\n"
                               f"{self.log_tail()}") from None
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise NativeError(f"{SERVER} answered {route} with no JSON: "
+                              f"{clean(raw[:200].decode(errors='replace'))!r}") from None
 
-    def complete(self, prompt: str, n_predict: int) -> ServerRun:
-        """One greedy completion of the chat-formatted prompt, the prompt cache off."""
+    def complete(self, prompt: str, n_predict: int, ignore_eos: bool = False) -> ServerRun:
+        """One greedy completion of the chat-formatted prompt, the prompt cache off;
+        ignore_eos: generate all n_predict tokens (a shape-true model may say its end early)."""
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "top_k": 1,
-                "seed": 1, "cache_prompt": False, "stream": False}
+                "seed": 1, "cache_prompt": False, "stream": False, "ignore_eos": ignore_eos}
         t0 = time.perf_counter()
         res = self._post("/completion", body)
         e2e = time.perf_counter() - t0
@@ -210,7 +236,8 @@ class Server:
         try:
             with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
                 text = r.read().decode()
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError,
+                http.client.HTTPException, ValueError) as exc:
             raise NativeError(f"{SERVER} did not answer /metrics ({exc})") from None
         return parse_metrics(text)
 

@@ -5,6 +5,8 @@ norms at 1 and the biases at 0, and the tokenizer copied from a real Qwen file. 
 temporary name, then renamed: never left half written."""
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from cpuspec.inputs.models import PARTIAL_SUFFIX, clean_stale_downloads
 from cpuspec.inputs.registry import models_dir
 from cpuspec.inputs.shapes import (BLOCKS, SHAPE_TRUE, Shape, ShapeError, file_bytes,
                                    nbytes, quant_types, tensors)
@@ -20,7 +23,7 @@ FILE_TYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15}
 WEIGHT_SPREAD = 0.02   # the standard deviation of a dequantized weight (a trained model's order)
 SHAPE_KEY = "cpuspec.shape_true"
 # 2: every page random (1 tiled a pool of blocks, which a host can merge: not shape-true)
-SHAPE_FORMAT = 2
+SHAPE_FORMAT = 3   # 3: Qwen3 files carry Qwen3's added tokens; heads (issue 58)
 
 
 def _fp16(x: float) -> np.ndarray:
@@ -46,14 +49,21 @@ def _scale(b: np.ndarray, kind: str, rng: np.random.Generator) -> None:
         raise ShapeError(f"no random blocks for {kind}")
 
 
-def _data(name: str, ne: tuple[int, ...], kind: str, rng: np.random.Generator) -> np.ndarray:
+def _data(name: str, ne: tuple[int, ...], kind: str, rng: np.random.Generator,
+          vocab: int = 0) -> np.ndarray:
     """A tensor's bytes. Every page of a quantized tensor is random, none repeats: a tiled
     pool of blocks (identical pages) decoded 1.4× faster than the real file at Q8_0 on a VM
     whose host merges identical pages, so random data must fill each tensor whole
     (docs/shape-true.md)."""
+    if kind == "F32" and len(ne) > 1:   # a small matrix kept in F32 (a head's conf_proj)
+        return (rng.standard_normal(ne[::-1]) * WEIGHT_SPREAD).astype(np.float32)
     if kind == "F32":
         value = 0.0 if name.endswith(".bias") else 1.0
         return np.full(ne[::-1], value, dtype=np.float32)
+    if kind == "F16":
+        return (rng.standard_normal(ne[::-1]) * WEIGHT_SPREAD).astype(np.float16)
+    if kind == "I64":    # d2t: distinct target token ids, ascending, as the converter writes
+        return np.sort(rng.choice(vocab, size=ne[0], replace=False)).astype(np.int64)
     blck, size = BLOCKS[kind]
     n_blocks = int(np.prod(ne)) // blck
     b = np.frombuffer(bytearray(rng.bytes(n_blocks * size)), dtype=np.uint8)
@@ -62,9 +72,23 @@ def _data(name: str, ne: tuple[int, ...], kind: str, rng: np.random.Generator) -
     return b.reshape(-1)
 
 
-def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int) -> None:
+# Qwen3's tokens after Qwen2.5's (tokenizer_config.json's added_tokens_decoder of the Qwen3
+# models: the rest of the vocabulary is Qwen2.5's), type USER_DEFINED as <tool_call> is
+QWEN3_ADDED = {151665: "<tool_response>", 151666: "</tool_response>", 151667: "<think>",
+               151668: "</think>"}
+USER_DEFINED = 4
+
+
+def added_tokens(shape: Shape) -> dict[int, str]:
+    """Tokens a family adds to the tokenizer file it is written with: Qwen3's four."""
+    return QWEN3_ADDED if shape.arch.startswith("qwen3") else {}
+
+
+def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int,
+                    added: dict[int, str] | None = None) -> None:
     """The tokenizer's fields of a real Qwen file; the token list padded to the model's
-    vocabulary as convert_hf_to_gguf pads it ([PADi], type UNUSED)."""
+    vocabulary as convert_hf_to_gguf pads it ([PADi], type UNUSED), with the family's own
+    added tokens (`added`: id → text) in their places."""
     from gguf import GGUFReader, GGUFValueType
     reader = GGUFReader(tokenizer_file)
     for field in reader.fields.values():
@@ -80,6 +104,9 @@ def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int) -> None:
                                  f"the model's vocabulary of {vocab}")
             value = list(value) + ([f"[PAD{i}]" for i in range(len(value), vocab)]
                                    if field.name.endswith("tokens") else [5] * pad)
+            for i, text in (added or {}).items():
+                if i < vocab:
+                    value[i] = text if field.name.endswith("tokens") else USER_DEFINED
         writer.add_key_value(field.name, value, vtype, sub_type=sub)
 
 
@@ -124,21 +151,86 @@ def check_room(shape: Shape, quant: str, folder: Path, memory_bytes: int) -> int
 def write_shape_true(shape: Shape, quant: str, tokenizer_file: Path, memory_bytes: int,
                      log: Callable[[str], None] = lambda _: None, seed: int = 0) -> Path:
     """The shape-true file of `shape` at `quant`, written once and cached."""
-    from gguf import GGMLQuantizationType, GGUFWriter
     dest = shape_path(shape, quant)
+
+    def need() -> int:
+        return check_room(shape, quant, dest.parent, memory_bytes)
+    return _write_cached(dest, shape.arch, lambda w: _hparams(w, shape, quant), tensors(shape),
+                         quant_types(shape, quant), tokenizer_file, shape.vocab, need, log,
+                         seed, added_tokens(shape))
+
+
+def write_head(head, quant: str, tokenizer_file: Path, memory_bytes: int,
+               log: Callable[[str], None] = lambda _: None, seed: int = 0) -> Path:
+    """The shape-true head (inputs/heads.py) at `quant` (its matrices; norms F32, d2t I64),
+    with its target's tokenizer, written once and cached beside the shape-true targets."""
+    from cpuspec.inputs.heads import head_kv, head_tensors, head_types
+    t = head.target_shape()
+    dest = models_dir() / "shape-true" / \
+        f"{head.name}-{quant.lower()}.shape-true-v{SHAPE_FORMAT}.gguf"
+    plan, types = head_tensors(head), head_types(head, quant)
+    arch = "eagle3" if head.method == "eagle3" else "dflash"
+
+    def need() -> int:
+        size = sum(nbytes(ne, types[n]) for n, ne in plan) + 64 * 2 ** 20
+        free = shutil.disk_usage(dest.parent).free
+        if size > free or size > 0.9 * memory_bytes:
+            raise ShapeError(f"{head.name} {quant} needs {size / 1e9:.2f} GB; {dest.parent} "
+                             f"has {free / 1e9:.1f} GB free")
+        return size
+
+    def kv(writer) -> None:
+        writer.add_name(f"{head.name} {quant} {SHAPE_TRUE}")
+        writer.add_uint32(SHAPE_KEY, SHAPE_FORMAT)
+        writer.add_string("cpuspec.method", head.method)
+        for key, value, kind in head_kv(head):
+            _add(writer, key, value, kind)
+        writer.add_uint32("general.file_type", FILE_TYPES.get(quant, 1))
+        writer.add_quantization_version(2)
+    return _write_cached(dest, arch, kv, plan, types, tokenizer_file, t.vocab, need, log,
+                         seed, added_tokens(t))
+
+
+def _add(writer, key: str, value, kind: str) -> None:
+    """One metadata value of an exact type (llama.cpp checks scalar types strictly)."""
+    from gguf import GGUFValueType
+    if kind == "u32":
+        writer.add_uint32(key, int(value))
+    elif kind == "f32":
+        writer.add_float32(key, float(value))
+    elif kind == "bool":
+        writer.add_bool(key, bool(value))
+    elif kind == "str":
+        writer.add_string(key, str(value))
+    elif kind == "i32[]":
+        writer.add_key_value(key, [int(x) for x in value], GGUFValueType.ARRAY,
+                             sub_type=GGUFValueType.INT32)
+    else:
+        raise ValueError(f"unknown metadata kind {kind}")
+
+
+def _write_cached(dest: Path, arch: str, add_kv: Callable, plan: list, types: dict,
+                  tokenizer_file: Path, vocab: int, need: Callable[[], int],
+                  log: Callable[[str], None], seed: int, added: dict[int, str]) -> Path:
+    """Write a GGUF of random tensors (plan: names and ggml shapes; types: each one's type)
+    once: to a temporary name, then renamed; a file cut short is written again."""
+    from gguf import GGMLQuantizationType, GGUFWriter
     if dest.is_file():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    need = check_room(shape, quant, dest.parent, memory_bytes)
-    log(f"shape-true: writing {dest.name} ({need / 1e9:.1f} GB, random weights)")
-    types = quant_types(shape, quant)
-    partial = dest.with_name(f"{dest.name}.{os.getpid()}.partial")
+        if _complete(dest):
+            return dest
+        log(f"shape-true: {dest.name} is cut short; writing it again")
+    partial = dest.with_name(f"{dest.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     rng = np.random.default_rng(seed)
+    writer = None
     try:
-        writer = GGUFWriter(partial, shape.arch)
-        _hparams(writer, shape, quant)
-        _copy_tokenizer(writer, tokenizer_file, shape.vocab)
-        plan = tensors(shape)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_downloads(dest.parent, log)   # what a killed write left
+        dest.unlink(missing_ok=True)               # a file cut short: its room is counted free
+        size = need()
+        log(f"shape-true: writing {dest.name} ({size / 1e9:.1f} GB, random weights)")
+        writer = GGUFWriter(partial, arch)
+        add_kv(writer)
+        _copy_tokenizer(writer, tokenizer_file, vocab, added)
         for name, ne in plan:
             kind = types[name]
             writer.add_tensor_info(name, ne[::-1], np.dtype(np.float32),
@@ -147,14 +239,40 @@ def write_shape_true(shape: Shape, quant: str, tokenizer_file: Path, memory_byte
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for name, ne in plan:
-            writer.write_tensor_data(_data(name, ne, types[name], rng))
+            writer.write_tensor_data(_data(name, ne, types[name], rng, vocab))
         writer.close()
         os.replace(partial, dest)
     except OSError as exc:
-        raise ShapeError(f"cannot write {dest}: {exc}") from None
-    finally:
-        partial.unlink(missing_ok=True)
+        raise ShapeError(f"cannot write {dest}: {_reason(exc, dest.parent)}") from None
+    finally:   # no error of its own here (a read-only disk refuses even this unlink)
+        with contextlib.suppress(OSError):
+            if writer is not None:
+                writer.close()
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
     return dest
+
+
+def _reason(exc: OSError, folder: Path) -> str:
+    """What stopped a write, in words. numpy's tofile says a short write as "N requested and
+    M written", with no errno: where the folder has no room left, that is a full disk."""
+    full = exc.errno == errno.ENOSPC
+    if exc.errno is None and "requested and" in str(exc):
+        with contextlib.suppress(OSError):
+            full = shutil.disk_usage(folder).free < 64 * 2 ** 20
+    return "no space left on the device" if full else str(exc)
+
+
+def _complete(path: Path) -> bool:
+    """Whether a GGUF holds every byte its tensors need: a copy cut short (a crash before its
+    pages reached the disk, a copy that ran out of room) is written again, never loaded."""
+    from gguf import GGUFReader
+    try:
+        reader = GGUFReader(path)
+        end = max(t.data_offset + int(t.n_bytes) for t in reader.tensors)
+        return end <= path.stat().st_size < end + reader.alignment
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 HEADER_BYTES = 1 << 16   # write_shape_true writes SHAPE_KEY before the tokenizer's arrays

@@ -417,7 +417,8 @@ def measured_draftless(target: str, threads: int, meta: dict | None = None
             if not flags and s.get("drafter") == "lookup":   # the lookup's own: ngram-simple
                 flags = commands.spec_flags(None, s["k"], "lookup")
             if LLAMA_SERVER not in s.get("paths", ()) or not flags \
-                    or {"-md", "--model-draft"} & set(flags) or s.get("threads") != threads \
+                    or commands.DRAFT_MODEL_FLAGS & set(map(commands.flag_name, flags)) \
+                    or s.get("threads") != threads \
                     or Path(s["target"]).name != Path(target).name:
                 continue
             summary = summarize_paths(doc)

@@ -1,0 +1,63 @@
+"""A heads run (harness/heads.py), computed on read: per drafter and synthetic acceptance length
+L, SD ×raw end to end and decode-only, paired by prompt (stats.ratio_stats: a 95 % interval
+from 5 prompts, a range below); the round's cost in plain decodes, 1 + α + β, from the SD
+server's decode time over its rounds (rounds = drafts ÷ k: every round drafts k, p-min 0) and
+the plain server's time per token; the tokens a round kept (a: L as llama.cpp realised it); and
+per drafter the break-even acceptance length, a* = 1 + α + β: SD pays where a > a*.
+
+A prediction here uses the measured round cost and an acceptance length from elsewhere
+(a published one): decode-only SD ×raw = L ÷ (1 + α + β). It is labelled with its source."""
+from __future__ import annotations
+
+import statistics
+
+from cpuspec.analysis.stats import ratio_stats
+
+
+def _pairs(runs: list[dict], label: str, length: float) -> list[tuple[dict, dict]]:
+    sel = [r for r in runs if r["label"] == label and r["synth_len"] == length]
+    raw = {r["prompt_id"]: r for r in sel if r["mode"] == "raw"}
+    return [(raw[r["prompt_id"]], r) for r in sel
+            if r["mode"] == "sd" and r["prompt_id"] in raw]
+
+
+def _tok_s(r: dict, window: str) -> float:
+    if window == "e2e":
+        return r["n_tokens"] / r["e2e_s"] if r["e2e_s"] > 0 else float("nan")
+    return (r["n_tokens"] - 1) / r["decode_s"] if r["decode_s"] > 0 else float("nan")
+
+
+def summarize_heads(doc: dict) -> dict[str, dict]:
+    """label → {"method", "points": [per L: L, e2e and decode ratio_stats, a, round cost],
+    "round_cost": median 1 + α + β over the points, "break_even_len"}."""
+    runs, k = doc.get("runs") or [], doc["settings"]["k"]
+    out: dict[str, dict] = {}
+    for label in dict.fromkeys(r["label"] for r in runs):
+        points = []
+        for length in dict.fromkeys(r["synth_len"] for r in runs if r["label"] == label):
+            pairs = _pairs(runs, label, length)
+            if not pairs:
+                continue
+            sd = [s for _, s in pairs]
+            rounds = sum(s["drafted"] for s in sd) / k
+            t_raw = sum(r["decode_s"] for r, _ in pairs) / \
+                max(sum(r["n_tokens"] - 1 for r, _ in pairs), 1)
+            round_s = sum(s["decode_s"] for s in sd) / rounds if rounds else None
+            points.append({
+                "length": length, "prompts": len(pairs),
+                "e2e": ratio_stats([_tok_s(s, "e2e") / _tok_s(r, "e2e") for r, s in pairs]),
+                "decode": ratio_stats([_tok_s(s, "dec") / _tok_s(r, "dec") for r, s in pairs]),
+                "a": sum(s["n_tokens"] - 1 for s in sd) / rounds if rounds else None,
+                "round_cost": round_s / t_raw if round_s and t_raw else None})
+        costs = [p["round_cost"] for p in points if p["round_cost"]]
+        method = next(r["method"] for r in runs if r["label"] == label)
+        cost = statistics.median(costs) if costs else None
+        out[label] = {"method": method, "points": points, "round_cost": cost,
+                      "break_even_len": cost}
+    return out
+
+
+def predicted_at(summary: dict, length: float) -> float | None:
+    """Decode-only SD ×raw at an acceptance length from elsewhere: L ÷ (1 + α + β)."""
+    cost = summary.get("round_cost")
+    return length / cost if cost else None

@@ -1,0 +1,143 @@
+"""`cpuspec heads`: the methods vendors claim (EAGLE-3, DFlash, DSpark) and a classic draft
+model, each priced in llama-server on this CPU with shape-true files (issue 58)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from cpuspec.cli.inputs import prompts_or_exit, registry
+from cpuspec.cli.log import log
+from cpuspec.cli.options import positive, save_options
+from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
+
+ALL = ("eagle3", "dflash", "dspark", "draft")
+
+
+def _methods(text: str) -> list[str]:
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in names if m not in ALL]
+    if bad or not names:
+        raise click.BadParameter(f"{', '.join(bad) or 'none given'}: choose from "
+                                 f"{', '.join(ALL)} (mtp: a Qwen3.5 target with its MTP layer "
+                                 "is not written yet)", param_hint="'--methods'")
+    return list(dict.fromkeys(names))
+
+
+def _lengths(text: str, k: int) -> list[float]:
+    try:
+        xs = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: numbers, e.g. 2,3.5,5", param_hint="'--lengths'")
+    bad = [x for x in xs if not 1.0 <= x <= k + 1]
+    if bad or not xs:
+        raise click.BadParameter(f"{', '.join(map(str, bad)) or 'none given'}: each L must lie in "
+                                 f"[1, k + 1] = [1, {k + 1}] (tokens a round keeps, the target's "
+                                 "own included)", param_hint="'--lengths'")
+    return list(dict.fromkeys(xs))
+
+
+@click.command()
+@click.option("--on", "target", default="qwen3-4b", show_default=True,
+              help="The shape-true target the heads are published for (qwen3-4b, qwen3-8b).")
+@click.option("--methods", default="eagle3,dflash,dspark,draft", show_default=True,
+              help="eagle3, dflash, dspark (shape-true heads as published) and draft (a "
+                   "shape-true Qwen3-0.6B draft model, llama.cpp's draft-simple).")
+@click.option("--lengths", default="2,3.5,5", show_default=True,
+              help="Synthetic acceptance lengths L (tokens a round keeps, 1..k+1).")
+@click.option("-k", "--draft-len", "k", type=click.IntRange(1, 15), default=6,
+              show_default=True, help="Drafts per round (--spec-draft-n-max); DSpark ≤ 7.")
+@click.option("-n", "--max-tokens", type=click.IntRange(8, 2048), default=48,
+              show_default=True)
+@click.option("--prompts-per-task", type=click.IntRange(1, 16), default=3, show_default=True,
+              help="Built-in json and code prompts each (5 or more in all give an interval).")
+@click.option("-t", "--threads", type=int, callback=positive,
+              help="Threads [default: the physical cores in this process's affinity].")
+@click.option("--llama-bin", type=click.Path(path_type=Path, file_okay=False),
+              help="A folder with llama-server (default: `cpuspec paths --build-native`'s).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
+@save_options
+def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, llama_bin,
+          json_path, save, force):
+    """Price EAGLE-3, DFlash, DSpark and a draft model in llama-server on this CPU.
+
+    Each head is written shape-true (the published architecture and shapes, random weights:
+    real costs, no real acceptance) beside a shape-true target; acceptance is given to
+    llama-server (--spec-synth-len L), so the table says what each method buys here at each
+    acceptance length, and where it breaks even. The methods' published acceptance lengths
+    are then priced with the measured costs (labelled: published, not measured here).
+
+    \b
+    Examples:
+      cpuspec heads
+      cpuspec heads --on qwen3-8b --methods eagle3,draft --lengths 2,3 -k 3
+    """
+    import psutil
+
+    from cpuspec.cli.models import SHAPE_TOKENIZER
+    from cpuspec.harness.heads import (Drafter, HeadsConfig, chat_texts, context_for,
+                                       measure_heads)
+    from cpuspec.harness.bench import environment
+    from cpuspec.inputs.heads import head_of
+    from cpuspec.inputs.models import fetch_model
+    from cpuspec.inputs.registry import ModelError
+    from cpuspec.inputs.shapes import SHAPE_TRUE, ShapeError, shape_of
+    from cpuspec.inputs.tasks import builtin_prompts
+    from cpuspec.llama import native
+    from cpuspec.llama.engine import EngineError
+    from cpuspec.llama.shape_true import write_head, write_shape_true
+    from cpuspec.machine.hardware import default_threads, detect_hardware
+    from cpuspec.report.heads import render_heads
+    chosen, threads = _methods(methods), threads or default_threads()
+    Ls = _lengths(lengths, k)
+    try:
+        plan = [head_of(m, target) for m in chosen if m != "draft"]
+        shape = shape_of(target)
+    except ShapeError as exc:
+        raise click.UsageError(str(exc))
+    too_long = [h.name for h in plan if h.method == "dspark" and k > h.block_size]
+    if too_long:
+        raise click.UsageError(f"-k {k}: DSpark drafts at most its block ({plan[0].block_size} "
+                               "tokens here); use -k 7 or less")
+    try:
+        bin_dir = native.find_bin_dir(llama_bin, need=[native.SERVER])
+    except native.NativeError as exc:
+        raise click.UsageError(str(exc))
+    if bin_dir is None:
+        raise click.UsageError("no llama-server found: run `cpuspec paths --build-native` once "
+                               "(~15 min), or give --llama-bin DIR")
+    prompts = prompts_or_exit(["json", "code"], None, prompts_per_task, ["json", "code"])
+    hw = detect_hardware()
+    sink = prepare_outputs([json_path], [], force, save, "heads", hw.cpu_model)
+    with guarded(sink):
+        try:
+            tokenizer = fetch_model(registry().model(SHAPE_TOKENIZER), log).path
+            memory = psutil.virtual_memory().total
+            target_path = write_shape_true(shape, "Q4_K_M", tokenizer, memory, log)
+            drafters = [Drafter(h.method, write_head(h, "Q8_0", tokenizer, memory, log),
+                                f"{h.method} ({h.layers} layer{'s' * (h.layers > 1)})")
+                        for h in plan]
+            if "draft" in chosen:
+                drafters.append(Drafter("draft", write_shape_true(
+                    shape_of("qwen3-0.6b"), "Q4_K_M", tokenizer, memory, log),
+                    "draft model qwen3-0.6b"))
+            texts, longest = chat_texts(target_path, prompts)
+            cfg = HeadsConfig(target_path, tuple(drafters), tuple(Ls), k, texts, max_tokens,
+                              threads, bin_dir, context_for(longest, max_tokens, k))
+            settings = {"target": str(target_path), "target_shape": shape.name,
+                        "label": SHAPE_TRUE, "k": k, "lengths": Ls, "methods": chosen,
+                        "heads": {h.method: {"name": h.name, "layers": h.layers,
+                                             "block_size": h.block_size,
+                                             "draft_vocab": h.draft_vocab,
+                                             "target_layers": list(h.target_layers),
+                                             "source": h.source} for h in plan},
+                        "max_tokens": max_tokens, "threads": threads,
+                        "n_prompts": len(prompts), "prompts": [p.prompt_id for p in prompts],
+                        "argv": ["cpuspec", *sys.argv[1:]]}
+            doc = measure_heads(cfg, environment(threads), settings, log, sink)
+        except (ShapeError, ModelError, EngineError, native.NativeError, ValueError) as exc:
+            raise click.ClickException(str(exc))
+        sink(doc)
+    click.echo(render_heads(doc))
+    finish_outputs(sink)

@@ -1,0 +1,56 @@
+"""`cpuspec heads`' screen: per drafter (a method's shape-true head, or a draft model) and
+synthetic acceptance length L, SD ×raw measured in llama-server against its plain server; the
+round's cost in plain decodes (1 + α + β) and the break-even length a* = 1 + α + β in the
+rule's terms; and what the methods' published acceptance lengths would buy here (decode-only,
+a prediction: the published τ ÷ this CPU's measured round cost)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cpuspec.analysis.heads import predicted_at, summarize_heads
+from cpuspec.inputs.published import DSPARK_CLAIM, published_for
+from cpuspec.report import screen
+
+
+def _cell(st: dict) -> str:
+    return screen.speedup(st["speedup"], st["ci"], st["range"])
+
+
+def render_heads(doc: dict, source: str = "RUN") -> str:
+    s, summary = doc["settings"], summarize_heads(doc)
+    lengths = list(dict.fromkeys(r["synth_len"] for r in doc.get("runs") or []))
+    head = (f"Speculative methods in llama-server on this CPU: target {Path(s['target']).name} "
+            f"[{s['label']}], k = {s['k']}, {s['threads']} threads, {s['max_tokens']} tokens, "
+            f"{s['n_prompts']} prompts. Acceptance is synthetic (--spec-synth-len L: tokens a "
+            "round keeps); the costs are real. SD ×raw end to end [95 % interval over prompts; "
+            "(lo–hi): a range, under 5]")
+    lines = [*screen.wrap(head), ""]
+    if not summary:
+        return "\n".join(lines + ["no verdict: no drafter was measured"])
+    rows = []
+    for label, sm in summary.items():
+        by_len = {p["length"]: p for p in sm["points"]}
+        rows.append([screen.cut(label, 24),
+                     *[_cell(by_len[x]["e2e"]) if x in by_len else "-" for x in lengths],
+                     "-" if sm["round_cost"] is None else f"{sm['round_cost']:.2f}"])
+    lines += [screen.table(["drafter", *[f"L = {x:g}" for x in lengths], "a* = 1+α+β"], rows),
+              ""]
+    lines += screen.wrap("a* = 1 + α + β: a round's cost in plain decodes (the SD server's "
+                         "decode time per round over the plain server's per token); SD pays "
+                         "where the tokens a round keeps exceed it.", "  ")
+    lines += ["", *screen.wrap("Published acceptance lengths priced here (decode-only ×raw = "
+                               "τ ÷ a*; published, not measured here):")]
+    for label, sm in summary.items():
+        pubs = published_for(sm["method"])
+        if not pubs or sm["round_cost"] is None:
+            continue
+        cells = [f"{p.task} τ {p.tau:g} → {predicted_at(sm, p.tau):.2f}×" for p in pubs]
+        lines += screen.wrap(f"{label}: " + ", ".join(cells) + f" ({pubs[0].model}; "
+                             f"{pubs[0].source.split(',')[0]})", "  ")
+    lines += screen.wrap(f"The claim: {DSPARK_CLAIM}.", "  ")
+    if not doc.get("complete", True):
+        lines.append("INCOMPLETE: the drafters and lengths that finished are shown")
+    lines += ["", *screen.wrap(f"Measure a real head: cpuspec paths --target TARGET.gguf --paths "
+                               "llama-server --server-flags \"--spec-type draft-eagle3 -md "
+                               "HEAD.gguf\" (acceptance then measured, not given)")]
+    return "\n".join(lines)
