@@ -21,7 +21,7 @@ def recorded_rows() -> list[dict]:
             doc = read_json(path)     # fills in the kind of schema-1 bench files
         except ResultsError:
             continue
-        if isinstance(doc, dict) and doc.get("kind") in ("bench", "whatif") and \
+        if isinstance(doc, dict) and doc.get("kind") in ("bench", "whatif", "heads") and \
                 doc.get("runs", doc.get("rows")):
             rows += dataset_rows(doc)
     return rows

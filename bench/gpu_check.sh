@@ -1,37 +1,62 @@
 #!/usr/bin/env bash
-# GPU check for a machine with an NVIDIA GPU: CPU vs offload, raw and SD, in one sweep.
+# The GPU check, self-contained for an NVIDIA machine with no network (one H200, 16 cores,
+# CUDA's compiler, CMake, numpy, click, psutil, tabulate, pyarrow, scikit-build-core and tqdm
+# installed; nothing else reachable). One command, under 10 minutes:
+#   1. a CUDA build of llama-cpp-python for this GPU's architecture only, from the carried sdist;
+#   2. shape-true Qwen2.5 1.5B/7B/14B targets and a 0.5B draft (Q4_K_M) written there from the
+#      carried tokenizer file (llama.cpp's models/ggml-vocab-qwen2.gguf), no download;
+#   3. bench/gpu_costs.py: the cost probe of each target on the CPU at 1, 2, 4, 8 and 16
+#      threads and fully offloaded, and the what-if at the real pair's recorded acceptance.
+# Results go to $OUT (default ./gpu-check-out): gpu_costs.json, gpu_costs.txt, build.log.
 #
-# Installs a CUDA build of llama-cpp-python (only the GPU's own architecture, to keep the build
-# short), gets the default pair, and runs
-#   cpuspec bench --n-gpu-layers 0,99 --draft-gpu-layers 0,99  (small settings)
-# writing JSON and the printed tables to $OUT (default ./gpu-check-out).
-#
-# Models: if CPUSPEC_MODELS_DIR holds the two GGUF files (copied there beforehand, for a machine
-# that cannot reach PyPI or the hub), they are used; else they are fetched (hub, then the PyPI
-# mirror), verified by sha256.
-#
-# Usage: bash bench/gpu_check.sh            (from the repository root)
+# Prepare the carried files here first (with network; ~45 MiB in .gpu-carry/, ignored by git):
+#   PREPARE=1 bash bench/gpu_check.sh
+# Then on the GPU machine (the device tool: carry .gpu-carry):
+#   bash bench/gpu_check.sh
+# Dry-run the CPU half here (no CUDA build, this venv's llama-cpp-python, 1 and 2 threads):
+#   GPU=0 bash bench/gpu_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+CARRY="${CARRY:-.gpu-carry}"
 OUT="${OUT:-$PWD/gpu-check-out}"
-mkdir -p "$OUT"
-arch="${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)}"
-echo "GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1), sm_$arch" | tee "$OUT/gpu.txt"
+VERSION=0.3.36
 
-python3 -m venv /tmp/cpuspec-gpu-venv
-. /tmp/cpuspec-gpu-venv/bin/activate
-pip install -q --upgrade pip
-CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$arch" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-  pip install -q --no-cache-dir 'llama-cpp-python>=0.3.36'
-pip install -q -e .
-python -c "import llama_cpp; assert llama_cpp.llama_supports_gpu_offload(), 'not a GPU build'"
-
-model_args=()
-if [ -n "${CPUSPEC_MODELS_DIR:-}" ]; then
-  model_args=(--target "$CPUSPEC_MODELS_DIR/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-              --draft "$CPUSPEC_MODELS_DIR/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+if [ "${PREPARE:-0}" = 1 ]; then
+  rm -rf "$CARRY" && mkdir -p "$CARRY/dl"
+  python3 -m pip download --no-deps --no-binary :all: -q -d "$CARRY/dl" "llama-cpp-python==$VERSION"
+  tar -xzf "$CARRY/dl/llama_cpp_python-$VERSION.tar.gz" -C "$CARRY/dl"
+  src="$CARRY/dl/llama_cpp_python-$VERSION"
+  cp "$src/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf" "$CARRY/"
+  # what a CUDA build of the library does not need: models, docs, other backends, the web UI
+  v="$src/vendor/llama.cpp"
+  rm -rf "$v/models" "$v/docs" "$v/media" "$v/examples/"*/*.gguf "$v/tools/server/public"* \
+         "$v/tools/server/webui" "$v/ggml/src/ggml-"{vulkan,sycl,metal,opencl,cann,musa,hip,kompute,webgpu,zdnn,rpc} \
+         "$v/gguf-py/tests" "$v/benches" 2>/dev/null || true
+  mkdir -p "$v/models" "$v/docs"
+  tar -czf "$CARRY/llama_cpp_python-$VERSION-slim.tar.gz" -C "$CARRY/dl" "llama_cpp_python-$VERSION"
+  # what is not on the GPU machine: gguf (pure Python), llama-cpp-python's own needs
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$CARRY" gguf==0.19.0 diskcache jinja2 MarkupSafe typing_extensions huggingface-hub \
+    pyyaml tqdm filelock fsspec packaging requests idna urllib3 certifi charset-normalizer
+  rm -rf "$CARRY/dl"
+  du -sh "$CARRY"
+  exit 0
 fi
-cpuspec hw --json > "$OUT/hw.json"
-cpuspec bench "${model_args[@]}" --n-gpu-layers 0,99 --draft-gpu-layers 0,99 \
-  --threads "${THREADS:-4}" --prompts-per-task 2 --max-tokens 64 --draft-len 4 \
-  --json "$OUT/gpu_sweep.json" --csv "$OUT/gpu_sweep.csv" 2> "$OUT/progress.log" | tee "$OUT/gpu_sweep.txt"
+
+mkdir -p "$OUT"
+export CPUSPEC_HOME="${CPUSPEC_HOME:-/tmp/cpuspec-gpu-home}"
+if [ "${GPU:-1}" = 1 ]; then
+  arch="${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)}"
+  echo "GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1), sm_$arch" | tee "$OUT/gpu.txt"
+  python3 -m pip install -q --no-index --no-deps --target /tmp/cpuspec-site "$CARRY"/*.whl
+  export PYTHONPATH="/tmp/cpuspec-site:$PWD"
+  CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$arch" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    python3 -m pip install --no-index --no-deps --no-build-isolation --target /tmp/cpuspec-site \
+    "$CARRY/llama_cpp_python-$VERSION-slim.tar.gz" > "$OUT/build.log" 2>&1
+  python3 -c "import llama_cpp; assert llama_cpp.llama_supports_gpu_offload(), 'not a GPU build'"
+  python3 bench/gpu_costs.py "$OUT" "$CARRY/ggml-vocab-qwen2.gguf" --gpu 2>&1 | tee "$OUT/log.txt"
+else
+  python3 bench/gpu_costs.py "$OUT" "$CARRY/ggml-vocab-qwen2.gguf" --threads 1,2 \
+    --sizes "${SIZES:-1.5b}" 2>&1 | tee "$OUT/log.txt"
+fi

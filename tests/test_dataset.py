@@ -41,7 +41,7 @@ def test_export_then_leaderboard_from_a_folder_groups_rows_by_machine(tmp_path):
     assert board.exit_code == 0, board.output
     lines = board.output.splitlines()
     assert "3 machines" in lines[0] or "2 machines" in lines[0], board.output
-    assert any("json: Q8_0 + Q4_0, k 7" in x and "1.42 [1.31, 1.55]" in x for x in lines), \
+    assert any("json: Q8_0+Q4_0 k7" in x and "1.42 [1.31, 1.55]" in x for x in lines), \
         board.output     # machine B's best: json, measured 1.42 [1.31, 1.55] in its report
     assert all(len(x) <= 100 for x in lines)
 

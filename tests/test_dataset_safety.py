@@ -41,7 +41,7 @@ HOSTILE = [
     "ATTACH '{p}/attached.db'",
     "SELECT * FROM read_csv('/etc/passwd')",
     "SELECT * FROM glob('/root/*')",
-    "INSTALL httpfs",
+    "LOAD httpfs",
     "SET enable_external_access = true",
     "SELECT * FROM read_text('/etc/hostname')",
 ]
@@ -53,6 +53,13 @@ def test_a_query_cannot_read_write_or_install(ds, tmp_path, sql):
     assert res.exit_code == 2 and "the query failed" in res.output, res.output
     assert "root:" not in res.output and not (tmp_path / "copy.csv").exists()
     assert not (tmp_path / "attached.db").exists() and "Traceback" not in res.output
+
+
+def test_the_lock_is_on_before_any_user_text_runs(ds):
+    """What only the lock does (offline, INSTALL fails anyway): the settings read locked."""
+    res = run("leaderboard", ds, "--sql", "SELECT current_setting('enable_external_access') AS "
+              "ext, current_setting('lock_configuration') AS locked", "--format", "json")
+    assert json.loads(res.output) == [{"ext": False, "locked": True}], res.output
 
 
 def test_a_where_condition_is_one_expression_never_pasted_sql(ds, tmp_path):
@@ -222,3 +229,10 @@ class TestPlot:
     def test_a_missing_folder_is_a_clear_message(self, tmp_path):
         res = run("leaderboard", "--plot", tmp_path / "no" / "board.png")
         assert res.exit_code == 2 and "not a folder" in res.output, res.output
+
+
+def test_the_shipped_leaderboard_fits_one_screen(no_saved_runs):
+    """Issue 57: it printed 104 columns; every line now ≤ 100, ≤ 40 lines."""
+    res = run("leaderboard")
+    lines = res.output.rstrip("\n").splitlines()
+    assert res.exit_code == 0 and len(lines) <= 40 and max(map(len, lines)) <= 100, res.output

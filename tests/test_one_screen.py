@@ -35,7 +35,7 @@ def check(args: list[str]) -> str:
 
 
 KINDS = {"bench", "paths", "tune", "sweep", "costs", "quality", "whatif", "shape_validation",
-         "load"}
+         "load", "heads"}
 
 
 def test_every_recorded_file_of_every_kind_reports_on_one_screen():

@@ -88,7 +88,9 @@ def test_real_run_has_windows_intervals_and_prediction(bench_json):
     assert end["verify_s"]["1"] > 0 and end["verify_s"] != probe["verify_s"]
     lo, hi = s["predicted_band"]
     assert lo <= s["predicted_speedup"] <= hi
-    assert "the cost probes before and after the prompts" in stdout
+    from cpuspec.report.verdict import render_verdict
+    first = render_verdict(data, summarize(data), None)
+    assert "the cost probes before and after the prompts" in " ".join(first.split())
     for r in data["runs"]:
         # The end-to-end window covers all the work: the noise probe's wall clock around the
         # whole generation (read separately) is at most 1 % longer (it measured 0.005 % on

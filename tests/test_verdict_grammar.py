@@ -125,3 +125,15 @@ def test_the_prediction_reaches_the_first_screen_only_with_its_band():
     text = render_verdict(doc, two, None)
     assert "cost probes before and after the prompts: json " in " ".join(text.split())
     assert max(map(len, text.splitlines())) <= 100
+
+
+def test_a_level_faster_after_one_that_was_not_is_no_clear_crossover():
+    doc = recorded_load()
+    lv1 = doc["levels"][0]
+    raw = {b["batch"]: b for b in lv1["batches"] if b["mode"] == "raw"}
+    for b in lv1["batches"]:        # level 1's SD batches made as slow as its plain ones
+        if b["mode"] == "sd":
+            b["wall_s"] = raw[b["batch"]]["wall_s"] * (1.03 if b["batch"] % 2 else 0.97)
+    text = load_answer(doc)
+    assert text.startswith("no clear crossover: 1 in flight no difference, 2 in flight "
+                           "faster"), text

@@ -247,11 +247,38 @@ def whatif_rows(doc: dict) -> list[dict]:
     return rows
 
 
+def heads_rows(doc: dict) -> list[dict]:
+    """A heads run (cpuspec heads): one row per drafter and synthetic acceptance length, its
+    method, SD ×raw end to end with its interval, the round's cost in plain decodes (as
+    break_even_a); the target and the heads shape-true, the acceptance given, not measured."""
+    from cpuspec.analysis.heads import summarize_heads
+    base = _base(doc)
+    s = doc.get("settings") or {}
+    rows = []
+    for label, sm in summarize_heads(doc).items():
+        for p in sm["points"]:
+            st = p["e2e"]
+            ci = st["ci"] or [None, None]
+            rows.append(base | {
+                "task": f"heads {s.get('target_shape', '?')} L={p['length']:g}",
+                "_key": f"{label}/{p['length']:g}",
+                "target_quant": "Q4_K_M", "draft_quant": (s.get("heads") or {}).get(
+                    sm["method"], {}).get("quant", "Q4_K_M"),
+                "method": sm["method"], "drafter": label, "k": s.get("k"),
+                "target_label": "shape-true", "draft_label": "shape-true",
+                "target_params": None, "n_prompts": p["prompts"],
+                "sd_speedup": _num(st["speedup"]), "sd_ci_low": _num(ci[0]),
+                "sd_ci_high": _num(ci[1]), "verdict": st["significance"],
+                "a": _num(p["a"]), "break_even_a": _num(p["round_cost"])})
+    return rows
+
+
 def dataset_rows(doc: dict) -> list[dict]:
     """Every row of one results file (bench or what-if; other kinds give none), each with
     every column (None where it does not apply) and its own content-addressed row_id."""
-    rows = bench_rows(doc) if doc.get("kind") == "bench" else \
-        whatif_rows(doc) if doc.get("kind") == "whatif" else []
+    kind = doc.get("kind")
+    rows = bench_rows(doc) if kind == "bench" else whatif_rows(doc) if kind == "whatif" \
+        else heads_rows(doc) if kind == "heads" else []
     out = []
     for r in rows:
         full = {n: r.get(n) for n in NAMES}

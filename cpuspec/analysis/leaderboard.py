@@ -40,8 +40,8 @@ raw AS (
   GROUP BY 1, 2),
 best AS (
   SELECT machine_fingerprint AS fp, threads,
-         arg_max(task || ': ' || coalesce(target_quant, '?') || ' + ' ||
-                 coalesce(draft_quant, drafter, '?') || ', k ' || k, sd_speedup) AS config,
+         arg_max(task || ': ' || coalesce(target_quant, '?') || '+' ||
+                 coalesce(draft_quant, drafter, '?') || ' k' || k, sd_speedup) AS config,
          max(sd_speedup) AS sd, arg_max(sd_ci_low, sd_speedup) AS lo,
          arg_max(sd_ci_high, sd_speedup) AS hi, count(*) AS n_faster
   FROM r WHERE kind = 'bench' AND task <> 'overall' AND verdict = 'faster' GROUP BY 1, 2),
@@ -75,10 +75,14 @@ def locked(table):
     con = _duck().connect(":memory:")
     con.register("loaded_rows", table)
     key = "row_id" if "row_id" in table.column_names else None
+    order = ", ".join(c for c in ("run_id", "month", "task") if c in table.column_names) or key
+    # a row without an id (a foreign or hand-made file) is kept; of rows sharing an id, the
+    # first in a fixed order (not whichever the scan met first)
     con.execute("CREATE TABLE rows AS SELECT * FROM loaded_rows" +
-                (f" QUALIFY row_number() OVER (PARTITION BY {key}) = 1" if key else ""))
+                (f" QUALIFY {key} IS NULL OR row_number() OVER (PARTITION BY {key} ORDER BY "
+                 f"{order}) = 1" if key else ""))
     con.unregister("loaded_rows")
-    for setting in ("enable_external_access = false", "autoinstall_known_extensions = false",
+    for setting in ("temp_directory = ''", "enable_external_access = false", "autoinstall_known_extensions = false",
                     "autoload_known_extensions = false", "lock_configuration = true"):
         con.execute(f"SET {setting}")
     return con

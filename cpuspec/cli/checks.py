@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import click
 
@@ -161,3 +162,45 @@ def check_limits(ks, max_tokens, threads, draft_threads, k_option: str = "--draf
                 f"{t} is more than {limit} ({MAX_THREADS_PER_CPU} per logical CPU of this "
                 "machine): the threads would only queue for the CPUs",
                 param_hint="'--threads'")
+
+
+def check_spec_files(target: Path, server_flags: tuple[str, ...] | None) -> None:
+    """Before any server starts: a head given with --server-flags (-md HEAD, --spec-type
+    draft-eagle3 | draft-dflash | draft-dspark) must fit the target (its width, the target
+    layers it reads), and draft-mtp without a head needs a target with MTP layers: each
+    mismatch is one line and exit 2, not a server that dies loading."""
+    from cpuspec.core.commands import flag_name
+    from cpuspec.llama.gguf_meta import GGUFMetaError, read_meta
+    words = list(server_flags or ())
+    names = [flag_name(w) for w in words]
+    head = next((words[i + 1] for i, n in enumerate(names)
+                 if n in ("-md", "--model-draft", "--spec-draft-model")
+                 and i + 1 < len(words)), None)
+    types = ",".join(words[i + 1] for i, n in enumerate(names)
+                     if n == "--spec-type" and i + 1 < len(words))
+    if not target.is_file() or not (head or "draft-mtp" in types):
+        return
+    try:
+        t = read_meta(target)
+        h = read_meta(Path(head)) if head else None
+    except GGUFMetaError as exc:
+        raise click.UsageError(str(exc))
+    arch = t.get("general.architecture")
+    if "draft-mtp" in types and not head and not t.get(f"{arch}.nextn_predict_layers"):
+        raise click.UsageError(f"{target.name} ({arch}) has no MTP layers ({arch}."
+                               "nextn_predict_layers): --spec-type draft-mtp needs a target "
+                               "that carries them (Qwen3.5, Qwen3-Next) or an MTP file (-md)")
+    if h is None:
+        return
+    harch = h.get("general.architecture")
+    width = t.get(f"{arch}.embedding_length")
+    layers = t.get(f"{arch}.block_count")
+    want = h.get("eagle3.target_hidden_size") if harch == "eagle3" else \
+        h.get("dflash.embedding_length") if harch == "dflash" else None
+    if want is not None and width is not None and want != width:
+        raise click.UsageError(f"{Path(head).name} is a {harch} head for a target {want} wide; "
+                               f"{target.name} is {width} wide: give the head made for it")
+    reads = h.get(f"{harch}.target_layers") or []
+    if layers is not None and reads and max(reads) >= layers:
+        raise click.UsageError(f"{Path(head).name} reads target layer {max(reads)}; "
+                               f"{target.name} has {layers}: give the head made for it")

@@ -35,7 +35,7 @@ def _rows(runs: tuple[str, ...]) -> list[dict]:
                 f"({type(exc).__name__}: {str(exc)[:200]})") from None
         if not got:
             raise click.ClickException(f"{path}: a {doc.get('kind')} file has no dataset "
-                                       "rows (bench and what-if runs have)")
+                                       "rows (bench, what-if and heads runs have)")
         rows += got
     return unique_rows(rows)   # a run given twice is one set of rows
 

@@ -73,20 +73,14 @@ def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, ll
       cpuspec heads
       cpuspec heads --on qwen3-8b --methods eagle3,draft --lengths 2,3 -k 3
     """
-    import psutil
-
-    from cpuspec.cli.models import SHAPE_TOKENIZER
-    from cpuspec.harness.heads import (Drafter, HeadsConfig, chat_texts, context_for,
-                                       measure_heads)
     from cpuspec.harness.bench import environment
+    from cpuspec.harness.heads import (HeadsConfig, chat_texts, context_for, measure_heads,
+                                       probe_verify)
     from cpuspec.inputs.heads import head_of
-    from cpuspec.inputs.models import fetch_model
     from cpuspec.inputs.registry import ModelError
-    from cpuspec.inputs.shapes import SHAPE_TRUE, ShapeError, shape_of
-    from cpuspec.inputs.tasks import builtin_prompts
+    from cpuspec.inputs.shapes import ShapeError, shape_of
     from cpuspec.llama import native
     from cpuspec.llama.engine import EngineError
-    from cpuspec.llama.shape_true import write_head, write_shape_true
     from cpuspec.machine.hardware import default_threads, detect_hardware
     from cpuspec.report.heads import render_heads
     chosen, threads = _methods(methods), threads or default_threads()
@@ -96,10 +90,68 @@ def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, ll
         shape = shape_of(target)
     except ShapeError as exc:
         raise click.UsageError(str(exc))
-    too_long = [h.name for h in plan if h.method == "dspark" and k > h.block_size]
+    too_long = [h.block_size for h in plan if h.method == "dspark" and k > h.block_size]
     if too_long:
-        raise click.UsageError(f"-k {k}: DSpark drafts at most its block ({plan[0].block_size} "
-                               "tokens here); use -k 7 or less")
+        raise click.UsageError(f"-k {k}: DSpark drafts at most its block ({too_long[0]} "
+                               f"tokens here); use -k {too_long[0]} or less")
+    bin_dir = _server_bin(llama_bin)
+    prompts = prompts_or_exit(["json", "code"], None, prompts_per_task, ["json", "code"])
+    hw = detect_hardware()
+    sink = prepare_outputs([json_path], [], force, save, "heads", hw.cpu_model)
+    with guarded(sink):
+        try:
+            target_path, drafters = _files(shape, plan, "draft" in chosen)
+            texts, longest = chat_texts(target_path, prompts)
+            cfg = HeadsConfig(target_path, tuple(drafters), tuple(Ls), k, texts, max_tokens,
+                              threads, bin_dir, context_for(longest, max_tokens, k))
+            log("heads: the target's V(1) and V(k + 1) (β), in cpuspec's probe")
+            settings = _settings(cfg, shape, plan, chosen, prompts)
+            settings["verify_probe_s"] = probe_verify(target_path, next(iter(texts.values())),
+                                                      k, threads)
+            doc = measure_heads(cfg, environment(threads), settings, log, sink)
+        except (ShapeError, ModelError, EngineError, native.NativeError, ValueError) as exc:
+            raise click.ClickException(str(exc))
+        sink(doc)
+    click.echo(render_heads(doc))
+    finish_outputs(sink)
+
+
+def _files(shape, plan, with_draft: bool):
+    """The shape-true target (Q4_K_M), each head (Q8_0) and the classic draft model (a
+    shape-true Qwen3-0.6B, Q4_K_M), written once and cached, all with one tokenizer."""
+    import psutil
+
+    from cpuspec.cli.models import SHAPE_TOKENIZER
+    from cpuspec.harness.heads import Drafter
+    from cpuspec.inputs.models import fetch_model
+    from cpuspec.inputs.shapes import shape_of
+    from cpuspec.llama.shape_true import write_head, write_shape_true
+    tokenizer = fetch_model(registry().model(SHAPE_TOKENIZER), log).path
+    memory = psutil.virtual_memory().total
+    target = write_shape_true(shape, "Q4_K_M", tokenizer, memory, log)
+    drafters = [Drafter(h.method, write_head(h, "Q8_0", tokenizer, memory, log),
+                        f"{h.method} ({h.layers} layer{'s' * (h.layers > 1)})") for h in plan]
+    if with_draft:   # the family's smallest model: Qwen3-0.6B, or Qwen2.5-0.5B
+        small = shape_of("qwen3-0.6b" if shape.arch.startswith("qwen3") else "qwen2.5-0.5b")
+        drafters.append(Drafter("draft", write_shape_true(small, "Q4_K_M", tokenizer, memory,
+                                                          log), f"draft model {small.name}"))
+    return target, drafters
+
+
+def _settings(cfg, shape, plan, chosen, prompts) -> dict:
+    from cpuspec.inputs.shapes import SHAPE_TRUE
+    return {"target": str(cfg.target), "target_shape": shape.name, "label": SHAPE_TRUE,
+            "k": cfg.k, "lengths": list(cfg.lengths), "methods": chosen,
+            "heads": {h.method: {"name": h.name, "layers": h.layers,
+                                 "block_size": h.block_size, "draft_vocab": h.draft_vocab,
+                                 "target_layers": list(h.target_layers), "source": h.source,
+                                 "quant": "Q8_0"} for h in plan},
+            "max_tokens": cfg.max_tokens, "threads": cfg.threads, "n_prompts": len(prompts),
+            "prompts": [p.prompt_id for p in prompts], "argv": ["cpuspec", *sys.argv[1:]]}
+
+
+def _server_bin(llama_bin):
+    from cpuspec.llama import native
     try:
         bin_dir = native.find_bin_dir(llama_bin, need=[native.SERVER])
     except native.NativeError as exc:
@@ -107,37 +159,4 @@ def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, ll
     if bin_dir is None:
         raise click.UsageError("no llama-server found: run `cpuspec paths --build-native` once "
                                "(~15 min), or give --llama-bin DIR")
-    prompts = prompts_or_exit(["json", "code"], None, prompts_per_task, ["json", "code"])
-    hw = detect_hardware()
-    sink = prepare_outputs([json_path], [], force, save, "heads", hw.cpu_model)
-    with guarded(sink):
-        try:
-            tokenizer = fetch_model(registry().model(SHAPE_TOKENIZER), log).path
-            memory = psutil.virtual_memory().total
-            target_path = write_shape_true(shape, "Q4_K_M", tokenizer, memory, log)
-            drafters = [Drafter(h.method, write_head(h, "Q8_0", tokenizer, memory, log),
-                                f"{h.method} ({h.layers} layer{'s' * (h.layers > 1)})")
-                        for h in plan]
-            if "draft" in chosen:
-                drafters.append(Drafter("draft", write_shape_true(
-                    shape_of("qwen3-0.6b"), "Q4_K_M", tokenizer, memory, log),
-                    "draft model qwen3-0.6b"))
-            texts, longest = chat_texts(target_path, prompts)
-            cfg = HeadsConfig(target_path, tuple(drafters), tuple(Ls), k, texts, max_tokens,
-                              threads, bin_dir, context_for(longest, max_tokens, k))
-            settings = {"target": str(target_path), "target_shape": shape.name,
-                        "label": SHAPE_TRUE, "k": k, "lengths": Ls, "methods": chosen,
-                        "heads": {h.method: {"name": h.name, "layers": h.layers,
-                                             "block_size": h.block_size,
-                                             "draft_vocab": h.draft_vocab,
-                                             "target_layers": list(h.target_layers),
-                                             "source": h.source} for h in plan},
-                        "max_tokens": max_tokens, "threads": threads,
-                        "n_prompts": len(prompts), "prompts": [p.prompt_id for p in prompts],
-                        "argv": ["cpuspec", *sys.argv[1:]]}
-            doc = measure_heads(cfg, environment(threads), settings, log, sink)
-        except (ShapeError, ModelError, EngineError, native.NativeError, ValueError) as exc:
-            raise click.ClickException(str(exc))
-        sink(doc)
-    click.echo(render_heads(doc))
-    finish_outputs(sink)
+    return bin_dir

@@ -12,7 +12,7 @@ from cpuspec.llama import native
 
 from cpuspec.harness import paths as core
 from cpuspec.harness.bench import BenchConfig, environment, resolve_models
-from cpuspec.cli.checks import check_depths, check_limits
+from cpuspec.cli.checks import check_depths, check_limits, check_spec_files
 from cpuspec.cli.inputs import (check_model_file, check_model_name, prompts_or_exit,
                                 refuse_shape_true, registry, resolve_model)
 from cpuspec.cli.log import log
@@ -445,6 +445,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
     names = [target or reg.pair(pair).target] + ([] if drafter == "lookup" else
                                                  [draft or reg.pair(pair).draft])
     bin_dir = _paths_preflight(reg, names, chosen, build_native, llama_bin)
+    check_spec_files(Path(names[0]), extra)
     sink = prepare_outputs([json_path], [Path(n) for n in names if n.endswith(".gguf")],
                             force, save, "paths", detect_hardware().cpu_model)
     with guarded(sink):

@@ -348,21 +348,15 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         _warm_up(cfg, gen, target_m, encoded, log)
         curve = max(cfg.k + 1, CURVE_N)
         log(f"cost probe: prefills, target decode of 1..{curve} tokens, draft decode")
-        gen.probe = results["cost_probe"] = probe_costs(target, draft_model, encoded[0],
+        probe_tokens = encoded[0]   # the second probe reads these too (not a second turn)
+        gen.probe = results["cost_probe"] = probe_costs(target, draft_model, probe_tokens,
                                                         curve - 1)
-        for i, p in enumerate(cfg.prompts):
-            if p.followup:
-                log(f"{p.prompt_id}: answering the first turn (not timed)")
-                encoded[i], info = answer_first_turn(target_m, target, p, encoded[i])
-                reuse[i] = info["reused_tokens"]
-                results.setdefault("followups", {})[p.prompt_id] = info
+        _answer_first_turns(cfg, target_m, target, encoded, reuse, results, log)
         _measure_all(cfg, gen, target, draft, target_m, encoded, reuse, results, log,
                      on_update)
-        # the costs again after the prompts: the machine drifts over a run (issue 57: the
-        # break-even moved 15 % between two runs), so the prediction is printed as the band
-        # between the two probes' (analysis/summary.py)
-        log("cost probe again, after the prompts (the prediction's band)")
-        results["cost_probe_end"] = probe_costs(target, draft_model, encoded[0], curve - 1)
+        # the probe again: the machine drifts over a run (issue 57), so the prediction has a band
+        log("cost probe again, after the prompts (the prediction's band)")   # summary.py
+        results["cost_probe_end"] = probe_costs(target, draft_model, probe_tokens, curve - 1)
         # The quality proxy beside the speed: a faster quant is a win only if this holds up.
         if cfg.quality:
             results["quality"] = target_perplexity(target_m, cfg.threads)
@@ -373,6 +367,18 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 "cpu_s_by_affinity": census_delta(census, thread_census())}
     results["complete"] = True   # no summary is stored: every reader computes it (summary.py)
     return results
+
+
+def _answer_first_turns(cfg: BenchConfig, target_m, target, encoded: list, reuse: list,
+                        results: dict, log: Log) -> None:
+    """A follow-up's first turn, answered by the target alone (not timed): its prompt becomes
+    the second turn."""
+    for i, p in enumerate(cfg.prompts):
+        if p.followup:
+            log(f"{p.prompt_id}: answering the first turn (not timed)")
+            encoded[i], info = answer_first_turn(target_m, target, p, encoded[i])
+            reuse[i] = info["reused_tokens"]
+            results.setdefault("followups", {})[p.prompt_id] = info
 
 
 def _check_point(cfg: BenchConfig, loaded: LoadedPair) -> None:

@@ -56,7 +56,8 @@ def measure_heads(cfg: HeadsConfig, environment: dict, settings: dict,
     """Every drafter at every L: per prompt a plain and an SD request, paired."""
     from cpuspec.llama.server import Server
     plain_argv = ["-m", str(cfg.target), "-t", str(cfg.threads), "-c", str(cfg.n_ctx)]
-    doc = {"kind": "heads", "complete": False, "meta": environment, "settings": settings,
+    from cpuspec.results.schema import SCHEMA_VERSION
+    doc = {"schema_version": SCHEMA_VERSION, "kind": "heads", "complete": False, "meta": environment, "settings": settings,
            "runs": []}
     ids = list(cfg.texts)
     with Server(cfg.bin_dir, plain_argv) as plain:
@@ -72,19 +73,55 @@ def measure_heads(cfg: HeadsConfig, environment: dict, settings: dict,
                         order = (("raw", plain), ("sd", sd)) if i % 2 == 0 else \
                             (("sd", sd), ("raw", plain))
                         for mode, server in order:
-                            r = server.complete(cfg.texts[pid], cfg.max_tokens,
-                                                ignore_eos=True)
-                            doc["runs"].append(
-                                {"method": d.method, "label": d.label, "synth_len": length,
-                                 "prompt_id": pid, "mode": mode, "e2e_s": r.e2e_s,
-                                 "prefill_s": r.prompt_ms / 1e3,
-                                 "decode_s": r.predicted_ms / 1e3, "n_tokens": r.tokens,
-                                 "prompt_tokens": r.prompt_tokens, "drafted": r.drafted,
-                                 "accepted": r.accepted})
+                            doc["runs"].append({"method": d.method, "label": d.label,
+                                                "synth_len": length, "prompt_id": pid,
+                                                "mode": mode, **_request(server, mode == "sd",
+                                                                         cfg, pid, i)})
                         if on_update:
                             on_update(doc)
     doc["complete"] = True
     return doc
+
+
+VERIFY_STEPS = "spec_decode_num_drafts_total"   # llama-server's /metrics: verify rounds
+
+
+def _request(server, sd: bool, cfg: HeadsConfig, pid: str, i: int) -> dict:
+    """One request and what it did. Its seed is the prompt's (1 + its index), the same for
+    every drafter: llama-server draws synthetic acceptance from it, so prompts differ in their
+    draws and drafters share them. For SD the verify rounds come from /metrics around it (the
+    server drafts less near n_predict and decodes the last tokens plainly)."""
+    before = server.metrics().get(VERIFY_STEPS) if sd else None
+    r = server.complete(cfg.texts[pid], cfg.max_tokens, ignore_eos=True, seed=1 + i)
+    after = server.metrics().get(VERIFY_STEPS) if sd else None
+    out = {"e2e_s": r.e2e_s, "prefill_s": r.prompt_ms / 1e3, "decode_s": r.predicted_ms / 1e3,
+           "n_tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "drafted": r.drafted,
+           "accepted": r.accepted, "seed": 1 + i}
+    if before is not None and after is not None:
+        out["verify_steps"] = int(after - before)
+    return out
+
+
+PROBE_REPS = 5
+
+
+def probe_verify(target: Path, text: str, k: int, threads: int) -> dict[str, float]:
+    """The target's own V(1) and V(k + 1) after the first prompt (cpuspec's probe, in
+    llama-cpp-python: the same ggml sources and flags as the server's build), medians of
+    PROBE_REPS: β = V(k + 1) / V(1) − 1, the verify's share of a round; α is the rest."""
+    import statistics
+
+    from cpuspec.harness.measure import filler_tokens, time_decodes, time_prefill
+    from cpuspec.llama.engine import Model, Session
+    with Model(target) as m:
+        prompt = m.tokenize(text)
+        with Session(m, len(prompt) + k + CTX_SLACK, threads) as s:
+            time_prefill(s, prompt)
+            batch = filler_tokens(prompt, k + 1)
+            time_decodes(s, batch[:1], len(prompt), 1)        # warm-up, not kept
+            return {str(n): statistics.median(time_decodes(s, batch[:n], len(prompt),
+                                                           PROBE_REPS))
+                    for n in (1, k + 1)}
 
 
 def chat_texts(target: Path, prompts) -> tuple[dict[str, str], int]:

@@ -453,7 +453,7 @@ def local_model(path: Path) -> FetchedModel:
     if not path.is_file():
         raise ModelError(f"model file not found: {path}")
     from cpuspec.inputs.shapes import SHAPE_TRUE
-    from cpuspec.llama.shape_true import is_shape_true
+    from cpuspec.inputs.shapes import is_shape_true
     spec = ModelSpec(name=path.stem, repo="(local file)", file=path.name)
     if is_shape_true(path):
         return FetchedModel(spec, path, sha256_file(path), "shape-true", False,

@@ -15,6 +15,12 @@ class Published:
     setting: str
     source: str
 
+    @property
+    def cite(self) -> str:
+        """The source in a few words, for a screen."""
+        return "DSpark paper, Table 1" if self.source == DSPARK_T1 else \
+            "DeepSeek-V3 report, 5.4.3" if "DeepSeek-V3" in self.source else self.source[:40]
+
 
 DSPARK_T1 = ("DSpark paper (Cheng et al., DeepSeek-AI and PKU; deepseek-ai/DeepSpec "
              "DSpark_paper.pdf), Table 1")

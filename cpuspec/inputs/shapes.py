@@ -11,8 +11,10 @@ as issue 50 lists them for Qwen2.5 and as llama.cpp's qwen3 loader reads them fo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 SHAPE_TRUE = "shape-true (random weights)"
+SHAPE_KEY = "cpuspec.shape_true"   # the metadata key every shape-true file carries
 QK_K = 256   # the k-quants' block: a row must hold a whole number of them
 
 
@@ -147,3 +149,17 @@ def file_bytes(shape: Shape, quant: str) -> int:
     """The tensor data's bytes (the file is this plus its metadata, ~10 MB)."""
     types = quant_types(shape, quant)
     return sum(nbytes(ne, types[n]) for n, ne in tensors(shape))
+
+
+HEADER_BYTES = 1 << 16   # llama/shape_true.py writes SHAPE_KEY before the tokenizer's arrays
+
+
+def is_shape_true(path: Path) -> bool:
+    """Whether a GGUF is a shape-true file: its metadata holds SHAPE_KEY, which
+    write_shape_true puts in the first HEADER_BYTES (read alone: no model is parsed)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER_BYTES)
+    except OSError:
+        return False
+    return head[:4] == b"GGUF" and SHAPE_KEY.encode() in head

@@ -2,8 +2,8 @@
 
 `Server` starts `llama-server` in a process group of its own (machine.interrupt), waits for
 `/health`, and is always stopped: on leaving the `with` block, on an error, on Ctrl-C or
-SIGTERM (the group is killed and reaped; the server's own children too). One slot (-np 1), so
-every request runs alone. `complete` sends one prompt to `/completion` (the chat-formatted text,
+SIGTERM (the group is killed and reaped; the server's own children too). One slot (-np 1)
+unless a load test asks for N (`slots`: -np N, the context shared among them). `complete` sends one prompt to `/completion` (the chat-formatted text,
 greedy, prompt cache off, so every request prefills) and returns the client's end-to-end time
 with the server's own `timings`; `metrics` reads `/metrics` (--metrics) for the draft counters.
 
@@ -210,11 +210,14 @@ class Server:
             raise NativeError(f"{SERVER} answered {route} with no JSON: "
                               f"{clean(raw[:200].decode(errors='replace'))!r}") from None
 
-    def complete(self, prompt: str, n_predict: int, ignore_eos: bool = False) -> ServerRun:
+    def complete(self, prompt: str, n_predict: int, ignore_eos: bool = False,
+                 seed: int = 1) -> ServerRun:
         """One greedy completion of the chat-formatted prompt, the prompt cache off;
-        ignore_eos: generate all n_predict tokens (a shape-true model may say its end early)."""
+        ignore_eos: generate all n_predict tokens (a shape-true model may say its end early);
+        seed: the request's (greedy output ignores it; llama-server's synthetic acceptance
+        draws from it)."""
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "top_k": 1,
-                "seed": 1, "cache_prompt": False, "stream": False, "ignore_eos": ignore_eos}
+                "seed": seed, "cache_prompt": False, "stream": False, "ignore_eos": ignore_eos}
         t0 = time.perf_counter()
         res = self._post("/completion", body)
         e2e = time.perf_counter() - t0

@@ -14,14 +14,14 @@ from typing import Callable
 
 import numpy as np
 
-from cpuspec.inputs.models import PARTIAL_SUFFIX, clean_stale_downloads
 from cpuspec.inputs.registry import models_dir
-from cpuspec.inputs.shapes import (BLOCKS, SHAPE_TRUE, Shape, ShapeError, file_bytes,
-                                   nbytes, quant_types, tensors)
+from cpuspec.inputs.shapes import (BLOCKS, HEADER_BYTES, SHAPE_KEY, SHAPE_TRUE,  # noqa: F401
+                                   Shape, ShapeError, file_bytes, is_shape_true, nbytes,
+                                   quant_types, tensors)
+from cpuspec.inputs.models import PARTIAL_SUFFIX, clean_stale_downloads
 
 FILE_TYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15}
 WEIGHT_SPREAD = 0.02   # the standard deviation of a dequantized weight (a trained model's order)
-SHAPE_KEY = "cpuspec.shape_true"
 # 2: every page random (1 tiled a pool of blocks, which a host can merge: not shape-true)
 SHAPE_FORMAT = 3   # 3: Qwen3 files carry Qwen3's added tokens; heads (issue 58)
 
@@ -275,15 +275,4 @@ def _complete(path: Path) -> bool:
         return False
 
 
-HEADER_BYTES = 1 << 16   # write_shape_true writes SHAPE_KEY before the tokenizer's arrays
 
-
-def is_shape_true(path: Path) -> bool:
-    """Whether a GGUF is a shape-true file: its metadata holds SHAPE_KEY, which
-    write_shape_true puts in the first HEADER_BYTES (read alone: no model is parsed)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(HEADER_BYTES)
-    except OSError:
-        return False
-    return head[:4] == b"GGUF" and SHAPE_KEY.encode() in head

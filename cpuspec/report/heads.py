@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cpuspec.analysis.heads import predicted_at, summarize_heads
+from cpuspec.analysis.heads import beta, predicted_at, summarize_heads
 from cpuspec.inputs.published import DSPARK_CLAIM, published_for
 from cpuspec.report import screen
 
@@ -33,20 +33,33 @@ def render_heads(doc: dict, source: str = "RUN") -> str:
         rows.append([screen.cut(label, 24),
                      *[_cell(by_len[x]["e2e"]) if x in by_len else "-" for x in lengths],
                      "-" if sm["round_cost"] is None else f"{sm['round_cost']:.2f}"])
-    lines += [screen.table(["drafter", *[f"L = {x:g}" for x in lengths], "a* = 1+α+β"], rows),
-              ""]
-    lines += screen.wrap("a* = 1 + α + β: a round's cost in plain decodes (the SD server's "
+    realized = {x: [p["a"] for sm in summary.values() for p in sm["points"]
+                    if p["length"] == x and p["a"]] for x in lengths}
+    heads = [f"L {x:g}, a {sum(v) / len(v):.2f}" if v else f"L {x:g}"
+             for x, v in realized.items()]
+    lines += [screen.table(["drafter", *heads, "a* = 1+α+β"], rows), ""]
+    b = beta(doc)
+    if b is not None:
+        lines += screen.wrap(f"β = V({s['k'] + 1})/V(1) − 1 = {b:.2f} (the target's own verify, "
+                             "cpuspec's probe), so α = a* − 1 − β: " + ", ".join(
+                                 f"{label.split(' (')[0]} {sm['round_cost'] - 1 - b:.2f}"
+                                 for label, sm in summary.items() if sm["round_cost"]))
+    lines += screen.wrap("L: the synthetic acceptance length asked for; a: the tokens a round "
+                         "kept as llama.cpp drew them (few rounds per request: a differs from "
+                         "L); a* = 1 + α + β: a round's cost in plain decodes (the SD server's "
                          "decode time per round over the plain server's per token); SD pays "
-                         "where the tokens a round keeps exceed it.", "  ")
-    lines += ["", *screen.wrap("Published acceptance lengths priced here (decode-only ×raw = "
-                               "τ ÷ a*; published, not measured here):")]
+                         "where a > a*.", "  ")
+    lines += ["", *screen.wrap(f"Published acceptance lengths priced here (decode-only ×raw = "
+                               f"τ ÷ a*, a* at k = {s['k']}; published, not measured here; "
+                               f"τ above k + 1 = {s['k'] + 1} cannot happen at this k: left "
+                               "out):")]
     for label, sm in summary.items():
-        pubs = published_for(sm["method"])
+        pubs = [p for p in published_for(sm["method"]) if p.tau <= s["k"] + 1]
         if not pubs or sm["round_cost"] is None:
             continue
         cells = [f"{p.task} τ {p.tau:g} → {predicted_at(sm, p.tau):.2f}×" for p in pubs]
-        lines += screen.wrap(f"{label}: " + ", ".join(cells) + f" ({pubs[0].model}; "
-                             f"{pubs[0].source.split(',')[0]})", "  ")
+        lines += screen.wrap(f"{label}: " + ", ".join(cells) + f" ({pubs[0].model}, "
+                             f"{pubs[0].cite})", "  ")
     lines += screen.wrap(f"The claim: {DSPARK_CLAIM}.", "  ")
     if not doc.get("complete", True):
         lines.append("INCOMPLETE: the drafters and lengths that finished are shown")

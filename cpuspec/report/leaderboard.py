@@ -19,21 +19,21 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
     show_bw = any(r.get("bw") for r in rows)
     table = []
     for i, r in enumerate(rows[:25], 1):
-        cpu = r["cpu"] + (f" ({r['family']}/{r['model']})" if r.get("family") is not None
-                          else "")
+        fm = f" ({r['family']}/{r['model']})" if r.get("family") is not None else ""
+        cpu = screen.cut(r["cpu"] or "?", 16 - len(fm)) + fm     # the family/model whole
         best = screen.speedup(r["sd"], [r["lo"], r["hi"]] if r.get("lo") is not None
                               else None, None) if r.get("sd") else "none faster"
-        table.append([str(i) + ("←" if r["fp"] == mine else ""), screen.cut(cpu, 20),
+        table.append([str(i) + ("←" if r["fp"] == mine else ""), cpu,
                       _isa(r.get("isa")), r.get("threads") or "-",
                       "-" if r.get("raw") is None else f"{r['raw']:.1f}",
-                      screen.cut(r.get("config") or "-", 25), r.get("n_faster") or "-", best,
+                      screen.cut(r.get("config") or "-", 20), r.get("n_faster") or "-", best,
                       *(["-" if r.get("p7") is None else f"{r['p7']:.2f}"] if show_p7 else []),
                       *(["-" if not r.get("bw") else f"{r['bw']:.0f}"] if show_bw else [])])
-    head = ["#", "CPU (family/model)", "ISA", "t", "raw t/s", "best SD measured faster", "of",
+    head = ["#", "CPU (fam/mod)", "ISA", "t", "raw", "best SD measured", "of",
             "SD ×raw [95%]", *(["7B p*"] if show_p7 else []), *(["GB/s"] if show_bw else [])]
-    lines = screen.wrap(f"{len(rows)} machines, {n_rows} rows from {source}; raw t/s: the "
+    lines = screen.wrap(f"{len(rows)} machines, {n_rows} rows from {source}; raw: t/s of the "
                         "default pair (1.5B + 0.5B Q4_K_M) at depth 0, per machine and thread "
-                        "count; of: how many configurations measured faster the best is the "
+                        "count; best: the best SD configuration measured faster; of: how many configurations measured faster the best is the "
                         "maximum of (noisy rows: the more, the more it flatters)"
                         + ("; 7B p*: the least acceptance at which SD pays for a shape-true "
                            "7B Q4_K_M target (costs measured, acceptance assumed)"

@@ -37,8 +37,14 @@ def load_answer(doc: dict) -> str:
     states = [st for _, st in c["levels"]]
     ran = ", ".join(str(n) for n, _ in c["levels"])
     if all(st == "range" for st in states):
-        return (f"no verdict: fewer than 5 batches per level ({ran} in flight); rerun with "
-                "--batches 5 or more")
+        return (f"no verdict: fewer than 5 batches per level ({ran} in flight); measure 5 or "
+                "more (--batches)")
+    later = [n for n, st in c["levels"] if c["stop_at"] is not None and n > c["stop_at"]
+             and st == "faster"]
+    if later:   # a level faster after one that was not: no single crossover
+        return ("no clear crossover: " + ", ".join(f"{n} in flight {st}"
+                                                    for n, st in c["levels"])
+                + "; measure more batches")
     if c["pays_up_to"] is None:
         n, st = c["stop_at"], c["stop_state"]
         if all(x == "slower" for x in states):
