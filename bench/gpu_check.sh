@@ -9,7 +9,9 @@
 #      threads and fully offloaded, and the what-if at the real pair's recorded acceptance.
 # Results go to $OUT (default ./gpu-check-out): gpu_costs.json, gpu_costs.txt, build.log.
 #
-# Prepare the carried files here first (with network; ~45 MiB in .gpu-carry/, ignored by git):
+# Prepare the carried files here first (with network; 57 MiB in .gpu-carry/, ignored by git).
+# NOTE: the device tool carries at most 64 MiB with the working tree, and the tracked files are
+# already ~60 MiB (bench/results): until the recorded results shrink, this cannot travel whole.
 #   PREPARE=1 bash bench/gpu_check.sh
 # Then on the GPU machine (the device tool: carry .gpu-carry):
 #   bash bench/gpu_check.sh
