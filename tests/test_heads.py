@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from cpuspec.cli.main import main
 from cpuspec.inputs import heads as H
 from cpuspec.inputs.shapes import SHAPES, Shape
-from cpuspec.llama import native
+from test_server import server_bin  # noqa: F401  (the fixture: llama-server where built)
 
 TINY = Shape("qwen3-tiny", "qwen3", 256, 4, 4, 2, 512, 512, head_dim=64)
 
@@ -106,15 +106,6 @@ def test_llama_server_runs_rounds_with_each_head(tiny_heads, server_bin):
     for m in files:   # synthetic L = 2 at k = 3: a = 1 + accepted / V, between 1 and k + 1
         p = s[m]["points"][0]
         assert 1.0 <= p["a"] <= 4.0 and p["round_cost"] > 0, (m, p)
-
-
-@pytest.fixture
-def server_bin():
-    from test_paths import real_bin_dir
-    bin_dir = real_bin_dir((native.SERVER,))
-    if bin_dir is None:
-        pytest.skip("llama.cpp's llama-server is not built here (`cpuspec paths --build-native`)")
-    return bin_dir
 
 
 @pytest.mark.parametrize("args, words", [
