@@ -192,6 +192,8 @@ def check_spec_files(target: Path, server_flags: tuple[str, ...] | None) -> None
                                "that carries them (Qwen3.5, Qwen3-Next) or an MTP file (-md)")
     if h is None:
         return
+    from cpuspec.core.text import printable   # file names reach the terminal cleaned
+    head, target = printable(head), Path(printable(str(target)))
     harch = h.get("general.architecture")
     width = t.get(f"{arch}.embedding_length")
     layers = t.get(f"{arch}.block_count")
