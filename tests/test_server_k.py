@@ -61,3 +61,31 @@ def test_no_k_that_pays_in_the_server_is_off_not_a_command():
     paths, bench = json.loads(PATHS.read_text()), json.loads(BENCH.read_text())
     priced = server_k(bench["cost_probe"], [0.1 ** i for i in range(1, 8)], paths)
     assert priced["server_speedup"] < 1 and priced["k_server"] == 0
+
+
+def test_the_redecode_bound_by_hand():
+    """Issue 57, item 13: the share llama-server keeps if the draft's re-decode were all it
+    added. By hand: d = 0.1, V(1) = 1, V(2) = 1.2, k = 1: the loop's round 0.1 + 1.2 = 1.3,
+    the re-decode 0.1 × 1.2 / 1 = 0.12, so 1.3 / 1.42."""
+    from cpuspec.analysis.server_k import redecode_share
+    probe = {"verify_s": {"1": 1.0, "2": 1.2}, "draft_s": 0.1}
+    assert abs(redecode_share(probe, 1) - 1.3 / 1.42) < 1e-9
+    assert redecode_share(probe, 2) is None          # the probe has no V(3)
+
+
+def test_the_redecode_bound_holds_over_what_the_server_kept():
+    """The bound is an upper bound: on B′'s recorded runs (the bench's probe, the paths run
+    of the same configuration at k = 7) llama-server's measured decode SD ×raw over the
+    loop's is below it, and not far below (the re-decode is most of what it loses)."""
+    from cpuspec.analysis.server_k import redecode_share
+    paths, bench = json.loads(PATHS.read_text()), json.loads(BENCH.read_text())
+
+    def decode_tok_s(path, mode):
+        sel = [r for r in paths["runs"] if r["path"] == path and r["mode"] == mode]
+        return sum(r["n_tokens"] - 1 for r in sel) / sum(r["decode_s"] for r in sel)
+    share = {p: decode_tok_s(p, "static") / decode_tok_s(p, "raw")
+             for p in ("cpuspec", "llama-server")}
+    kept = share["llama-server"] / share["cpuspec"]
+    bound = redecode_share(bench["cost_probe"], 7)
+    assert kept <= bound + 0.02, (kept, bound)
+    assert bound - kept < 0.15, (kept, bound)

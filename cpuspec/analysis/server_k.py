@@ -92,3 +92,16 @@ def server_k(probe: CostProbe | dict, survival: list[float], paths_doc: dict) ->
             "k_loop": best_loop["k"], "loop_speedup": best_loop["loop"],
             "server_at_loop_k": next(r["server"] for r in table if r["k"] == best_loop["k"]),
             "measured_at_k": costs["k"], "table": table}
+
+
+def redecode_share(probe: CostProbe | dict, k: int) -> float | None:
+    """The share of the loop's decode SD ×raw that llama-server keeps at k if the draft's
+    re-decode of each verify batch were all it adds: the loop's round k·d + V(k + 1) over that
+    plus D(k + 1) = d·V(k + 1)/V(1) (as in server_prices), from the cost probe alone. An upper
+    bound: the server's sampler chain, template and HTTP path cost more, and only a paths run
+    measures them. None where the probe lacks V(k + 1)."""
+    p = CostProbe.of(probe)
+    if k + 1 not in p.verify_s:
+        return None
+    loop = k * p.draft_s + p.verify_s[k + 1]
+    return loop / (loop + p.draft_s * p.verify_s[k + 1] / p.t)

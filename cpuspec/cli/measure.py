@@ -270,7 +270,7 @@ def _chosen_paths(path_list: str, drafter: str, draft, llama_bin, build_native: 
                                     ("--native-rounds", native_rounds)) if on]
     server_ok = [f for f in native_flags if f != "--native-rounds"]
     if native_flags and core.LLAMA_CPP not in chosen and (
-            core.LLAMA_SERVER not in chosen or len(server_ok) < len(native_flags)):
+            not set(core.SERVER_PATHS) & set(chosen) or len(server_ok) < len(native_flags)):
         raise click.UsageError(f"{', '.join(native_flags)} apply to the {core.LLAMA_CPP} path "
                                f"(--llama-bin and --build-native to {core.LLAMA_SERVER} too); "
                                f"add {core.LLAMA_CPP} to --paths")
@@ -285,8 +285,8 @@ def _server_flags(text: str | None, chosen: list[str]) -> tuple[str, ...] | None
     from cpuspec.core.commands import OWN_SERVER_FLAGS, flag_name, split_server_flags
     if text is None:
         return None
-    if core.LLAMA_SERVER not in chosen:
-        raise click.UsageError(f"--server-flags applies to the {core.LLAMA_SERVER} path; add "
+    if not set(core.SERVER_PATHS) & set(chosen):
+        raise click.UsageError(f"--server-flags applies to the {core.LLAMA_SERVER} paths; add "
                                f"{core.LLAMA_SERVER} to --paths")
     try:
         words = tuple(shlex.split(text))
@@ -318,7 +318,7 @@ def _server_flags(text: str | None, chosen: list[str]) -> tuple[str, ...] | None
     ctx = click.get_current_context()
     beside = [flag for name, flag in (("k", "-k"), ("p_min", "--p-min"), ("draft", "--draft"))
               if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
-    if beside and set(chosen) == {core.LLAMA_SERVER}:
+    if beside and set(chosen) <= set(core.SERVER_PATHS):
         raise click.UsageError(
             f"{', '.join(beside)} would not reach the SD server, the only path measured: "
             "--server-flags replaces its speculative flags. Give them there "
@@ -332,7 +332,8 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
     the first folder holding every program the chosen paths run, else the first holding one
     path's. The llama.cpp and llama-server paths whose programs are not there are dropped
     from `chosen`, with a note, where other paths remain; an error where none would."""
-    need = {core.LLAMA_CPP: native.MEASURED, core.LLAMA_SERVER: (native.SERVER,)}
+    need = {core.LLAMA_CPP: native.MEASURED, core.LLAMA_SERVER: (native.SERVER,),
+            core.LLAMA_SERVER_CHAT: (native.SERVER,)}
     wanted = [p for p in chosen if p in need]
     try:
         built = native.build(log) if build_native else None
@@ -381,8 +382,9 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
               help="Threads for every path [default: the physical cores].")
 @click.option("--paths", "path_list", default="cpuspec,llama-cpp-python,llama.cpp,llama-server",
               show_default=True, help="Comma list of cpuspec, cpuspec+redecode, "
-              "llama-cpp-python, llama.cpp, llama-server (llama.cpp's programs: left out, "
-              "with a note, where they are not built).")
+              "llama-cpp-python, llama.cpp, llama-server, llama-server-chat (the same "
+              "servers asked at /v1/chat/completions, as an OpenAI client asks; llama.cpp's "
+              "programs: left out, with a note, where they are not built).")
 @click.option("--llama-bin", type=click.Path(path_type=Path, file_okay=False),
               help="Folder with llama.cpp's llama-speculative-simple, llama-completion and "
                    "llama-server [default: $CPUSPEC_LLAMA_BIN, cpuspec's build, then PATH].")
@@ -473,7 +475,7 @@ def _paths_preflight(reg, names: list[str], chosen: list[str], build_native: boo
         check_model_name(reg, name)
         refuse_shape_true(Path(name))   # by its metadata, whatever the file's name
     bin_dir = _native_bin_dir(chosen, build_native, llama_bin) \
-        if {core.LLAMA_CPP, core.LLAMA_SERVER} & set(chosen) else None
+        if {core.LLAMA_CPP, *core.SERVER_PATHS} & set(chosen) else None
     if bin_dir is not None:
         from cpuspec.llama.native import NativeError, call_timeout_s
         try:

@@ -16,7 +16,7 @@ from cpuspec.cli.log import log
 from cpuspec.report.compare import (mismatches, render_compare, render_compare_screen,
                                      render_compare_load, render_compare_sweeps,
                                      sweep_mismatches)
-from cpuspec.report.paths import (draftless_lines, how_to_run, render_paths,
+from cpuspec.report.paths import (draftless_lines, how_to_run, render_paths, server_share,
                                   render_paths_screen, server_paths_run)
 from cpuspec.report.plots import PLOT_HINT, PlotError, render
 from cpuspec.report.listings import render_per_prompt, render_runs
@@ -86,18 +86,19 @@ def advise(run, as_json, details):
                                              meta=results.get("meta"),
                                              p_min=settings.get("p_min") or 0.0,
                                              tasks=[t for t, k in on.items()
-                                                    if k == k_best and t != OVERALL])))
+                                                    if k == k_best and t != OVERALL],
+                                             probe=results.get("cost_probe"))))
     if target:
         click.echo("\n" + "\n".join(draftless_lines(target, settings["threads"],
                                                      meta=results.get("meta"))))
 
 
-def _server_note(a: dict) -> str:
-    """Where the server's k came from: its own rounds priced, or the loop's k."""
+def _server_note(a: dict, share: str) -> str:
+    """Where the server's k came from: its own rounds priced, or the loop's k with the share
+    of the gain the server keeps (report/paths.server_share)."""
     s = a.get("server")
     if not s:
-        return "the loop's k, predicted; `cpuspec paths --paths cpuspec,llama-server` prices " \
-               "the server's own"
+        return f"the loop's k, predicted; {share}"
     return (f"the server's own: predicted {s['server_speedup']:.2f}× decode, "
             f"{s['server_at_loop_k']:.2f}× at the loop's k = {s['k_loop']}; its rounds "
             f"priced from a paths run at k = {s['measured_at_k']}")
@@ -133,8 +134,11 @@ def _advise_screen(results: dict, advice: dict, ref: str) -> str:
                          threads=settings.get("threads"),
                          drafter=settings.get("drafter", "model"),
                          p_min=settings.get("p_min") or 0.0)
+        share = server_share(target, draft, k_best, settings.get("drafter", "model"),
+                             settings["threads"], results.get("meta"),
+                             settings.get("p_min") or 0.0, results.get("cost_probe"))
         lines += ["", *screen.wrap(f"llama-server for {', '.join(group)} (k = {k_best}; "
-                                   f"{_server_note(advice[group[0]])}; {note}):"),
+                                   f"{_server_note(advice[group[0]], share)}; {note}):"),
                   *screen.command(argv)]
     return "\n".join(lines + ["", *screen.more(ref, "every column; llama-cli and "
                                                     "llama-cpp-python; draftless flags",

@@ -29,7 +29,8 @@ from cpuspec.llama import native
 from cpuspec.core.drafters import DRAFTERS
 from cpuspec.core.speculative import Decoder, generate_raw, generate_speculative, verify_greedy
 from cpuspec.results.schema import (ALL_PATHS, CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON,  # noqa: F401
-                                    LLAMA_SERVER, REDECODE)
+                                    LLAMA_SERVER, LLAMA_SERVER_CHAT, REDECODE,
+                                    SERVER_PATHS)
 from cpuspec.inputs.tasks import Prompt
 
 CTX_SLACK = 64
@@ -81,7 +82,7 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
     if REDECODE in cfg.paths and cfg.drafter != "model":
         raise ValueError(f"the {REDECODE} path imitates llama.cpp's draft model; it needs "
                          f"--drafter model")
-    for needs in (LLAMA_CPP, LLAMA_SERVER):
+    for needs in (LLAMA_CPP, LLAMA_SERVER, LLAMA_SERVER_CHAT):
         if needs in cfg.paths and cfg.bin_dir is None:
             raise ValueError(f"the {needs} path needs llama.cpp's programs (bin_dir)")
     doc = {"kind": "paths", "complete": False, "meta": environment,
@@ -102,7 +103,7 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
                     if draft_m else None
                 draft = DRAFTERS[cfg.drafter].make(dsess, target_m.is_eog)
                 runners = _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama,
-                                   DraftModel, stack)
+                                   DraftModel, stack, doc)
                 _run_prompts(cfg, runners, doc, log, on_update)
         finally:
             if draft_m is not None:
@@ -181,7 +182,7 @@ def _run_prompts(cfg: PathsConfig, runners: dict, doc: dict, log: Callable[[str]
 
 
 def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftModel,
-             stack: contextlib.ExitStack) -> dict:
+             stack: contextlib.ExitStack, doc: dict) -> dict:
     """One function per path: (prompt, mode, max_tokens) -> record. What they load is closed
     by `stack`."""
     runners = {}
@@ -196,8 +197,8 @@ def _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama, DraftMo
                                                        stack)
     if LLAMA_CPP in cfg.paths:
         runners[LLAMA_CPP] = _native_runner(cfg, texts, n_ctx)
-    if LLAMA_SERVER in cfg.paths:
-        runners[LLAMA_SERVER] = _server_runner(cfg, texts, n_ctx, stack)
+    if set(SERVER_PATHS) & set(cfg.paths):
+        runners.update(_server_runners(cfg, texts, n_ctx, stack, doc))
     return runners
 
 
@@ -313,15 +314,30 @@ def server_argv(cfg: PathsConfig, n_ctx: int, sd: bool) -> list[str]:
     return argv[1:argv.index("-np")]   # the Server adds its own slots (-np 1) and --metrics
 
 
-def _server_runner(cfg, texts, n_ctx, stack: contextlib.ExitStack) -> Callable:
+def chat_messages(p, followups: dict) -> list[dict]:
+    """What an OpenAI-style client sends for a prompt: its message, or for a follow-up the
+    first turn, the target's answer to it (first_turns) and the second turn."""
+    if not p.followup:
+        return [{"role": "user", "content": p.text}]
+    return [{"role": "user", "content": p.text},
+            {"role": "assistant", "content": followups[p.prompt_id]["first_answer"]},
+            {"role": "user", "content": p.followup}]
+
+
+def _server_runners(cfg, texts, n_ctx, stack: contextlib.ExitStack, doc: dict) -> dict:
     """llama-server, plain and with the configuration's speculative flags: both started once,
-    each request alone in its single slot. The record holds the client's end-to-end time, the
-    server's own timings and draft counters, and the CPU time the idle server used meanwhile
-    (it should be ~0: two servers must not compete for the cores)."""
+    each request alone in its single slot, asked by each server path chosen (LLAMA_SERVER:
+    /completion with cpuspec's chat-formatted text and top-k 1; LLAMA_SERVER_CHAT:
+    /v1/chat/completions, the server's template and sampler chain). The record holds the
+    client's end-to-end time, the server's own timings and draft counters, and the CPU time
+    the idle server used meanwhile (it should be ~0: two servers must not compete for the
+    cores)."""
     import psutil
 
     from cpuspec.llama.server import Server
-    servers = {mode: stack.enter_context(Server(cfg.bin_dir, server_argv(cfg, n_ctx,
+    # the server's template may add a system prompt cpuspec's formatting has not
+    ctx = n_ctx + (CTX_SLACK if LLAMA_SERVER_CHAT in cfg.paths else 0)
+    servers = {mode: stack.enter_context(Server(cfg.bin_dir, server_argv(cfg, ctx,
                                                                          mode == "static")))
                for mode in ("raw", "static")}
     procs = {mode: psutil.Process(s.pid) for mode, s in servers.items()}
@@ -330,16 +346,19 @@ def _server_runner(cfg, texts, n_ctx, stack: contextlib.ExitStack) -> Callable:
         t = procs[mode].cpu_times()
         return t.user + t.system
 
-    def run(p, mode, n):
-        other = "static" if mode == "raw" else "raw"
-        before, idle_before = servers[mode].metrics(), cpu_s(other)
-        r = servers[mode].complete(texts[p.prompt_id], n)
-        after, idle_after = servers[mode].metrics(), cpu_s(other)
-        rounds = after.get("spec_decode_num_drafts_total", 0.0) - \
-            before.get("spec_decode_num_drafts_total", 0.0)
-        return _record(p, LLAMA_SERVER, mode, r.tokens, r.e2e_s, r.text,
-                       prefill_s=r.prompt_ms / 1e3, decode_s=r.predicted_ms / 1e3,
-                       drafted=r.drafted, accepted=r.accepted, server_rounds=int(rounds),
-                       server_prompt_tokens=r.prompt_tokens, stop_type=r.stop,
-                       idle_server_cpu_s=idle_after - idle_before)
-    return run
+    def runner(path: str) -> Callable:
+        def run(p, mode, n):
+            other = "static" if mode == "raw" else "raw"
+            before, idle_before = servers[mode].metrics(), cpu_s(other)
+            r = servers[mode].complete(texts[p.prompt_id], n) if path == LLAMA_SERVER else \
+                servers[mode].chat(chat_messages(p, doc.get("followups", {})), n)
+            after, idle_after = servers[mode].metrics(), cpu_s(other)
+            rounds = after.get("spec_decode_num_drafts_total", 0.0) - \
+                before.get("spec_decode_num_drafts_total", 0.0)
+            return _record(p, path, mode, r.tokens, r.e2e_s, r.text,
+                           prefill_s=r.prompt_ms / 1e3, decode_s=r.predicted_ms / 1e3,
+                           drafted=r.drafted, accepted=r.accepted, server_rounds=int(rounds),
+                           server_prompt_tokens=r.prompt_tokens, stop_type=r.stop,
+                           idle_server_cpu_s=idle_after - idle_before)
+        return run
+    return {path: runner(path) for path in SERVER_PATHS if path in cfg.paths}

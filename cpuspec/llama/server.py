@@ -3,9 +3,10 @@
 `Server` starts `llama-server` in a process group of its own (machine.interrupt), waits for
 `/health`, and is always stopped: on leaving the `with` block, on an error, on Ctrl-C or
 SIGTERM (the group is killed and reaped; the server's own children too). One slot (-np 1)
-unless a load test asks for N (`slots`: -np N, the context shared among them). `complete` sends one prompt to `/completion` (the chat-formatted text,
-greedy, prompt cache off, so every request prefills) and returns the client's end-to-end time
-with the server's own `timings`; `metrics` reads `/metrics` (--metrics) for the draft counters.
+unless a load test asks for N (`slots`: -np N, the context shared among them). `complete`
+sends one prompt to `/completion` (the chat-formatted text, greedy, prompt cache off, so every
+request prefills), `chat` the messages to `/v1/chat/completions` as an OpenAI-style client
+does; each returns the client's end-to-end time with the server's own `timings`; `metrics` reads `/metrics` (--metrics) for the draft counters.
 
 The standard library's urllib only: no HTTP client is added to cpuspec's dependencies.
 """
@@ -221,17 +222,44 @@ class Server:
         t0 = time.perf_counter()
         res = self._post("/completion", body)
         e2e = time.perf_counter() - t0
+        return self._run(res, e2e, "/completion", lambda r: (r.get("content", ""),
+                                                             r.get("stop_type", "")))
+
+    def chat(self, messages: list[dict], n_predict: int, seed: int = 1) -> ServerRun:
+        """One request as an OpenAI-style client sends it: /v1/chat/completions with the
+        messages, the server's own chat template (and its default system prompt, if the
+        template has one), its default sampler chain at temperature 0 (greedy: the chain
+        still runs), the prompt cache off."""
+        body = {"messages": messages, "max_tokens": n_predict, "temperature": 0.0,
+                "seed": seed, "cache_prompt": False, "stream": False}
+        t0 = time.perf_counter()
+        res = self._post("/v1/chat/completions", body)
+        e2e = time.perf_counter() - t0
+
+        def text_stop(r: dict) -> tuple:
+            choice = (r.get("choices") or [{}])[0]
+            if not isinstance(choice, dict):
+                return "", ""
+            message = choice.get("message") or {}
+            return (message.get("content") or "" if isinstance(message, dict) else "",
+                    choice.get("finish_reason") or "")
+        return self._run(res, e2e, "/v1/chat/completions", text_stop)
+
+    @staticmethod
+    def _run(res, e2e: float, route: str, text_stop) -> ServerRun:
+        """A ServerRun from an answer with llama-server's `timings`."""
         t = res.get("timings") if isinstance(res, dict) else None
         if not isinstance(t, dict) or "predicted_n" not in t or "prompt_ms" not in t:
-            raise NativeError(f"{SERVER}'s /completion answer is not a completion with "
+            raise NativeError(f"{SERVER}'s {route} answer is not a completion with "
                               f"timings: {clean(json.dumps(res)[:300])}")
         try:
-            return ServerRun(e2e, str(res.get("content", "")), int(t["predicted_n"]),
+            text, stop = text_stop(res)
+            return ServerRun(e2e, str(text), int(t["predicted_n"]),
                              int(t.get("prompt_n", 0)), float(t["prompt_ms"]),
                              float(t.get("predicted_ms", 0.0)), int(t.get("draft_n", 0)),
-                             int(t.get("draft_n_accepted", 0)), str(res.get("stop_type", "")))
-        except (TypeError, ValueError) as exc:
-            raise NativeError(f"{SERVER}'s /completion timings are not numbers ({exc}): "
+                             int(t.get("draft_n_accepted", 0)), str(stop))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise NativeError(f"{SERVER}'s {route} timings are not numbers ({exc}): "
                               f"{clean(json.dumps(t)[:300])}") from None
 
     def metrics(self) -> dict[str, float]:

@@ -8,7 +8,8 @@ import shlex
 from pathlib import Path
 
 from cpuspec.core import commands
-from cpuspec.results.schema import CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, LLAMA_SERVER, REDECODE
+from cpuspec.results.schema import (CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYTHON, LLAMA_SERVER,
+                                    LLAMA_SERVER_CHAT, REDECODE, SERVER_PATHS)
 from cpuspec.report import screen
 from cpuspec.report.load import load_note
 from cpuspec.report.tables import fmt_value, speedup_cell
@@ -23,6 +24,8 @@ PATH_NOTES = {
     LLAMA_CPP: "llama-completion / llama-speculative-simple",
     LLAMA_SERVER: "llama-server over HTTP, plain / with the configuration's flags "
                   "(timed at the client)",
+    LLAMA_SERVER_CHAT: "the same servers asked as an OpenAI client asks: /v1/chat/completions, "
+                       "the server's template and sampler chain at temperature 0",
 }
 
 
@@ -98,7 +101,7 @@ def round_budget(doc: dict) -> dict[str, dict]:
         runs = [r for r in sd if r["path"] == path]
         budget = _loop_budget(runs) if path in (CPUSPEC, REDECODE) else \
             _native_budget(doc, runs) if path == LLAMA_CPP else \
-            _server_budget(runs) if path == LLAMA_SERVER else None
+            _server_budget(runs) if path in SERVER_PATHS else None
         if budget:
             out[path] = budget
     for path, b in out.items():   # generations whose first round kept none of its drafts
@@ -294,14 +297,14 @@ def _native_phase_lines(doc: dict) -> list[str]:
             f"{statistics.median(x[1] for x in phases):.0f} ms"]
 
 
-def server_time(doc: dict) -> dict[str, dict]:
-    """llama-server's own account of each mode's requests against the client's clock (mean
-    ms per request): its prompt processing, its generation, and the rest (HTTP, JSON, the
-    request's queueing and the slot's setup), plus decode-only t/s and what the idle server
-    used of the CPU meanwhile."""
+def server_time(doc: dict, path: str = LLAMA_SERVER) -> dict[str, dict]:
+    """llama-server's own account of each mode's requests on one server path against the
+    client's clock (mean ms per request): its prompt processing, its generation, and the rest
+    (HTTP, JSON, the request's queueing and the slot's setup), plus decode-only t/s and what
+    the idle server used of the CPU meanwhile."""
     out = {}
     for mode in ("raw", "static"):
-        runs = [r for r in doc["runs"] if r["path"] == LLAMA_SERVER and r["mode"] == mode]
+        runs = [r for r in doc["runs"] if r["path"] == path and r["mode"] == mode]
         if not runs:
             continue
         n = len(runs)
@@ -322,25 +325,29 @@ def server_time(doc: dict) -> dict[str, dict]:
 def _server_lines(doc: dict) -> list[str]:
     from tabulate import tabulate
 
-    st = server_time(doc)
-    if not st:
+    times = {path: server_time(doc, path) for path in SERVER_PATHS}
+    times = {path: st for path, st in times.items() if st}
+    if not times:
         return []
     lines = ["", "llama-server's time per request, mean ms (its timings against the client's "
              "clock; decode t/s: tokens after the first over its generation time):",
-             tabulate([[m, s["requests"], f"{s['prompt_tokens']:.0f}", _ms(s["prompt_ms"]),
-                        _ms(s["predicted_ms"]), _ms(s["other_ms"]), _ms(s["e2e_ms"]),
-                        fmt_value(s["decode_tok_s"], ".1f"), f"{s['idle_server_cpu_s']:.2f}"]
-                       for m, s in st.items()],
-                      headers=["mode", "requests", "prompt tokens", "prompt", "generation",
-                               "other", "client e2e", "decode t/s", "idle server CPU s"],
+             tabulate([[f"{path} {m}", s["requests"], f"{s['prompt_tokens']:.0f}",
+                        _ms(s["prompt_ms"]), _ms(s["predicted_ms"]), _ms(s["other_ms"]),
+                        _ms(s["e2e_ms"]), fmt_value(s["decode_tok_s"], ".1f"),
+                        f"{s['idle_server_cpu_s']:.2f}"]
+                       for path, st in times.items() for m, s in st.items()],
+                      headers=["path, mode", "requests", "prompt tokens", "prompt",
+                               "generation", "other", "client e2e", "decode t/s",
+                               "idle server CPU s"],
                       tablefmt="simple", disable_numparse=True)]
-    if "raw" in st and "static" in st and st["raw"]["decode_tok_s"] \
-            and st["static"]["decode_tok_s"]:
-        lines.append(f"decode only, the server's SD ×raw: "
-                     f"{st['static']['decode_tok_s'] / st['raw']['decode_tok_s']:.2f}; its "
-                     f"prompt processing with the draft: "
-                     f"{st['static']['prompt_ms'] / max(st['raw']['prompt_ms'], 1e-9):.2f}× "
-                     "the plain server's")
+    for path, st in times.items():
+        if "raw" in st and "static" in st and st["raw"]["decode_tok_s"] \
+                and st["static"]["decode_tok_s"]:
+            lines.append(f"{path}, decode only, SD ×raw: "
+                         f"{st['static']['decode_tok_s'] / st['raw']['decode_tok_s']:.2f}; "
+                         "prompt processing with the draft: "
+                         f"{st['static']['prompt_ms'] / max(st['raw']['prompt_ms'], 1e-9):.2f}"
+                         "× the plain server's")
     flags = doc["settings"].get("server_flags")
     if flags:
         lines.append("llama-server's SD flags (--server-flags): " + " ".join(flags))
@@ -466,9 +473,33 @@ def _server_cell(r: dict) -> str:
                         "") or "-"
 
 
+def server_share(target: str, draft: str | None, k: int, drafter: str, threads: int,
+                 meta: dict | None = None, p_min: float = 0.0, probe: dict | None = None
+                 ) -> str:
+    """A few words beside a printed llama-server command: the share of cpuspec's SD ×raw the
+    server kept when a saved paths run measured this configuration here (and an OpenAI-style
+    client's, where it ran the chat path); else, for a draft model, the most it can keep after
+    the draft's re-decode of each verify batch, priced from the cost probe (an upper bound);
+    else that it is not measured."""
+    from cpuspec.analysis.server_k import redecode_share
+    found = measured_paths(target, draft, k, drafter, meta, p_min, threads)
+    row = summarize_paths(found[0]).get(OVERALL, {}) if found else {}
+    kept = {p: row[p]["over_cpuspec"] for p in SERVER_PATHS
+            if p in row and CPUSPEC in row and row[p].get("over_cpuspec")}
+    if LLAMA_SERVER in kept:
+        chat = kept.get(LLAMA_SERVER_CHAT)
+        return (f"llama-server kept {kept[LLAMA_SERVER]:.2f} of cpuspec's ×raw"
+                + (f", {chat:.2f} over /v1/chat" if chat else "") + f" in {found[1].stem}")
+    bound = redecode_share(probe, k) if probe and drafter == "model" and draft else None
+    if bound is not None:
+        return (f"llama-server: ≤ {bound:.2f} of cpuspec's ×raw (its draft re-decodes each "
+                "batch)")
+    return "llama-server's share of it: `cpuspec paths` measures it"
+
+
 def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,
                indent: str = "    ", meta: dict | None = None, p_min: float = 0.0,
-               tasks: list[str] | None = None) -> list[str]:
+               tasks: list[str] | None = None, probe: dict | None = None) -> list[str]:
     """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
     command lines, the llama-cpp-python call, and how much of cpuspec's gain each kept when
     `cpuspec paths` measured it here with the same threads (for the advised task where the
@@ -485,6 +516,9 @@ def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: in
                + (f" --tasks {','.join(tasks)}" if tasks else "")
                + (f" --p-min {p_min:g} --paths cpuspec,llama.cpp,llama-server" if p_min else ""))
     if found is None:
+        if probe:   # the most the server keeps, from the probe
+            lines.append(indent + server_share(target, draft, k, drafter, threads, meta,
+                                               p_min, probe))
         lines.append(f"{indent}how much of the gain each keeps: {measure}")
         return lines
     summary = summarize_paths(found[0])

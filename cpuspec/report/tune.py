@@ -7,7 +7,7 @@ import shlex
 from cpuspec.core.commands import SERVER, invocations
 from cpuspec.report import screen
 from cpuspec.report.load import load_note
-from cpuspec.report.paths import how_to_run
+from cpuspec.report.paths import how_to_run, server_share
 from cpuspec.report.tables import speedup_cell
 from cpuspec.core.window import describe_window
 
@@ -41,6 +41,13 @@ def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
                       meta=meta, p_min=c["p_min"], tasks=c["tasks"] or None)
 
 
+def _probe_of(doc: dict, candidate: str) -> dict | None:
+    """The cost probe of a measured candidate's bench run, if the file holds it."""
+    return next(((m.get("results") or {}).get("cost_probe")
+                 for m in doc.get("measured") or []
+                 if isinstance(m, dict) and m.get("candidate") == candidate), None)
+
+
 def render_tune_screen(doc: dict, source: str = "RUN") -> str:
     """One screen: per task, the answer where SD pays most (or SD off), measured against raw
     on prompts the search did not choose on, its verdict (only an interval is one) and the
@@ -62,7 +69,7 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
                      screen.speedup(c.get("measured_speedup"), ci, rng), verdict,
                      f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
         if verdict == "faster" and server is None and config_of(best["command"]):
-            server = (task, config_of(best["command"]))
+            server = (task, config_of(best["command"]), _probe_of(doc, best["candidate"]))
     lines = [*screen.wrap("cpuspec tune: where SD pays most per task, measured ×raw on prompts "
                           "the search did not choose on (95 % interval; *: a range)"
                           + (f"; models {prefix}…" if prefix else "")), "",
@@ -71,13 +78,15 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
     lines += screen.more(source, "the ranking, the fastest per task, predictions, every "
                                  "command")
     if server:
-        task, c = server
+        task, c, probe = server
         argv = invocations(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
                            p_min=c["p_min"])[SERVER]
         note = load_note(c["target"], c["draft"], c["k"], doc.get("meta"),
                          threads=c["threads"], drafter=c["drafter"], p_min=c["p_min"])
+        share = server_share(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
+                             doc.get("meta"), c["p_min"], probe)
         lines += screen.wrap(f"Next: run it where you serve models ({task}; k = {c['k']}; "
-                             f"{note}):", "  ") + screen.command(argv)
+                             f"{note}; {share}):", "  ") + screen.command(argv)
     else:
         lines += screen.wrap("Next: no answer was measured faster on 5 or more prompts; "
                              "cpuspec costs shows which term of the rule is short")

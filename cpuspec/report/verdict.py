@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cpuspec.core.commands import SERVER, invocations
 from cpuspec.report.load import load_note
+from cpuspec.report.paths import server_share
 from cpuspec.report.screen import WIDTH, command, cut, table as _table, wrap
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import MIN_CI_UNITS
@@ -146,7 +147,10 @@ def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
     note = load_note(target, draft, k, results.get("meta"), threads=settings.get("threads"),
                      drafter=settings.get("drafter", "model"),
                      p_min=settings.get("p_min") or 0.0)
-    head = f"Next: run it where you serve models ({', '.join(tasks)}; k = {k}; {note}):"
+    share = server_share(target, draft, k, settings.get("drafter", "model"),
+                         settings.get("threads") or 1, results.get("meta"),
+                         settings.get("p_min") or 0.0, results.get("cost_probe"))
+    head = f"Next: run it where you serve models ({', '.join(tasks)}; k = {k}; {note}; {share}):"
     return wrap(head, "  ") + command(argv)
 
 

@@ -20,7 +20,11 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP = ("cpuspec", "cpuspec+redecode",
                                                   "llama-cpp-python", "llama.cpp")
 LLAMA_SERVER = "llama-server"
-ALL_PATHS = (CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP, LLAMA_SERVER)
+# the same servers asked as an OpenAI-style client asks: /v1/chat/completions, the server's
+# chat template and default sampler chain at temperature 0
+LLAMA_SERVER_CHAT = "llama-server-chat"
+SERVER_PATHS = (LLAMA_SERVER, LLAMA_SERVER_CHAT)
+ALL_PATHS = (CPUSPEC, REDECODE, LLAMA_CPP_PYTHON, LLAMA_CPP, LLAMA_SERVER, LLAMA_SERVER_CHAT)
 
 
 class ResultsError(ValueError):
