@@ -15,6 +15,10 @@ from cpuspec.inputs.shapes import SHAPES, Shape
 from test_server import server_bin  # noqa: F401  (the fixture: llama-server where built)
 
 TINY = Shape("qwen3-tiny", "qwen3", 256, 4, 4, 2, 512, 512, head_dim=64)
+# Qwen3.5's structure at a tiny width: gated delta-net layers 0-2, full attention at 3, one MTP
+# layer (4), tied embeddings, partial multi-section rope
+TINY35 = Shape("qwen35-tiny", "qwen35", 256, 4, 4, 2, 512, 512, head_dim=64, rope_base=1e7,
+               linear=(2, 4, 64, 4), mtp_layers=1, tied=True, rope_dims=16, mrope=(4, 2, 2, 0))
 
 
 @pytest.fixture
@@ -109,8 +113,10 @@ def test_llama_server_runs_rounds_with_each_head(tiny_heads, server_bin):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--methods", "medusa"], "choose from eagle3, dflash, dspark, draft"),
-    (["--methods", "mtp"], "mtp: a Qwen3.5 target"),
+    (["--methods", "medusa"], "choose from eagle3, dflash, dspark, mtp, draft"),
+    (["--methods", "mtp"], "qwen3-4b has no MTP layer"),
+    (["--on", "qwen3.5-0.8b", "--methods", "mtp,draft"], "no smaller Qwen3.5"),
+    (["--on", "qwen3.5-0.8b", "--methods", "eagle3"], "no published eagle3 head"),
     (["--on", "qwen2.5-7b"], "cannot carry eagle3 heads"),
     (["--on", "qwen3-1.7b"], "no published dflash head for qwen3-1.7b"),
     (["--lengths", "9"], "[1, k + 1]"),
@@ -172,3 +178,61 @@ def test_a_qwen3_draft_shares_a_qwen3_targets_tokenizer_and_a_qwen25_draft_does_
         check_same_tokenizer(t, d3)
         with pytest.raises(EngineError, match="token 151665"):
             check_same_tokenizer(t, d2)
+
+
+@pytest.fixture
+def tiny_mtp(tiny_models, monkeypatch):
+    from cpuspec.llama.shape_true import write_shape_true
+    monkeypatch.setitem(SHAPES, TINY35.name, TINY35)
+    return write_shape_true(TINY35, "Q8_0", tiny_models["target"], 1 << 34)
+
+
+def test_a_shape_true_qwen35_with_its_mtp_layer_loads_and_runs_mtp_rounds(tiny_mtp, server_bin):
+    """The vendored loader (src/models/qwen35.cpp) takes the tiny Qwen3.5 with its MTP layer,
+    and llama-server drafts with it (--spec-type draft-mtp, no -md) at a synthetic L."""
+    from cpuspec.harness.heads import Drafter, HeadsConfig, measure_heads
+    from cpuspec.llama.gguf_meta import read_meta
+    assert loads(tiny_mtp)
+    meta = read_meta(tiny_mtp)
+    assert meta.get("qwen35.nextn_predict_layers") == 1 and meta.get("qwen35.block_count") == 5
+    cfg = HeadsConfig(tiny_mtp, (Drafter("mtp", tiny_mtp, "mtp"),), (2.0,), 3,
+                      {"p1": "hello there", "p2": "a b c"}, 12, 1, server_bin, 256)
+    doc = measure_heads(cfg, {}, {"k": 3, "target": str(tiny_mtp)}, lambda _: None)
+    sd = [r for r in doc["runs"] if r["mode"] == "sd"]
+    assert doc["complete"] and sd and all(r["n_tokens"] == 12 and r["drafted"] > 0
+                                          and r["verify_steps"] > 0 for r in sd), sd
+
+
+def test_a_qwen35_without_its_mtp_layer_is_refused_for_draft_mtp(tiny_mtp, tiny_models,
+                                                                 monkeypatch):
+    """The check can fail: the same tiny Qwen3.5 written without its MTP layer loads as a
+    target, and the draft-mtp check (cli/checks.py, run by paths before any server) refuses
+    it in one line, where the file with the layer passes."""
+    import click
+
+    from cpuspec.cli.checks import check_spec_files
+    from cpuspec.llama.shape_true import write_shape_true
+    plain = replace(TINY35, name="qwen35-tiny-nomtp", mtp_layers=0)
+    monkeypatch.setitem(SHAPES, plain.name, plain)
+    path = write_shape_true(plain, "Q8_0", tiny_models["target"], 1 << 34)
+    assert loads(path)
+    check_spec_files(tiny_mtp, ("--spec-type", "draft-mtp"))
+    with pytest.raises(click.UsageError, match="has no MTP layers"):
+        check_spec_files(path, ("--spec-type", "draft-mtp"))
+
+
+def test_qwen35_has_the_published_shapes():
+    """Against Qwen/Qwen3.5-0.8B's config.json (docs/heads.md): 24 trunk layers, full attention
+    every 4th with a query of 2 × 8 heads × 256 (the output gate), gated delta-net elsewhere
+    (16 key and 16 value heads of 128: qkv 6144 wide, conv kernel 4), one MTP layer reading
+    [embedding, hidden], tied embeddings over 248320 tokens."""
+    from cpuspec.inputs.shapes import quant_types, tensors
+    t = dict(tensors(SHAPES["qwen3.5-0.8b"]))
+    assert t["blk.3.attn_q.weight"] == (1024, 4096) and "blk.2.attn_q.weight" not in t
+    assert t["blk.0.attn_qkv.weight"] == (1024, 6144) and t["blk.0.ssm_conv1d.weight"] == \
+        (4, 6144)
+    assert t["blk.24.nextn.eh_proj.weight"] == (2048, 1024) and "blk.25.attn_norm.weight" \
+        not in t
+    assert "output.weight" not in t and t["token_embd.weight"] == (1024, 248320)
+    types = quant_types(SHAPES["qwen3.5-0.8b"], "Q4_K_M")
+    assert types["token_embd.weight"] == "Q6_K" and types["blk.0.ssm_conv1d.weight"] == "F32"

@@ -12,7 +12,7 @@ from cpuspec.cli.log import log
 from cpuspec.cli.options import positive, save_options
 from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
 
-ALL = ("eagle3", "dflash", "dspark", "draft")
+ALL = ("eagle3", "dflash", "dspark", "mtp", "draft")
 
 
 def _methods(text: str) -> list[str]:
@@ -20,8 +20,7 @@ def _methods(text: str) -> list[str]:
     bad = [m for m in names if m not in ALL]
     if bad or not names:
         raise click.BadParameter(f"{', '.join(bad) or 'none given'}: choose from "
-                                 f"{', '.join(ALL)} (mtp: a Qwen3.5 target with its MTP layer "
-                                 "is not written yet)", param_hint="'--methods'")
+                                 f"{', '.join(ALL)}", param_hint="'--methods'")
     return list(dict.fromkeys(names))
 
 
@@ -40,10 +39,12 @@ def _lengths(text: str, k: int) -> list[float]:
 
 @click.command()
 @click.option("--on", "target", default="qwen3-4b", show_default=True,
-              help="The shape-true target the heads are published for (qwen3-4b, qwen3-8b).")
+              help="The shape-true target the heads are published for (qwen3-4b, qwen3-8b; "
+                   "qwen3.5-0.8b for mtp, its own MTP layer).")
 @click.option("--methods", default="eagle3,dflash,dspark,draft", show_default=True,
-              help="eagle3, dflash, dspark (shape-true heads as published) and draft (a "
-                   "shape-true Qwen3-0.6B draft model, llama.cpp's draft-simple).")
+              help="eagle3, dflash, dspark (shape-true heads as published), mtp (the target's "
+                   "own MTP layer, draft-mtp) and draft (a shape-true Qwen3-0.6B draft model, "
+                   "llama.cpp's draft-simple).")
 @click.option("--lengths", default="2,3.5,5", show_default=True,
               help="Synthetic acceptance lengths L (tokens a round keeps, 1..k+1).")
 @click.option("-k", "--draft-len", "k", type=click.IntRange(1, 15), default=6,
@@ -72,6 +73,7 @@ def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, ll
     Examples:
       cpuspec heads
       cpuspec heads --on qwen3-8b --methods eagle3,draft --lengths 2,3 -k 3
+      cpuspec heads --on qwen3.5-0.8b --methods mtp -k 3 --lengths 1.5,2,3
     """
     from cpuspec.harness.bench import environment
     from cpuspec.harness.heads import (HeadsConfig, chat_texts, context_for, measure_heads,
@@ -86,8 +88,9 @@ def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, ll
     chosen, threads = _methods(methods), threads or default_threads()
     Ls = _lengths(lengths, k)
     try:
-        plan = [head_of(m, target) for m in chosen if m != "draft"]
         shape = shape_of(target)
+        _check_target(shape, chosen)
+        plan = [head_of(m, target) for m in chosen if m not in ("draft", "mtp")]
     except ShapeError as exc:
         raise click.UsageError(str(exc))
     too_long = [h.block_size for h in plan if h.method == "dspark" and k > h.block_size]
@@ -100,7 +103,7 @@ def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, ll
     sink = prepare_outputs([json_path], [], force, save, "heads", hw.cpu_model)
     with guarded(sink):
         try:
-            target_path, drafters = _files(shape, plan, "draft" in chosen)
+            target_path, drafters = _files(shape, plan, chosen)
             texts, longest = chat_texts(target_path, prompts)
             cfg = HeadsConfig(target_path, tuple(drafters), tuple(Ls), k, texts, max_tokens,
                               threads, bin_dir, context_for(longest, max_tokens, k))
@@ -116,9 +119,22 @@ def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, ll
     finish_outputs(sink)
 
 
-def _files(shape, plan, with_draft: bool):
-    """The shape-true target (Q4_K_M), each head (Q8_0) and the classic draft model (a
-    shape-true Qwen3-0.6B, Q4_K_M), written once and cached, all with one tokenizer."""
+def _check_target(shape, chosen: list[str]) -> None:
+    """mtp needs a target with MTP layers; draft a smaller model of the family's tokenizer
+    (Qwen3.5 has none below 0.8B)."""
+    from cpuspec.inputs.shapes import ShapeError
+    if "mtp" in chosen and not shape.mtp_layers:
+        raise ShapeError(f"{shape.name} has no MTP layer for --methods mtp: qwen3.5-0.8b has "
+                         "one (draft-mtp)")
+    if "draft" in chosen and shape.arch == "qwen35":
+        raise ShapeError(f"{shape.name}: no smaller Qwen3.5 shares its tokenizer to draft "
+                         "with; leave draft out of --methods")
+
+
+def _files(shape, plan, chosen: list[str]):
+    """The shape-true target (Q4_K_M), each head (Q8_0), the target's own MTP layer and the
+    classic draft model (a shape-true Qwen3-0.6B, Q4_K_M), written once and cached, all with
+    one tokenizer."""
     import psutil
 
     from cpuspec.cli.models import SHAPE_TOKENIZER
@@ -131,7 +147,9 @@ def _files(shape, plan, with_draft: bool):
     target = write_shape_true(shape, "Q4_K_M", tokenizer, memory, log)
     drafters = [Drafter(h.method, write_head(h, "Q8_0", tokenizer, memory, log),
                         f"{h.method} ({h.layers} layer{'s' * (h.layers > 1)})") for h in plan]
-    if with_draft:   # the family's smallest model: Qwen3-0.6B, or Qwen2.5-0.5B
+    if "mtp" in chosen:   # in the target's own file
+        drafters.append(Drafter("mtp", target, f"mtp ({shape.mtp_layers} layer in the target)"))
+    if "draft" in chosen:   # the family's smallest model: Qwen3-0.6B, or Qwen2.5-0.5B
         small = shape_of("qwen3-0.6b" if shape.arch.startswith("qwen3") else "qwen2.5-0.5b")
         drafters.append(Drafter("draft", write_shape_true(small, "Q4_K_M", tokenizer, memory,
                                                           log), f"draft model {small.name}"))
@@ -145,7 +163,12 @@ def _settings(cfg, shape, plan, chosen, prompts) -> dict:
             "heads": {h.method: {"name": h.name, "layers": h.layers,
                                  "block_size": h.block_size, "draft_vocab": h.draft_vocab,
                                  "target_layers": list(h.target_layers), "source": h.source,
-                                 "quant": "Q8_0"} for h in plan},
+                                 "quant": "Q8_0"} for h in plan}
+            | ({"mtp": {"name": f"mtp-{shape.name}", "layers": shape.mtp_layers,
+                        "block_size": None, "draft_vocab": None, "target_layers": [],
+                        "source": "the target's own MTP layer (Qwen/Qwen3.5-0.8B config.json "
+                                  "mtp_num_hidden_layers)", "quant": "Q4_K_M"}}
+               if "mtp" in chosen else {}),
             "max_tokens": cfg.max_tokens, "threads": cfg.threads, "n_prompts": len(prompts),
             "prompts": [p.prompt_id for p in prompts], "argv": ["cpuspec", *sys.argv[1:]]}
 

@@ -45,7 +45,8 @@ def sd_flags(d: Drafter, k: int, length: float, threads: int) -> list[str]:
     """The SD server's flags beyond the target's: the method, its file, k, the synthetic
     acceptance length, the drafter's threads."""
     from cpuspec.inputs.heads import SPEC_TYPE
-    return ["--spec-type", SPEC_TYPE[d.method], "-md", str(d.path), "-td", str(threads),
+    model = [] if d.method == "mtp" else ["-md", str(d.path), "-td", str(threads)]  # in -m
+    return ["--spec-type", SPEC_TYPE[d.method], *model,
             "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
             "--spec-draft-p-min", "0", "--spec-synth-len", f"{length:g}"]
 

@@ -8,8 +8,9 @@ argument of inputs/shapes.py), so a head written here drafts at the trained head
 drafts are noise, so acceptance is supplied by llama-server's synthetic acceptance
 (--spec-synth-len / --spec-synth-rates), never measured, and every result says so.
 
-MTP lives inside the target (qwen35, qwen35moe, qwen3next carry an MTP layer): a shape-true
-Qwen3.5 is not written yet (issue 58 notes). Pure: the plans; llama/shape_true.py writes them."""
+MTP lives inside the target (qwen35, qwen35moe, qwen3next carry an MTP layer): it is the
+shape-true Qwen3.5 of inputs/shapes.py, run with --spec-type draft-mtp and no -md. Pure: the
+plans; llama/shape_true.py writes them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -95,8 +96,8 @@ HEADS = {h.name: h for h in [
 
 def head_of(method: str, target: str) -> Head:
     if method not in METHODS:
-        raise ShapeError(f"no method {method!r}: one of {', '.join(METHODS)} (mtp: a target "
-                         "with its own MTP layer, not written here yet)")
+        raise ShapeError(f"no method {method!r}: one of {', '.join(METHODS)} (mtp: the "
+                         "target's own MTP layer, qwen3.5-0.8b)")
     t = shape_of(target)
     if t.arch not in HEAD_TARGET_ARCHS:
         raise ShapeError(f"{t.name} ({t.arch}) cannot carry {method} heads in this llama.cpp: "

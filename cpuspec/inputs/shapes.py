@@ -32,6 +32,26 @@ class Shape:
     eps: float = 1e-6
     rope_base: float = 1e6
     context: int = 32768
+    # qwen35 (Qwen3.5: gated delta-net layers, every full_interval-th layer full attention
+    # with a gated query, MTP layers after the trunk, tied embeddings, partial and multi-
+    # section rope): linear = (key heads, value heads, head dim, conv kernel)
+    linear: tuple[int, int, int, int] | None = None
+    full_interval: int = 4
+    mtp_layers: int = 0
+    tied: bool = False
+    rope_dims: int | None = None
+    mrope: tuple[int, ...] | None = None
+    # qwen3moe: experts per layer, used per token, each one's feed-forward width; the router
+    # "random" (random weights: tokens spread over experts, a verify's worst case) or "same"
+    # (zero weights: every token to the same experts, its best case)
+    experts: int = 0
+    experts_used: int = 0
+    expert_ff: int = 0
+    router: str = "random"
+
+    def is_recurrent(self, i: int) -> bool:
+        """A gated delta-net layer (qwen35's trunk; its MTP layers are full attention)."""
+        return self.linear is not None and i < self.layers and (i + 1) % self.full_interval != 0
 
     @property
     def hd(self) -> int:
@@ -40,8 +60,16 @@ class Shape:
     def params(self) -> int:
         """Weights (embedding and output counted apart, as the GGUF files hold both)."""
         q, kv = self.heads * self.hd, self.kv_heads * self.hd
-        per_layer = self.hidden * (q + 2 * kv) + q * self.hidden + 3 * self.hidden * self.ff
+        ffn = 3 * self.hidden * (self.expert_ff * self.experts if self.experts else self.ff)
+        per_layer = self.hidden * (q + 2 * kv) + q * self.hidden + ffn
         return self.layers * per_layer + 2 * self.vocab * self.hidden
+
+    def active_params(self) -> int:
+        """Weights one token reads: an MoE's used experts only."""
+        if not self.experts:
+            return self.params()
+        per_expert = 3 * self.hidden * self.expert_ff
+        return self.params() - self.layers * per_expert * (self.experts - self.experts_used)
 
 
 SHAPES = {s.name: s for s in [
@@ -56,6 +84,18 @@ SHAPES = {s.name: s for s in [
     Shape("qwen3-4b", "qwen3", 2560, 36, 32, 8, 9728, 151936, head_dim=128),
     Shape("qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, head_dim=128),
     Shape("qwen3-14b", "qwen3", 5120, 40, 40, 8, 17408, 151936, head_dim=128),
+    # Qwen/Qwen3-30B-A3B config.json: 48 layers, 32/4 heads of 128, 128 experts of width 768,
+    # 8 used per token, every layer MoE (intermediate_size 6144 unused)
+    Shape("qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 6144, 151936, head_dim=128,
+          experts=128, experts_used=8, expert_ff=768),
+    Shape("qwen3-30b-a3b-same-route", "qwen3moe", 2048, 48, 32, 4, 6144, 151936,
+          head_dim=128, experts=128, experts_used=8, expert_ff=768, router="same"),
+    # Qwen/Qwen3.5-0.8B config.json text_config: 24 layers ([linear × 3, full] × 6), 1 MTP
+    # layer, linear_num_key_heads 16, linear_num_value_heads 16, head dims 128, conv 4,
+    # rope_theta 1e7, partial_rotary_factor 0.25 (64 of 256), mrope_section [11, 11, 10]
+    Shape("qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 3584, 248320, head_dim=256, rope_base=1e7,
+          linear=(16, 16, 128, 4), mtp_layers=1, tied=True, rope_dims=64,
+          mrope=(11, 11, 10, 0)),
 ]}
 SIZE_ALIASES = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "3b": "qwen2.5-3b",
                 "7b": "qwen2.5-7b", "14b": "qwen2.5-14b", "32b": "qwen2.5-32b"}
@@ -92,6 +132,8 @@ def _fit(kind: str, ne0: int) -> str:
 def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
     """Every tensor's name and ggml shape (ne0 first), in the order the pinned files hold
     them: the output and embedding, then each layer's tensors."""
+    if shape.arch == "qwen35":
+        return _qwen35_tensors(shape)
     e, q, kv = shape.hidden, shape.heads * shape.hd, shape.kv_heads * shape.hd
     out = [("token_embd.weight", (e, shape.vocab)), ("output_norm.weight", (e,)),
            ("output.weight", (e, shape.vocab))]
@@ -99,15 +141,57 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
         b = f"blk.{i}."
         layer = [("attn_norm.weight", (e,)), ("attn_q.weight", (e, q)),
                  ("attn_k.weight", (e, kv)), ("attn_v.weight", (e, kv)),
-                 ("attn_output.weight", (q, e)), ("ffn_norm.weight", (e,)),
-                 ("ffn_gate.weight", (e, shape.ff)), ("ffn_up.weight", (e, shape.ff)),
-                 ("ffn_down.weight", (shape.ff, e))]
+                 ("attn_output.weight", (q, e)), ("ffn_norm.weight", (e,))]
+        if shape.experts:
+            n, f = shape.experts, shape.expert_ff
+            layer += [("ffn_gate_inp.weight", (e, n)), ("ffn_gate_exps.weight", (e, f, n)),
+                      ("ffn_up_exps.weight", (e, f, n)), ("ffn_down_exps.weight", (f, e, n))]
+        else:
+            layer += [("ffn_gate.weight", (e, shape.ff)), ("ffn_up.weight", (e, shape.ff)),
+                      ("ffn_down.weight", (shape.ff, e))]
         if shape.arch == "qwen2":
             layer += [("attn_q.bias", (q,)), ("attn_k.bias", (kv,)), ("attn_v.bias", (kv,))]
         else:
             layer += [("attn_q_norm.weight", (shape.hd,)), ("attn_k_norm.weight", (shape.hd,))]
         out += [(b + n, ne) for n, ne in layer]
     return out
+
+
+def _qwen35_tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
+    """Qwen3.5 as src/models/qwen35.cpp requests it: the trunk's gated delta-net layers
+    (attn_qkv, attn_gate, ssm_*), its full-attention layers (a query twice as wide: the
+    output gate) and the MTP layers after them (a full-attention block with nextn.eh_proj
+    over [embedding, hidden], enorm, hnorm and shared_head_norm; the embedding and the
+    output are the trunk's). Tied: no output.weight."""
+    e, q, kv, ff = shape.hidden, shape.heads * shape.hd, shape.kv_heads * shape.hd, shape.ff
+    kh, vh, hd, conv = shape.linear
+    kd, vd = kh * hd, vh * hd
+    out = [("token_embd.weight", (e, shape.vocab)), ("output_norm.weight", (e,))]
+    if not shape.tied:
+        out.append(("output.weight", (e, shape.vocab)))
+    full = [("attn_q.weight", (e, 2 * q)), ("attn_k.weight", (e, kv)),
+            ("attn_v.weight", (e, kv)), ("attn_output.weight", (q, e)),
+            ("attn_q_norm.weight", (shape.hd,)), ("attn_k_norm.weight", (shape.hd,))]
+    linear = [("attn_qkv.weight", (e, 2 * kd + vd)), ("attn_gate.weight", (e, vd)),
+              ("ssm_conv1d.weight", (conv, 2 * kd + vd)), ("ssm_dt.bias", (vh,)),
+              ("ssm_a", (vh,)), ("ssm_beta.weight", (e, vh)), ("ssm_alpha.weight", (e, vh)),
+              ("ssm_norm.weight", (hd,)), ("ssm_out.weight", (vd, e))]
+    ffn = [("ffn_gate.weight", (e, ff)), ("ffn_down.weight", (ff, e)),
+           ("ffn_up.weight", (e, ff))]
+    nextn = [("nextn.eh_proj.weight", (2 * e, e)), ("nextn.enorm.weight", (e,)),
+             ("nextn.hnorm.weight", (e,)), ("nextn.shared_head_norm.weight", (e,))]
+    for i in range(shape.layers + shape.mtp_layers):
+        layer = [("attn_norm.weight", (e,)), ("post_attention_norm.weight", (e,)),
+                 *(linear if shape.is_recurrent(i) else full), *ffn,
+                 *(nextn if i >= shape.layers else [])]
+        out += [(f"blk.{i}.{n}", ne) for n, ne in layer]
+    return out
+
+
+def _layer_order(name: str) -> tuple[int, str]:
+    """Current llama.cpp's quantizer visits layers by number (blk.2 before blk.10)."""
+    parts = name.split(".")
+    return (int(parts[1]), name) if parts[0] == "blk" else (-1, name)
 
 
 def quant_types(shape: Shape, quant: str) -> dict[str, str]:
@@ -120,17 +204,24 @@ def quant_types(shape: Shape, quant: str) -> dict[str, str]:
     if quant not in QUANTS:
         raise ShapeError(f"no quant {quant!r} for shape-true files: one of {', '.join(QUANTS)}")
     plan = tensors(shape)
-    types = {n: "F32" for n, ne in plan if len(ne) == 1}
-    matrices = [(n, ne) for n, ne in plan if len(ne) == 2]
+    # 1-D tensors, the delta-net's conv kernels and the MoE router (llama-quantize never
+    # quantizes them)
+    types = {n: "F32" for n, ne in plan
+             if len(ne) == 1 or "ssm_conv1d" in n or "ffn_gate_inp" in n}
+    matrices = [(n, ne) for n, ne in plan if n not in types]
     if quant != "Q4_K_M":
         return types | {n: quant for n, _ in matrices}
-    for kind in ("attn_v.weight", "ffn_down.weight"):
-        named = sorted((n for n, _ in matrices if n.endswith(kind)))
+    # attn_qkv counts as attn_v (category_is_attn_v); qwen35 in layer-number order
+    order = _layer_order if shape.arch in ("qwen35", "qwen3moe") else None
+    for kinds in (("attn_v.weight", "attn_qkv.weight"),
+                  ("ffn_down.weight", "ffn_down_exps.weight")):
+        named = sorted((n for n, _ in matrices if n.endswith(kinds)), key=order)
         for j, name in enumerate(named):
             ne0 = dict(matrices)[name][0]
             types[name] = _fit("Q6_K" if use_more_bits(j, len(named)) else "Q4_K", ne0)
     for name, ne in matrices:
-        if name == "output.weight":
+        # the output's type; a tied embedding is the output (has_tied_embeddings)
+        if name == "output.weight" or (shape.tied and name == "token_embd.weight"):
             types[name] = _fit("Q6_K", ne[0])
         elif name not in types:
             types[name] = _fit("Q4_K", ne[0])

@@ -50,15 +50,17 @@ def _scale(b: np.ndarray, kind: str, rng: np.random.Generator) -> None:
 
 
 def _data(name: str, ne: tuple[int, ...], kind: str, rng: np.random.Generator,
-          vocab: int = 0) -> np.ndarray:
+          vocab: int = 0, zero: bool = False) -> np.ndarray:
     """A tensor's bytes. Every page of a quantized tensor is random, none repeats: a tiled
     pool of blocks (identical pages) decoded 1.4× faster than the real file at Q8_0 on a VM
     whose host merges identical pages, so random data must fill each tensor whole
     (docs/shape-true.md)."""
     if kind == "F32" and len(ne) > 1:   # a small matrix kept in F32 (a head's conf_proj)
+        if zero:   # a router of zeros: every token to the same experts
+            return np.zeros(ne[::-1], dtype=np.float32)
         return (rng.standard_normal(ne[::-1]) * WEIGHT_SPREAD).astype(np.float32)
-    if kind == "F32":
-        value = 0.0 if name.endswith(".bias") else 1.0
+    if kind == "F32":   # norms 1; biases 0; the delta-net's A (−exp(A_log)) −1: a decay
+        value = 0.0 if name.endswith(".bias") else -1.0 if name.endswith("ssm_a") else 1.0
         return np.full(ne[::-1], value, dtype=np.float32)
     if kind == "F16":
         return (rng.standard_normal(ne[::-1]) * WEIGHT_SPREAD).astype(np.float16)
@@ -116,7 +118,7 @@ def _hparams(writer, shape: Shape, quant: str) -> None:
     writer.add_uint32(SHAPE_KEY, SHAPE_FORMAT)
     writer.add_uint32(f"{a}.context_length", shape.context)
     writer.add_uint32(f"{a}.embedding_length", shape.hidden)
-    writer.add_uint32(f"{a}.block_count", shape.layers)
+    writer.add_uint32(f"{a}.block_count", shape.layers + shape.mtp_layers)
     writer.add_uint32(f"{a}.feed_forward_length", shape.ff)
     writer.add_uint32(f"{a}.attention.head_count", shape.heads)
     writer.add_uint32(f"{a}.attention.head_count_kv", shape.kv_heads)
@@ -125,8 +127,32 @@ def _hparams(writer, shape: Shape, quant: str) -> None:
     if shape.head_dim:
         writer.add_uint32(f"{a}.attention.key_length", shape.head_dim)
         writer.add_uint32(f"{a}.attention.value_length", shape.head_dim)
+    if shape.linear:
+        _linear_hparams(writer, shape)
+    if shape.experts:
+        writer.add_uint32(f"{a}.expert_count", shape.experts)
+        writer.add_uint32(f"{a}.expert_used_count", shape.experts_used)
+        writer.add_uint32(f"{a}.expert_feed_forward_length", shape.expert_ff)
     writer.add_uint32("general.file_type", FILE_TYPES[quant])
     writer.add_quantization_version(2)
+
+
+def _linear_hparams(writer, shape: Shape) -> None:
+    """qwen35's keys as convert_hf_to_gguf writes them (conversion/qwen.py Qwen3NextModel,
+    _Qwen35MRopeMixin, the MTP mixin's nextn_predict_layers)."""
+    a = shape.arch
+    kh, vh, hd, conv = shape.linear
+    _add(writer, f"{a}.ssm.conv_kernel", conv, "u32")
+    _add(writer, f"{a}.ssm.state_size", hd, "u32")
+    _add(writer, f"{a}.ssm.group_count", kh, "u32")
+    _add(writer, f"{a}.ssm.time_step_rank", vh, "u32")
+    _add(writer, f"{a}.ssm.inner_size", vh * hd, "u32")
+    _add(writer, f"{a}.full_attention_interval", shape.full_interval, "u32")
+    _add(writer, f"{a}.rope.dimension_count", shape.rope_dims or shape.hd, "u32")
+    if shape.mrope:
+        _add(writer, f"{a}.rope.dimension_sections", list(shape.mrope), "i32[]")
+    if shape.mtp_layers:
+        _add(writer, f"{a}.nextn_predict_layers", shape.mtp_layers, "u32")
 
 
 def shape_path(shape: Shape, quant: str) -> Path:
@@ -155,9 +181,11 @@ def write_shape_true(shape: Shape, quant: str, tokenizer_file: Path, memory_byte
 
     def need() -> int:
         return check_room(shape, quant, dest.parent, memory_bytes)
+    zeros = frozenset(n for n, _ in tensors(shape)
+                      if shape.router == "same" and n.endswith("ffn_gate_inp.weight"))
     return _write_cached(dest, shape.arch, lambda w: _hparams(w, shape, quant), tensors(shape),
                          quant_types(shape, quant), tokenizer_file, shape.vocab, need, log,
-                         seed, added_tokens(shape))
+                         seed, added_tokens(shape), zeros)
 
 
 def write_head(head, quant: str, tokenizer_file: Path, memory_bytes: int,
@@ -211,9 +239,11 @@ def _add(writer, key: str, value, kind: str) -> None:
 
 def _write_cached(dest: Path, arch: str, add_kv: Callable, plan: list, types: dict,
                   tokenizer_file: Path, vocab: int, need: Callable[[], int],
-                  log: Callable[[str], None], seed: int, added: dict[int, str]) -> Path:
-    """Write a GGUF of random tensors (plan: names and ggml shapes; types: each one's type)
-    once: to a temporary name, then renamed; a file cut short is written again."""
+                  log: Callable[[str], None], seed: int, added: dict[int, str],
+                  zeros: frozenset = frozenset()) -> Path:
+    """Write a GGUF of random tensors (plan: names and ggml shapes; types: each one's type;
+    zeros: F32 matrices written as zeros) once: to a temporary name, then renamed; a file cut
+    short is written again."""
     from gguf import GGMLQuantizationType, GGUFWriter
     if dest.is_file():
         if _complete(dest):
@@ -239,7 +269,7 @@ def _write_cached(dest: Path, arch: str, add_kv: Callable, plan: list, types: di
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for name, ne in plan:
-            writer.write_tensor_data(_data(name, ne, types[name], rng, vocab))
+            writer.write_tensor_data(_data(name, ne, types[name], rng, vocab, name in zeros))
         writer.close()
         os.replace(partial, dest)
     except OSError as exc:
