@@ -21,7 +21,8 @@ ACCEPTANCE_RUN = ROOT / "bench/results/epyc-family25-model17/crosscheck_bench_q4
 
 def survival_of(run: Path) -> list[float]:
     from cpuspec.analysis.summary import summarize
-    s = summarize(json.loads(run.read_text()))["overall"]
+    from cpuspec.results.schema import load_json
+    s = summarize(load_json(run))["overall"]
     return [p / 100 for p in s["per_position_acceptance_pct"]]
 
 
