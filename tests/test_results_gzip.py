@@ -1,7 +1,8 @@
 """Results files may be gzip-compressed JSON (bench/results keeps its large files as
 NAME.json.gz): every reader takes them, told by the first two bytes whatever the name; a
 truncated or damaged one is refused in one line; a saved run NAME.json.gz is listed and found
-by its id without .json.gz."""
+by its id without .json.gz; a results file written to a .gz name is compressed, the same bytes
+for the same results."""
 import gzip
 import json
 from pathlib import Path
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 
 from cpuspec.cli.main import main
 from cpuspec.results.schema import read_json
-from cpuspec.results.store import results_files, run_id
+from cpuspec.results.store import results_files, run_id, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAIN = ROOT / "bench/results/draft_own_cores.json"     # a small bench file, kept plain
@@ -86,3 +87,13 @@ def test_results_files_lists_both_in_name_order_and_ids_drop_the_suffix(tmp_path
         ["a.json.gz", "b.json", "c.json.gz", "f.json.gz"]
     assert [run_id(p) for p in results_files(tmp_path)] == ["a", "b", "c"]
 
+
+def test_a_results_file_written_to_a_gz_name_is_compressed_the_same_each_time(tmp_path):
+    doc = read_json(PLAIN)
+    write_json(doc, tmp_path / "one.json.gz")
+    write_json(doc, tmp_path / "two.json.gz")
+    write_json(doc, tmp_path / "plain.json")
+    one = (tmp_path / "one.json.gz").read_bytes()
+    assert one[:2] == b"\x1f\x8b" and one == (tmp_path / "two.json.gz").read_bytes()
+    assert gzip.decompress(one) == (tmp_path / "plain.json").read_bytes()
+    assert read_json(tmp_path / "one.json.gz") == doc

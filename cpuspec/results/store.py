@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import gzip
 import json
 import os
 import re
@@ -126,8 +127,11 @@ def _strict(value):
 
 def write_json(results: dict, path: Path) -> None:
     """Write atomically (a crash mid-write never leaves a truncated results file), as strict
-    JSON."""
-    write_atomic(Path(path), json.dumps(_strict(results), indent=1, allow_nan=False))
+    JSON; to a name ending in .gz, gzip-compressed with no name or time in the header (the
+    same results, the same bytes), as bench/results keeps its large files."""
+    text = json.dumps(_strict(results), indent=1, allow_nan=False)
+    write_atomic(Path(path), gzip.compress(text.encode(), 9, mtime=0)
+                 if Path(path).name.endswith(".gz") else text)
 
 
 def _umask() -> int:
