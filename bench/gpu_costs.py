@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ACCEPTANCE_RUN = ROOT / "bench/results/epyc-family25-model17/crosscheck_bench_q4km_k4.json"
+ACCEPTANCE_RUN = ROOT / "bench/results/epyc-family25-model17/crosscheck_bench_q4km_k4.json.gz"
 
 
 def survival_of(run: Path) -> list[float]:

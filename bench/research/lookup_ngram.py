@@ -6,7 +6,7 @@ lookup` bench; greedy SD emits exactly those tokens) and prices every round with
 curve of bench/results/costs_q4_0.json: acceptance, tokens per round and the decode-window
 speedup of each n-gram range, chosen on grounded-1..4, then shown for grounded-5..8.
 
-Usage: python bench/research/lookup_ngram.py [bench/results/lookup_q4_0_k3.json]
+Usage: python bench/research/lookup_ngram.py [bench/results/lookup_q4_0_k3.json.gz]
        python bench/research/lookup_ngram.py --by-length RUN.json...
 The second form is for the hybrid drafter: per task, how often a lookup guess equals the
 target's next token, by the length of the n-gram it matched (1..8), over the raw runs' output,
@@ -94,7 +94,7 @@ def by_length(paths: list[str]) -> None:
 def main() -> None:
     if sys.argv[1:2] == ["--by-length"]:
         return by_length(sys.argv[2:])
-    run = load_json(sys.argv[1] if len(sys.argv) > 1 else "bench/results/lookup_q4_0_k3.json")
+    run = load_json(sys.argv[1] if len(sys.argv) > 1 else "bench/results/lookup_q4_0_k3.json.gz")
     probe = load_json("bench/results/costs_q4_0.json")["cost_probe"]
     verify = {int(n): v for n, v in probe["verify_s"].items()}
     raws = [r for r in run["runs"] if r["mode"] == "raw"]

@@ -6,8 +6,8 @@ context equal to the output until its first miss, these matches give the rounds 
 (the tokens per round in each cell; exactly, but for near-ties a batched decode breaks
 differently), without the target model.
 
-    python bench/research/window_acceptance.py bench/results/NAME/adaptive_long_q8_0_k7_n128.json \\
-        --windows 256,256 64,448 128,128 -k 7
+    python bench/research/window_acceptance.py \\
+        bench/results/NAME/adaptive_long_q8_0_k7_n128.json.gz --windows 256,256 64,448 128,128 -k 7
 
 Prints per prompt: the prompt's tokens, then per window `match %/tokens per round`; a last
 row over all prompts. The draft is the run's (models.draft.path), read with 2 threads."""

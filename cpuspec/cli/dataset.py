@@ -52,7 +52,7 @@ def export(runs, out_dir):
 
     \b
     Examples:
-      cpuspec export bench/results/epyc-family25-model17/*.json --out dataset/
+      cpuspec export bench/results/epyc-family25-model17/*.json* --out dataset/
     """
     _publish(_rows(runs), out_dir)
 
