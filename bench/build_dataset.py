@@ -1,12 +1,14 @@
 """The dataset shipped inside the package (cpuspec/data/dataset/): every bench and what-if run
-recorded under bench/results/ (superseded runs left out), exported with today's code as one
-Parquet file. tests/test_dataset.py checks that the shipped rows equal a fresh export.
+recorded under bench/results/ (NAME.json, or NAME.json.gz for the large ones; superseded runs
+left out), exported with today's code as one Parquet file. tests/test_dataset.py checks that
+the shipped rows equal a fresh export.
 Usage: python bench/build_dataset.py"""
 from pathlib import Path
 
 from cpuspec.analysis.dataset import COLUMNS, DATASET_SCHEMA, dataset_rows
 from cpuspec.results.parquet import publish
 from cpuspec.results.schema import ResultsError, read_json
+from cpuspec.results.store import results_files
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "cpuspec" / "data" / "dataset"
@@ -14,7 +16,8 @@ OUT = ROOT / "cpuspec" / "data" / "dataset"
 
 def recorded_rows() -> list[dict]:
     rows = []
-    for path in sorted((ROOT / "bench" / "results").rglob("*.json")):
+    # in the order of the names without .gz: compressing a file leaves the rows as they were
+    for path in results_files(ROOT / "bench" / "results", recursive=True):
         if "superseded" in path.parts:
             continue
         try:

@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ACCEPTANCE_RUN = ROOT / "bench/results/epyc-family25-model17/crosscheck_bench_q4km_k4.json"
+ACCEPTANCE_RUN = ROOT / "bench/results/epyc-family25-model17/crosscheck_bench_q4km_k4.json.gz"
 
 
 def survival_of(run: Path) -> list[float]:
     from cpuspec.analysis.summary import summarize
-    s = summarize(json.loads(run.read_text()))["overall"]
+    from cpuspec.results.schema import load_json
+    s = summarize(load_json(run))["overall"]
     return [p / 100 for p in s["per_position_acceptance_pct"]]
 
 

@@ -13,10 +13,10 @@ OUT="${1:-bench/results/$machine}"
 mkdir -p "$OUT"
 common=(--pair qwen2.5-coder-1.5b-q8_0 -k 7 --tasks json,code,story
         --prompts-per-task 7 -n 64 --threads 2)
-[ -e "$OUT/pmin0_adaptive_q8_0_k7.json" ] || cpuspec bench "${common[@]}" --policy static,adaptive \
-  --json "$OUT/pmin0_adaptive_q8_0_k7.json" --details | tee "$OUT/pmin0_adaptive_q8_0_k7.txt"
-[ -e "$OUT/pmin_sweep_q8_0_k7.json" ] || cpuspec bench "${common[@]}" --policy static \
-  --p-min 0.5,0.8 --json "$OUT/pmin_sweep_q8_0_k7.json" | tee "$OUT/pmin_sweep_q8_0_k7.txt"
+[ -e "$OUT/pmin0_adaptive_q8_0_k7.json.gz" ] || cpuspec bench "${common[@]}" --policy static,adaptive \
+  --json "$OUT/pmin0_adaptive_q8_0_k7.json.gz" --details | tee "$OUT/pmin0_adaptive_q8_0_k7.txt"
+[ -e "$OUT/pmin_sweep_q8_0_k7.json.gz" ] || cpuspec bench "${common[@]}" --policy static \
+  --p-min 0.5,0.8 --json "$OUT/pmin_sweep_q8_0_k7.json.gz" | tee "$OUT/pmin_sweep_q8_0_k7.txt"
 # p-min carried into llama.cpp's programs and the server (every path gated alike)
 [ -e "$OUT/server_q8_0_k7_pmin0.8.json" ] || cpuspec paths --pair qwen2.5-coder-1.5b-q8_0 -k 7 \
   --p-min 0.8 --paths cpuspec,llama.cpp,llama-server -t 2 --tasks json,code --prompts-per-task 5 \

@@ -25,19 +25,19 @@ D4=$(cpuspec models path qwen2.5-coder-0.5b-q4_0)
 D="--tasks json,code --prompts-per-task 5 --max-tokens 64 --policy static --threads 2 --no-save"
 if [ "$PART" = depth ] || [ "$PART" = all ]; then
   kept $R/depth_q4km_k4 ||
-    cpuspec bench $D --depth 0,1024,4096,8192 --json $R/depth_q4km_k4.json > $R/depth_q4km_k4.txt
+    cpuspec bench $D --depth 0,1024,4096,8192 --json $R/depth_q4km_k4.json.gz > $R/depth_q4km_k4.txt
   # (recorded on machine B without 8192 here, for time: the default pair's 8 k point read
   # 8 k tokens again after every prompt whose output differed, since fixed)
   kept $R/depth_q8_0_k7 || cpuspec bench $D --target "$T8" --draft "$D4" -k 7 \
-    --depth 0,1024,4096 --json $R/depth_q8_0_k7.json > $R/depth_q8_0_k7.txt
+    --depth 0,1024,4096 --json $R/depth_q8_0_k7.json.gz > $R/depth_q8_0_k7.txt
   # 8 k on its own (a later session); `cpuspec plot` joins it to the sweep's line
   kept $R/depth_q8_0_k7_8k || cpuspec bench $D --target "$T8" --draft "$D4" -k 7 --depth 8192 \
-    --json $R/depth_q8_0_k7_8k.json > $R/depth_q8_0_k7_8k.txt
+    --json $R/depth_q8_0_k7_8k.json.gz > $R/depth_q8_0_k7_8k.txt
   # tune's prediction of the same pick at each depth, from its cost curves there and the
   # acceptance of its choosing prompts at depth 0 (no confirmation runs)
   kept $R/tune_depths_q8_0 || cpuspec tune --targets qwen2.5-coder-1.5b-q8_0 \
     --drafts qwen2.5-coder-0.5b-q4_0 --tasks json,code --k-max 7 --depths 0,1024,4096 \
-    --no-confirm --threads 2 --no-save --json $R/tune_depths_q8_0.json > $R/tune_depths_q8_0.txt
+    --no-confirm --threads 2 --no-save --json $R/tune_depths_q8_0.json.gz > $R/tune_depths_q8_0.txt
 fi
 # adaptive NAME ARGS...: one run into $R/NAME$TAG.{json,txt}; an existing result is never
 # overwritten but skipped, so an interrupted sweep resumes where it stopped (to run one again,

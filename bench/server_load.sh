@@ -25,12 +25,12 @@ run load_spec_default_long-edit --drafter lookup --server-flags '--spec-default'
 run load_spec_default_long-edit_q8_0 --target "$Q8" --drafter lookup \
   --server-flags '--spec-default' --tasks long-edit --concurrency 1,2 --batches 5 -n 64
 run server_k_q8_0_k7 --target "$Q8" --draft "$Q4D" -k 7 --paths cpuspec,llama-server
-[ -f "$OUT/bench_q8_0_k7_serverk.json" ] || cpuspec bench --target "$Q8" --draft "$Q4D" -k 7 \
+[ -f "$OUT/bench_q8_0_k7_serverk.json.gz" ] || cpuspec bench --target "$Q8" --draft "$Q4D" -k 7 \
   --tasks json,code --prompts-per-task 5 -n 64 --policy static \
-  --json "$OUT/bench_q8_0_k7_serverk.json" > "$OUT/bench_q8_0_k7_serverk.txt"
+  --json "$OUT/bench_q8_0_k7_serverk.json.gz" > "$OUT/bench_q8_0_k7_serverk.txt"
 # the server's own k, priced from the saved paths run above (saved runs: $CPUSPEC_HOME/results)
 [ -f "$OUT/advise_q8_0_k7_serverk.txt" ] || \
-  cpuspec advise "$OUT/bench_q8_0_k7_serverk.json" > "$OUT/advise_q8_0_k7_serverk.txt"
+  cpuspec advise "$OUT/bench_q8_0_k7_serverk.json.gz" > "$OUT/advise_q8_0_k7_serverk.txt"
 cat "$OUT/advise_q8_0_k7_serverk.txt"
 # the server's rounds per k on prompts nothing was chosen on: the loop and the server at the
 # server's own k and around it (3, 5, 7 here: the own k came out as the loop's, 7)

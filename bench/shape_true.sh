@@ -14,14 +14,14 @@ set -euo pipefail
 machine="epyc-family$(awk '/^cpu family/{print $4; exit}' /proc/cpuinfo)-model$(awk '/^model[[:space:]]/{print $3; exit}' /proc/cpuinfo)"
 OUT="${1:-bench/results/$machine}"
 mkdir -p "$OUT"
-[ -f "$OUT/shape_validation.json" ] || python bench/shape_true_validate.py 10 "$OUT/shape_validation.json"
-cpuspec report "$OUT/shape_validation.json" > "$OUT/shape_validation.txt"
-[ -f "$OUT/crosscheck_bench_q4km_k4.json" ] || cpuspec bench --tasks json,code --prompts-per-task 8 \
-  -n 64 -k 4 --policy static --no-save --json "$OUT/crosscheck_bench_q4km_k4.json" \
+[ -f "$OUT/shape_validation.json.gz" ] || python bench/shape_true_validate.py 10 "$OUT/shape_validation.json.gz"
+cpuspec report "$OUT/shape_validation.json.gz" > "$OUT/shape_validation.txt"
+[ -f "$OUT/crosscheck_bench_q4km_k4.json.gz" ] || cpuspec bench --tasks json,code --prompts-per-task 8 \
+  -n 64 -k 4 --policy static --no-save --json "$OUT/crosscheck_bench_q4km_k4.json.gz" \
   > "$OUT/crosscheck_bench_q4km_k4.txt"
 [ -f "$OUT/whatif_q4km_q4_0.json" ] || cpuspec costs --sizes 1.5b,3b,7b,14b \
   --quants Q4_K_M,Q4_0 --max-n 9 --no-save --json "$OUT/whatif_q4km_q4_0.json" \
   > "$OUT/whatif_q4km_q4_0.txt"
-python bench/shape_true_crosscheck.py "$OUT/crosscheck_bench_q4km_k4.json" \
-  "$OUT/shape_validation.json" "$OUT/whatif_q4km_q4_0.json" > "$OUT/shape_true_crosscheck.txt"
+python bench/shape_true_crosscheck.py "$OUT/crosscheck_bench_q4km_k4.json.gz" \
+  "$OUT/shape_validation.json.gz" "$OUT/whatif_q4km_q4_0.json" > "$OUT/shape_true_crosscheck.txt"
 cat "$OUT/shape_validation.txt" "$OUT/whatif_q4km_q4_0.txt" "$OUT/shape_true_crosscheck.txt"

@@ -14,13 +14,13 @@ by a quarter against the bench's own.
 Inputs: the bench file, the validation file, the what-if file.
 Usage: python bench/shape_true_crosscheck.py BENCH.json VALIDATION.json WHATIF.json"""
 import copy
-import json
 import statistics
 import sys
 
 from cpuspec.analysis.summary import summarize
 from cpuspec.report import screen
 from cpuspec.results.records import CostProbe
+from cpuspec.results.schema import load_json
 
 PROBE_NOISE = 0.02
 
@@ -51,9 +51,7 @@ def predicted(bench: dict, probe: dict) -> dict:
 
 
 def main(bench_path: str, validation_path: str, whatif_path: str) -> None:
-    bench = json.load(open(bench_path))
-    val = json.load(open(validation_path))
-    whatif = json.load(open(whatif_path))
+    bench, val, whatif = (load_json(p) for p in (bench_path, validation_path, whatif_path))
     row = next(r for r in whatif["rows"] if r["size"] == "1.5b" and r["quant"] == "Q4_K_M"
                and "cost_probe" in r)
     own = {t: s.get("predicted_speedup") for t, s in summarize(bench).items()}

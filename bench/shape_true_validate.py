@@ -1,6 +1,6 @@
 """Issue 50, item 2: the shape-true 0.5B and 1.5B against the real pinned files (Q4_K_M) and
 their Q4_0/Q8_0 derivations, interleaved in one process (harness/whatif.py), so every round is
-one paired unit. Writes bench/results/<machine>/shape_validation.json; `cpuspec report FILE`
+one paired unit. Writes bench/results/<machine>/shape_validation.json.gz; `cpuspec report FILE`
 prints the table. Run alone: nothing else on the cores.
 Usage: python bench/shape_true_validate.py [ROUNDS] [OUT] [QUANTS]   (QUANTS: e.g. Q8_0; all
 three by default)"""
@@ -33,7 +33,7 @@ def machine() -> str:
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     out = Path(sys.argv[2]) if len(sys.argv) > 2 else \
-        Path("bench/results") / machine() / "shape_validation.json"
+        Path("bench/results") / machine() / "shape_validation.json.gz"
     reg = load_registry()
     tokenizer = fetch_model(reg.model("qwen2.5-coder-0.5b-q4km"), print).path
     memory = psutil.virtual_memory().total

@@ -16,9 +16,9 @@ from cpuspec.results.schema import read_json
 from cpuspec.analysis.summary import summarize
 
 RESULTS = Path(__file__).parent.parent / "bench" / "results"
-OLD = RESULTS / "avx2-build" / "bench_2threads.json"     # schema 1, AVX2 build
-NEW = RESULTS / "bench_2threads.json"                    # schema 2, AVX-512 build
-Q40 = RESULTS / "bench_q4_0_k3.json"                     # another pair and k
+OLD = RESULTS / "avx2-build" / "bench_2threads.json.gz"     # schema 1, AVX2 build
+NEW = RESULTS / "bench_2threads.json.gz"                    # schema 2, AVX-512 build
+Q40 = RESULTS / "bench_q4_0_k3.json.gz"                     # another pair and k
 COSTS = RESULTS / "costs_q4_0.json"
 
 
@@ -137,17 +137,17 @@ def test_report_trace_shows_where_the_policy_changed_its_mind():
 def test_advise_predicts_both_schedules_for_a_core_split():
     """From the serial run alone (recorded with the draft on its own core), advise predicts
     the parallel schedule; the parallel run was measured separately."""
-    res = run("advise", str(RESULTS / "split_serial.json"), "--json")
+    res = run("advise", str(RESULTS / "split_serial.json.gz"), "--json")
     assert res.exit_code == 0, res.output
     advice = json.loads(res.output)
     for task in ("json", "code"):
         a = advice[task]
         assert a["predicted_e2e_parallel_at_k"] > a["predicted_e2e_serial_at_k"] > 1.0
-    measured = summarize(read_json(RESULTS / "split_parallel.json"))
+    measured = summarize(read_json(RESULTS / "split_parallel.json.gz"))
     for task in ("json", "code"):
         predicted = advice[task]["predicted_e2e_parallel_at_k"]
         assert abs(measured[task]["sd_speedup"] / predicted - 1) < 0.10
-    assert "e2e parallel k=3" in run("advise", str(RESULTS / "split_serial.json"),
+    assert "e2e parallel k=3" in run("advise", str(RESULTS / "split_serial.json.gz"),
                                      "--details").output
 
 
@@ -156,8 +156,8 @@ def test_advise_replays_lookup_rounds_instead_of_assuming_k_drafts():
     k lands within 3 % of the measured decode-window speedup, where the fixed-k survival model
     (k drafts every round) over-predicted by 23-40 %."""
     from cpuspec.core.costs import choose_k
-    for path in (RESULTS / "lookup62_q4_0_k3.json",
-                 RESULTS / "epyc-family25-model17" / "grounded_q8_0_k7_lookup.json"):
+    for path in (RESULTS / "lookup62_q4_0_k3.json.gz",
+                 RESULTS / "epyc-family25-model17" / "grounded_q8_0_k7_lookup.json.gz"):
         results = read_json(path)
         k = results["settings"]["k"]
         a = advise(results)["grounded"]
@@ -177,7 +177,7 @@ def test_extrapolation_past_k_agrees_with_the_measured_positions():
     acceptance to k = 7 predicts what the 7 measured positions predict, within 3 %; and advise,
     given the run as if recorded at k = 3, points at k = 7 (V(8) is cheap on that target)."""
     from cpuspec.core.costs import beyond_measured, choose_k
-    results = read_json(RESULTS / "epyc-family25-model17" / "bench_q8_0_k7.json")
+    results = read_json(RESULTS / "epyc-family25-model17" / "bench_q8_0_k7.json.gz")
     probe = results["cost_probe"]
     verify = {int(n): v for n, v in probe["verify_s"].items()}
     summ = summarize(results)
@@ -207,7 +207,7 @@ def test_two_epyc_vms_are_told_apart_and_compared():
     """Machines A and B both call themselves "AMD EPYC": B's record carries its family/model,
     A's llama.cpp build reports AVX_VNNI. Same files and prompts: compared without --force, and
     the verdict flips on β alone."""
-    b = RESULTS / "epyc-family25-model17" / "bench_q4_0_k3.json"
+    b = RESULTS / "epyc-family25-model17" / "bench_q4_0_k3.json.gz"
     res = run("compare", str(Q40), str(b))
     assert res.exit_code == 0, res.output
     assert "AMD EPYC (family 25 model 17 stepping 1) [AVX512] 2t" in res.output
@@ -222,17 +222,17 @@ def test_raw_decode_is_memory_bound_across_quants():
     (1.0 GB) token rate, but both read their weights at about the same bandwidth: what the
     README's explanation of where SD pays rests on."""
     b = RESULTS / "epyc-family25-model17"
-    q4 = summarize(read_json(b / "bench_q4_0_k3.json"))["overall"]
-    q8 = summarize(read_json(b / "bench_q8_0_k7.json"))["overall"]
+    q4 = summarize(read_json(b / "bench_q4_0_k3.json.gz"))["overall"]
+    q8 = summarize(read_json(b / "bench_q8_0_k7.json.gz"))["overall"]
     assert q8["raw_decode_tok_s"] < 0.6 * q4["raw_decode_tok_s"]
     assert 0.75 < q8["raw_weight_gb_s"] / q4["raw_weight_gb_s"] < 1.33
-    res = run("report", str(b / "bench_q8_0_k7.json"), "--details")
+    res = run("report", str(b / "bench_q8_0_k7.json.gz"), "--details")
     assert res.exit_code == 0 and "raw decode reads the target's weights at 30." in res.output
 
 
 B = Path("bench/results/epyc-family25-model17")
-FIVE = [B / f for f in ("bench_q4_0_k3.json", "bench_q8_0_k7.json", "hybrid_q8_0_k7.json",
-                        "grounded_q8_0_k7_model.json", "grounded_q8_0_k7_hybrid.json")]
+FIVE = [B / f for f in ("bench_q4_0_k3.json.gz", "bench_q8_0_k7.json.gz", "hybrid_q8_0_k7.json.gz",
+                        "grounded_q8_0_k7_model.json.gz", "grounded_q8_0_k7_hybrid.json.gz")]
 
 
 def _svg_texts(path: Path) -> list[tuple[str, float, float]]:

@@ -19,11 +19,12 @@ pytest.importorskip("duckdb")
 from cpuspec.analysis.dataset import COLUMNS, DATASET_SCHEMA, dataset_rows  # noqa: E402
 from cpuspec.cli.main import main  # noqa: E402
 from cpuspec.results.parquet import read_source  # noqa: E402
+from cpuspec.results.schema import load_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-B = ROOT / "tests/recorded/epyc-family25-model17/bench_q8_0_k7.json"     # machine B
-A = ROOT / "tests/recorded/avx2-build/bench_2threads.json"              # an AVX2 build
-C = ROOT / "bench/results/epyc-family25-model1/pmin0_adaptive_q8_0_k7.json"   # machine C″
+B = ROOT / "tests/recorded/epyc-family25-model17/bench_q8_0_k7.json.gz"     # machine B
+A = ROOT / "tests/recorded/avx2-build/bench_2threads.json.gz"              # an AVX2 build
+C = ROOT / "bench/results/epyc-family25-model1/pmin0_adaptive_q8_0_k7.json.gz"   # machine C″
 
 
 def run(*args):
@@ -81,7 +82,7 @@ def test_a_dry_run_shows_no_hostname_user_or_path():
     # the folders of their model files and their command lines, then this machine's names
     recorded = set()
     for f in (B, A):
-        doc = json.loads(f.read_text())
+        doc = load_json(f)
         for m in doc["models"].values():
             if m.get("path"):
                 recorded |= {m["path"], str(Path(m["path"]).parent)}
@@ -92,7 +93,7 @@ def test_a_dry_run_shows_no_hostname_user_or_path():
         assert secret not in text, secret
     # no prompt text: each run's first prompt is absent, its digest kept (built-in suites)
     for f in (B, A):
-        first = json.loads(f.read_text())["prompts"][0]["text"]
+        first = load_json(f)["prompts"][0]["text"]
         assert first[:40] not in text
     assert all(len(r["prompts_sha256"]) == 64 for r in rows)
 
@@ -131,7 +132,7 @@ def test_a_source_without_files_and_a_bad_query_get_a_clear_message(tmp_path):
 
 
 def test_export_refuses_a_kind_without_rows(tmp_path):
-    paths = ROOT / "tests/recorded/epyc-family25-model17/paths_q8_0_k7.json"
+    paths = ROOT / "tests/recorded/epyc-family25-model17/paths_q8_0_k7.json.gz"
     res = run("export", paths, "--out", tmp_path / "ds")
     assert res.exit_code == 1 and "has no dataset rows" in res.output
 
@@ -155,7 +156,7 @@ def test_the_shipped_dataset_equals_a_fresh_export_of_the_recorded_runs(monkeypa
 
 
 def test_every_row_of_a_real_run_carries_the_machine_and_the_settings():
-    doc = json.loads(B.read_text())
+    doc = load_json(B)
     rows = dataset_rows(doc)
     assert {r["task"] for r in rows} == {"json", "code", "story", "overall"}
     r = next(r for r in rows if r["task"] == "json")

@@ -14,10 +14,11 @@ pytest.importorskip("duckdb")
 
 from cpuspec.analysis.dataset import dataset_rows  # noqa: E402
 from cpuspec.cli.main import main  # noqa: E402
+from cpuspec.results.schema import load_json, results_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-B = ROOT / "tests/recorded/epyc-family25-model17/bench_q8_0_k7.json"     # machine B
-A = ROOT / "tests/recorded/avx2-build/bench_2threads.json"              # an AVX2 build
+B = ROOT / "tests/recorded/epyc-family25-model17/bench_q8_0_k7.json.gz"     # machine B
+A = ROOT / "tests/recorded/avx2-build/bench_2threads.json.gz"              # an AVX2 build
 
 
 def run(*args, **kw):
@@ -90,7 +91,7 @@ def test_the_users_own_run_already_in_the_source_is_not_counted_twice(ds, tmp_pa
                                                                       monkeypatch):
     home = tmp_path / "home2"
     (home / "results").mkdir(parents=True)
-    (home / "results" / "20261204T000000Z-host-AMD-EPYC-bench.json").write_text(B.read_text())
+    (home / "results" / "20261204T000000Z-host-AMD-EPYC-bench.json").write_text(results_text(B))
     monkeypatch.setenv("CPUSPEC_HOME", str(home))
     n = run("leaderboard", ds, "--sql", "SELECT count(*) AS n FROM rows", "--format", "json")
     assert json.loads(n.output) == [{"n": 4}], n.output
@@ -108,7 +109,7 @@ def test_a_corrected_export_is_a_new_file_not_a_silent_replacement(tmp_path, no_
     assert first.read_bytes() != damaged and pq.read_table(first).num_rows == 4
     assert "unchanged" in run("export", B, "--out", out).output
     # a corrected run (other bytes) lands beside it, nothing replaced
-    doc = json.loads(B.read_text())
+    doc = load_json(B)
     doc["settings"]["max_tokens"] = 64
     fixed = tmp_path / "fixed.json"
     fixed.write_text(json.dumps(doc))
@@ -178,7 +179,7 @@ def test_a_dry_run_of_rows_already_published_says_so(ds, no_saved_runs):
 
 
 def test_custom_tasks_and_prompts_leave_as_user_without_a_digest():
-    doc = json.loads(B.read_text())
+    doc = load_json(B)
     mine = copy.deepcopy(doc)
     for x in mine["prompts"] + mine["runs"]:
         x["task"] = {"json": "acme-secret-project", "code": "payroll"}.get(x["task"], x["task"])
@@ -195,9 +196,9 @@ def test_custom_tasks_and_prompts_leave_as_user_without_a_digest():
 
 
 def test_the_bandwidth_column_has_data_from_the_decode():
-    rows = dataset_rows(json.loads(B.read_text()))
+    rows = dataset_rows(load_json(B))
     overall = next(r for r in rows if r["task"] == "overall")
-    doc = json.loads(B.read_text())
+    doc = load_json(B)
     weights = doc["models"]["target"]["weight_bytes"]
     # Q8_0 1.5B: about 1.6 GB of weights read per token at ~10-20 t/s on a 2-vCPU EPYC
     assert 1.5e9 < weights < 2e9 and 10 < overall["bandwidth_gbps"] < 60

@@ -151,7 +151,7 @@ def test_the_depth_figure_draws_the_recorded_sweeps():
     from cpuspec.results.schema import read_json
     from cpuspec.analysis.summary import summarize
     b = Path("bench/results/epyc-family25-model17")
-    runs = [read_json(b / "depth_q8_0_k7.json"), read_json(b / "depth_q4km_k4.json")]
+    runs = [read_json(b / "depth_q8_0_k7.json.gz"), read_json(b / "depth_q4km_k4.json.gz")]
     d = figure_data(runs, ["q8", "q4km"])["depth"]
     assert list(d["lines"]) == ["q8", "q4km"] and d["runs"] == ["q8", "q4km"]
     q8 = d["lines"]["q8"]
@@ -167,5 +167,5 @@ def test_a_sweep_caption_names_its_threads():
     from pathlib import Path
     from cpuspec.report.plots import caption
     from cpuspec.results.schema import read_json
-    cap = caption(read_json(Path("bench/results/epyc-family25-model17/depth_q8_0_k7.json")))
+    cap = caption(read_json(Path("bench/results/epyc-family25-model17/depth_q8_0_k7.json.gz")))
     assert "[AVX512] 2t;" in cap and "None" not in cap

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from cpuspec.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
-LOSES = "tests/recorded/avx2-build/bench_2threads.json"        # SD 0.62× raw overall
-PAYS = "tests/recorded/epyc-family25-model17/bench_q8_0_k7.json"  # json, code 1.4× raw
+LOSES = "tests/recorded/avx2-build/bench_2threads.json.gz"        # SD 0.62× raw overall
+PAYS = "tests/recorded/epyc-family25-model17/bench_q8_0_k7.json.gz"  # json, code 1.4× raw
 README = ROOT / "README.md"
 START, END = "<!-- sample-output:start -->", "<!-- sample-output:end -->"
 MAX_LINES, MAX_COLUMNS = 30, 100
@@ -66,8 +66,9 @@ def test_where_sd_pays_the_screen_ends_with_the_server_command():
 
 def recorded_bench_files():
     from cpuspec.results.schema import ResultsError, read_json
+    from cpuspec.results.store import results_files
     out = []
-    for path in sorted((ROOT / "bench" / "results").rglob("*.json")):
+    for path in results_files(ROOT / "bench" / "results", recursive=True):
         try:
             if read_json(path).get("kind") == "bench":
                 out.append(path)

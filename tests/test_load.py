@@ -169,7 +169,7 @@ def test_compare_refuses_load_runs_of_other_workloads_and_mixed_kinds():
     # run 2 over run 1 at 1 in flight: 0.58 / 1.32 (docs/server.md), not its inverse
     row = next(x for x in res.output.splitlines() if x.split()[:3] == ["1", "run", "2"])
     assert row.split()[-1] == "0.44", row
-    bench = B_PRIME / "bench_q8_0_k7.json"
+    bench = B_PRIME / "bench_q8_0_k7.json.gz"
     res = CliRunner().invoke(main, ["compare", str(q8), str(bench)])
     assert res.exit_code == 2 and "load files" in res.output, res.output
     res = CliRunner().invoke(main, ["compare", str(q8), str(q8), "--format", "csv"])

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from cpuspec.harness.order import mode_order
+from cpuspec.results.schema import load_json
 
 ROOT = Path(__file__).parent.parent
 N64 = ROOT / "bench" / "results" / "epyc-family25-model1" / \
-    "adaptive_heldout_long3_q8_0_k7_n64_v8w256.json"
+    "adaptive_heldout_long3_q8_0_k7_n64_v8w256.json.gz"
 
 
 @pytest.mark.parametrize("modes", [["raw", "static"], ["raw", "static", "adaptive"],
@@ -45,7 +46,7 @@ def test_by_order_reads_a_file_that_ran_the_design_by_it(tmp_path):
     """The same recorded run, said to have run the design: its 15 prompts (counted from 1)
     fall in the design's six orders 2 or 3 times each, where the rotation gave three orders
     5 times each (tests/test_plain_vs_raw.py)."""
-    rec = json.loads(N64.read_text())
+    rec = load_json(N64)
     rec["settings"]["mode_order"] = "williams"
     path = tmp_path / "williams.json"
     path.write_text(json.dumps(rec))

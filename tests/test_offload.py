@@ -169,10 +169,10 @@ def test_compare_sets_two_offload_sweeps_side_by_side_and_refuses_other_workload
     assert res.output.count("offload device: Vulkan0") == 2
     placements = [x for x in res.output.splitlines() if " placement " in x]
     assert len(placements) == 4 and "target Vulkan0, draft CPU" in "".join(placements)
-    other = Path(__file__).resolve().parent / "recorded" / "avx2-build" / "sweep_threads_k.json"
+    other = Path(__file__).resolve().parent / "recorded" / "avx2-build" / "sweep_threads_k.json.gz"
     res = CliRunner().invoke(main, ["compare", str(RECORDED_SWEEP), str(other)])
     assert res.exit_code == 1 and "different workloads" in res.output and "axes:" in res.output
-    bench = Path(__file__).resolve().parent / "recorded" / "avx2-build" / "bench_2threads.json"
+    bench = Path(__file__).resolve().parent / "recorded" / "avx2-build" / "bench_2threads.json.gz"
     res = CliRunner().invoke(main, ["compare", str(bench), str(RECORDED_SWEEP)])
     assert res.exit_code == 2 and "sweep files with sweep files" in res.output
     res = CliRunner().invoke(main, ["compare", str(RECORDED_SWEEP), str(tmp_path / "no.json")])

@@ -10,11 +10,12 @@ from click.testing import CliRunner
 
 from cpuspec.cli.main import main
 from cpuspec.report.screen import MAX_LINES, WIDTH
-from cpuspec.results.schema import ResultsError, read_json
+from cpuspec.results.schema import ResultsError, read_json, results_text
+from cpuspec.results.store import results_files
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = sorted((ROOT / "bench" / "results").rglob("*.json")) + \
-    sorted((ROOT / "tests" / "recorded").rglob("*.json"))
+FILES = results_files(ROOT / "bench" / "results", recursive=True) + \
+    results_files(ROOT / "tests" / "recorded", recursive=True)
 
 
 def kind_of(path: Path) -> str | None:
@@ -62,9 +63,9 @@ def test_advise_of_every_recorded_bench_file_fits_one_screen():
 
 
 @pytest.mark.parametrize("a, b", [
-    ("bench/results/avx2-build/bench_2threads.json", "bench/results/bench_2threads.json"),
-    ("bench/results/epyc-family25-model17/bench_q8_0_k7.json",
-     "bench/results/epyc-family25-model17/bench_q4_0_k3.json"),
+    ("bench/results/avx2-build/bench_2threads.json.gz", "bench/results/bench_2threads.json.gz"),
+    ("bench/results/epyc-family25-model17/bench_q8_0_k7.json.gz",
+     "bench/results/epyc-family25-model17/bench_q4_0_k3.json.gz"),
 ])
 def test_compare_of_two_machines_fits_one_screen(a, b):
     out = check(["compare", str(ROOT / a), str(ROOT / b), "--force"])
@@ -75,7 +76,7 @@ def test_runs_and_models_list_fit_one_screen_width(cpuspec_home):
     saved = cpuspec_home / "results"
     saved.mkdir(parents=True)
     for i, path in enumerate(p for p in FILES[:30] if kind_of(p) == "bench"):
-        (saved / f"20261201T00000{i:02d}Z-{'x' * 40}-bench.json").write_text(path.read_text())
+        (saved / f"20261201T00000{i:02d}Z-{'x' * 40}-bench.json").write_text(results_text(path))
     out = CliRunner().invoke(main, ["runs"]).output
     assert all(len(line) <= WIDTH for line in out.splitlines()), out
     shown = out.splitlines()[2].split()[0].rstrip("…")     # a cut id: its prefix still works

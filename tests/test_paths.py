@@ -16,6 +16,7 @@ from cpuspec.cli.main import main
 from cpuspec.llama.engine import Model, Session
 from cpuspec.harness.paths import verify_redecode
 from cpuspec.core.speculative import generate_speculative, verify_greedy
+from cpuspec.results.schema import load_json, results_text
 
 
 def real_bin_dir(need=native.BUILD_TARGETS):
@@ -158,8 +159,8 @@ RECORDED = Path(__file__).resolve().parent.parent / "bench" / "results"
 def test_advise_prints_how_to_run_the_advised_k_outside_cpuspec():
     """On a recorded bench file: for the k advise picks, the llama.cpp server and CLI lines
     and the llama-cpp-python call carry that k, that target and that draft."""
-    run = RECORDED / "epyc-family25-model17" / "bench_q8_0_k7.json"
-    doc = json.loads(run.read_text())
+    run = RECORDED / "epyc-family25-model17" / "bench_q8_0_k7.json.gz"
+    doc = load_json(run)
     advice = json.loads(CliRunner().invoke(main, ["advise", str(run), "--json"]).output)
     ks = {a["k_best"] for a in advice.values() if a["verdict"] == "ON"}
     assert ks, "the recorded run has tasks where SD is advised"
@@ -176,15 +177,15 @@ def test_tune_report_prints_how_to_run_and_what_paths_measured(cpuspec_home):
     """Under each SD answer of a recorded tune: the llama.cpp lines; and once a `cpuspec paths`
     run of that configuration is saved here, what it measured (the figures its own report
     prints)."""
-    tune = RECORDED / "epyc-family25-model17" / "tune.json"
+    tune = RECORDED / "epyc-family25-model17" / "tune.json.gz"
     out = CliRunner().invoke(main, ["report", str(tune), "--details"]).output
     assert "code: SD pays most: cpuspec bench" in out
     assert "--spec-type ngram-simple,draft-simple --spec-ngram-simple-size-n 8" in out  # hybrid
     assert "how much of the gain each keeps: cpuspec paths" in out
-    recorded = RECORDED / "epyc-family25-model17" / "paths_q8_0_k7.json"
+    recorded = RECORDED / "epyc-family25-model17" / "paths_q8_0_k7.json.gz"
     saved = cpuspec_home / "results"
     saved.mkdir(parents=True)
-    (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(recorded.read_text())
+    (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(results_text(recorded))
     out = CliRunner().invoke(main, ["report", str(tune), "--details"]).output
     printed = CliRunner().invoke(main, ["report", str(recorded), "--details"]).output   # paths' own report
     line = next(x for x in out.splitlines() if "measured here" in x)
@@ -201,9 +202,9 @@ def test_a_file_from_another_machine_is_not_answered_with_this_machines_paths_ru
     B's measurement says nothing about C: no "measured here" line for it."""
     saved = cpuspec_home / "results"
     saved.mkdir(parents=True)
-    recorded = RECORDED / "epyc-family25-model17" / "paths_q8_0_k7.json"
-    (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(recorded.read_text())
-    tune_c = RECORDED / "epyc-family25-model1" / "tune_json_code.json"
+    recorded = RECORDED / "epyc-family25-model17" / "paths_q8_0_k7.json.gz"
+    (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(results_text(recorded))
+    tune_c = RECORDED / "epyc-family25-model1" / "tune_json_code.json.gz"
     out = CliRunner().invoke(main, ["report", str(tune_c), "--details"]).output
     assert "SD pays most" in out and "llama-server -m" in out
     assert "measured here" not in out and "how much of the gain each keeps" in out
@@ -214,7 +215,7 @@ def test_advise_says_whether_one_draftless_flag_pays(cpuspec_home):
     this machine measured them in llama-server on the same target, each with the server's SD
     ×raw as that run's own report prints it, and whether one pays (an interval above 1)."""
     here = RECORDED / "epyc-family25-model1"
-    run = here / "pmin0_adaptive_q8_0_k7.json"
+    run = here / "pmin0_adaptive_q8_0_k7.json.gz"
     out = CliRunner().invoke(main, ["advise", str(run), "--details"]).output
     assert "One flag, no draft model" in out
     assert "not measured here yet: cpuspec paths --target" in out and \
@@ -238,7 +239,7 @@ def test_advise_says_whether_one_draftless_flag_pays(cpuspec_home):
     # 1.21, 1.13 and 1.10 over 5 prompts, none with its interval above 1
     assert "none shown to pay" in line
     # a file from another machine (B) is not answered with this machine's runs
-    other = RECORDED / "epyc-family25-model17" / "bench_q8_0_k7.json"
+    other = RECORDED / "epyc-family25-model17" / "bench_q8_0_k7.json.gz"
     out = CliRunner().invoke(main, ["advise", str(other), "--details"]).output
     assert "not measured here yet" in out
 

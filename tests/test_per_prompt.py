@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from cpuspec.cli.main import main
 
 ROOT = Path(__file__).parent.parent
-RUN = ROOT / "bench" / "results" / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n128_v5.json"
+RUN = ROOT / "bench" / "results" / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n128_v5.json.gz"
 
 
 class Done:

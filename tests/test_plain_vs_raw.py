@@ -7,8 +7,8 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 C = ROOT / "bench" / "results" / "epyc-family25-model1"
-N128 = C / "adaptive_heldout_long3_q8_0_k7_n128_v8w256.json"
-N64 = C / "adaptive_heldout_long3_q8_0_k7_n64_v8w256.json"
+N128 = C / "adaptive_heldout_long3_q8_0_k7_n128_v8w256.json.gz"
+N64 = C / "adaptive_heldout_long3_q8_0_k7_n64_v8w256.json.gz"
 
 
 def tool(*args):
@@ -28,7 +28,7 @@ def test_only_generations_that_never_drafted_count():
 
 
 @pytest.mark.parametrize("name, message", [("missing.json", "cannot read results"),
-                                           ("tune_json_code.json", "not a bench one")])
+                                           ("tune_json_code.json.gz", "not a bench one")])
 def test_bad_input_is_refused(name, message):
     p = tool(str(C / name))
     assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr

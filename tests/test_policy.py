@@ -288,7 +288,7 @@ def test_a_k_the_probe_priced_too_dear_is_tried_and_kept(monkeypatch):
     from cpuspec.results.schema import read_json
     probe = CostProbe.of(read_json(Path(__file__).parent.parent / "bench" / "results" /
                                    "epyc-family25-model17" /
-                                   "adaptive_heldout_q8_0_k7_n128.json")["cost_probe"])
+                                   "adaptive_heldout_q8_0_k7_n128.json.gz")["cost_probe"])
     prior = dict(draft_s=probe.draft_s, verify_s={n: probe.verify_s[n] for n in range(1, 9)})
     loop = dict(prior, verify_s={**prior["verify_s"], 8: 0.227})
     assert AdaptivePolicy(k_max=7, **prior).best()[0] == 3

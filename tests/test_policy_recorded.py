@@ -39,7 +39,7 @@ def test_a_long_input_is_explored_where_the_bound_pays_back_the_draft_prefill():
     prefill with its prior's mean (1.06x decode) and ran every prompt plain, 0.93x static. The
     optimistic bound (every draft kept) pays the prefill back, so it speculates, learns, and
     keeps up with static."""
-    r = task_replay("adaptive_longdoc_q8_0_k7_n128_rerun.json", "long-doc")
+    r = task_replay("adaptive_longdoc_q8_0_k7_n128_rerun.json.gz", "long-doc")
     pol = r.policy()
     pol.new_generation(r.prompts[0][0], 128)
     assert pol.prefill_outweighs_gain(pol.best()[1])       # the prior's mean alone: plain
@@ -53,7 +53,7 @@ def test_a_long_input_the_bound_cannot_pay_back_stays_plain():
     """The same inputs with 64-token answers: even with every draft kept, 64 tokens cannot
     earn back the draft's prefill of the 769-943-token inputs; only the shorter ones are
     tried."""
-    r = task_replay("adaptive_longdoc_q8_0_k7_n128_rerun.json", "long-doc")
+    r = task_replay("adaptive_longdoc_q8_0_k7_n128_rerun.json.gz", "long-doc")
     ks = r.run(r.policy(), 64).ks
     tried = {unread for (unread, *_), k in zip(r.prompts, ks) if any(k)}
     assert tried and max(tried) < 700
@@ -63,7 +63,7 @@ def test_a_long_input_task_where_sd_loses_is_explored_at_most_once():
     """long-explain at 128 tokens: 41 % acceptance, static k = 7 0.82x raw. The first input the
     bound allows is tried, the loss is learned, and the task then stays plain: at most 3 %
     slower than raw end to end."""
-    r = task_replay("adaptive_long_q8_0_k7_n128.json", "long-explain")
+    r = task_replay("adaptive_long_q8_0_k7_n128.json.gz", "long-explain")
     out = r.run(r.policy(), 128)
     assert sum(any(k) for k in out.ks) <= 1
     assert out.raw_s / out.adaptive_s >= 0.97
@@ -77,14 +77,14 @@ def test_a_short_answer_does_not_explore_a_long_input_on_a_bare_margin(monkeypat
     margin it runs every input plain; at 128 tokens long-edit, where static won 1.04x with the
     window, is still explored and keeps up with static."""
     monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, explore_margin=margin))
-    for name in ("adaptive_long_q8_0_k7_n64_w256.json",
-                 "adaptive_long_explain_q8_0_k7_n64_w256b.json"):
+    for name in ("adaptive_long_q8_0_k7_n64_w256.json.gz",
+                 "adaptive_long_explain_q8_0_k7_n64_w256b.json.gz"):
         r = task_replay(name, "long-explain")
         out = r.run(r.policy(), 64)
         assert any(out.ks[0]) == (margin == 1.0)
         if margin > 1.0:
             assert out.adaptive_s == pytest.approx(out.raw_s, rel=0.002)
-    r = task_replay("adaptive_long_q8_0_k7_n128_w256.json", "long-edit")
+    r = task_replay("adaptive_long_q8_0_k7_n128_w256.json.gz", "long-edit")
     out = r.run(r.policy(), 128)
     assert any(out.ks[0]) and out.static_s / out.adaptive_s >= 0.97
 
@@ -98,7 +98,7 @@ def test_a_losing_task_is_reentered_only_as_the_plain_decoding_since_pays_for_it
     at most twice and cost at most 4 % against raw; without it (an unlimited budget) every prompt
     re-enters."""
     monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, reentry_budget=budget))
-    r = task_replay("adaptive_heldout_q8_0_k7_n64_v2.json", "story")
+    r = task_replay("adaptive_heldout_q8_0_k7_n64_v2.json.gz", "story")
     out = r.run(r.policy(), 64, prompts=r.prompts * 2)
     reentries = sum(k[0] > 0 for k in out.ks[1:])
     if budget < math.inf:
@@ -119,7 +119,7 @@ def test_the_yardstick_is_timed_again_after_a_slow_spell(monkeypatch, refresh):
     opens with 25 tokens the draft guesses, ridden at k = 7 either way), and story-5 and -6 run
     plain; without (never timed again) it stays on in every prompt."""
     monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, v1_refresh_rounds=refresh))
-    name = "adaptive_heldout2_q8_0_k7_n128_v3.json"
+    name = "adaptive_heldout2_q8_0_k7_n128_v3.json.gz"
     r = task_replay(name, "story")
     rec = read_json(RESULTS / name)
     pol = r.policy()
@@ -144,7 +144,7 @@ def test_a_long_input_is_not_read_when_even_the_mean_predicts_a_loss():
     long-explain (1,774 tokens) speculated, paid 6.9 s of draft prefill and lost (0.87x on that
     prompt, 0.93x over the task). A decode that saves nothing never pays a prefill back: the
     prompt runs plain unless the optimistic bound pays the prefill back, which it cannot here."""
-    r = task_replay("adaptive_long_q8_0_k7_n128_v4.json", "long-explain")
+    r = task_replay("adaptive_long_q8_0_k7_n128_v4.json.gz", "long-explain")
     pol = r.policy()
     pol.new_generation(r.prompts[0][0], 128)
     assert pol.best()[1] < 1.0 and pol.prefill_outweighs_gain(pol.best()[1])
@@ -166,7 +166,7 @@ def test_a_task_switched_off_by_one_bad_stretch_comes_back(monkeypatch, reentry_
     at a new prompt the task re-enters at once (the optimistic bound must still pay back the
     draft's prefill)."""
     monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, reentry_mean=reentry_mean))
-    r = task_replay("adaptive_heldout4_q8_0_k7_n64_v5.json", "json")
+    r = task_replay("adaptive_heldout4_q8_0_k7_n64_v5.json.gz", "json")
     out = r.run(r.policy(), 64)
     first_back = next(i for i, ks in enumerate(out.ks[1:], start=1) if any(ks))
     assert any(out.ks[0]) and not all(out.ks[0])          # switched off within json-1
@@ -186,7 +186,7 @@ def test_the_mean_that_forgetting_lifts_does_not_bring_a_losing_task_back(monkey
     mean now needs REENTRY_MEAN_EVIDENCE decayed rounds behind it (5.1 were left there)."""
     monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, reentry_mean_evidence=evidence))
     rec = read_json(RESULTS.parent / "epyc-family25-model1"
-                    / "adaptive_heldout_long2_q8_0_k7_n128_v7w256.json")
+                    / "adaptive_heldout_long2_q8_0_k7_n128_v7w256.json.gz")
     recorded = {r["prompt_id"]: r["policy_trace"] for r in rec["runs"]
                 if r["task"] == "explain-heldout2" and r["mode"] == "adaptive"}
     fed = replay.refeed(rec, "explain-heldout2", replay.Replay(rec, "explain-heldout2").policy())
@@ -215,7 +215,7 @@ def test_a_draft_position_that_was_never_tried_gets_tried(monkeypatch, survival)
     comes within 5 % of static on the task, where v8 stayed 6 % short."""
     monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, extend_survival=survival))
     rec = read_json(RESULTS.parent / "epyc-family25-model1"
-                    / "adaptive_heldout_long3_q8_0_k7_n128_v8w256.json")
+                    / "adaptive_heldout_long3_q8_0_k7_n128_v8w256.json.gz")
     run = next(r for r in rec["runs"]
                if r["prompt_id"] == "edit-heldout3-1" and r["mode"] == "adaptive")
     assert [row[0] for row in run["rounds"]].count(1) == 62

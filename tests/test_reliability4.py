@@ -17,10 +17,11 @@ from click.testing import CliRunner
 
 from cpuspec.llama import native
 from cpuspec.cli.main import main
+from cpuspec.results.schema import load_json
 
 ROOT = Path(__file__).resolve().parent.parent
-PATHS_FILE = ROOT / "bench/results/epyc-family25-model17/paths_q8_0_k7.json"
-BENCH_FILE = ROOT / "bench/results/epyc-family25-model17/bench_q8_0_k7.json"
+PATHS_FILE = ROOT / "bench/results/epyc-family25-model17/paths_q8_0_k7.json.gz"
+BENCH_FILE = ROOT / "bench/results/epyc-family25-model17/bench_q8_0_k7.json.gz"
 
 
 def run(*args, **kw):
@@ -245,7 +246,7 @@ def test_4_the_loop_refuses_an_id_outside_a_models_vocabulary(tiny_models):
 # 5. damaged results files: one message naming the field ------------------------------------
 
 def edited(tmp_path, source: Path, edit) -> Path:
-    doc = json.loads(source.read_text())
+    doc = load_json(source)
     edit(doc)
     out = tmp_path / source.name
     out.write_text(json.dumps(doc))
@@ -303,7 +304,7 @@ BENCH_EDITS = [
 @pytest.mark.parametrize("where, value, field", BENCH_EDITS)
 @pytest.mark.parametrize("command", ["report", "advise", "compare"])
 def test_5_a_damaged_bench_file_names_its_field(tmp_path, where, value, field, command):
-    doc = json.loads(BENCH_FILE.read_text())
+    doc = load_json(BENCH_FILE)
     sd = next(i for i, r in enumerate(doc["runs"]) if r.get("rounds"))   # a run with rounds
     where = tuple(sd if w == "SD" else w for w in where)
     field = field.replace("[SD]", f"[{sd}]")
@@ -338,8 +339,9 @@ def test_5_every_recorded_file_passes_validation():
     """The validator refuses damage, not real files: every results file in the repository,
     of every kind and both schemas, validates."""
     from cpuspec.results.schema import ResultsError, read_json, validate
+    from cpuspec.results.store import results_files
     checked = 0
-    for path in sorted((ROOT / "bench" / "results").rglob("*.json")):
+    for path in results_files(ROOT / "bench" / "results", recursive=True):
         try:
             doc = read_json(path)
         except ResultsError:
@@ -478,7 +480,7 @@ def test_10_a_paths_run_that_failed_is_listed_as_failed(tiny_models, tmp_path, c
 
 def test_10_the_round_budget_prints_no_negative_time(tmp_path):
     from cpuspec.report.paths import render_paths, round_budget
-    doc = json.loads(PATHS_FILE.read_text())
+    doc = load_json(PATHS_FILE)
     negative = [(p, k) for p, b in round_budget(doc).items() for k, v in b.items()
                 if isinstance(v, float) and v < 0]
     assert negative   # this recording has one: a difference of two noisy totals
@@ -535,7 +537,7 @@ def test_issue53_6l_plot_on_a_full_disk_leaves_no_empty_figure(full_disk):
     from click.testing import CliRunner
 
     from cpuspec.cli.main import main
-    run = Path(__file__).resolve().parent / "recorded/epyc-family25-model17/bench_q8_0_k7.json"
+    run = Path(__file__).resolve().parent / "recorded/epyc-family25-model17/bench_q8_0_k7.json.gz"
     out = full_disk / "figs"
     res = CliRunner().invoke(main, ["plot", str(run), "--out", str(out)])
     assert res.exit_code == 1 and "cannot write figures" in res.output, res.output

@@ -15,19 +15,19 @@ from cpuspec.cli.main import main
 RECORDED = Path(__file__).resolve().parent / "recorded"   # the files (tests/recorded/README.md)
 EXPECTED = Path(__file__).resolve().parent / "expected"
 CASES = [
-    ("report", "epyc-family25-model17/bench_q8_0_k7.json", "text"),
-    ("report", "epyc-family25-model17/bench_q8_0_k7.json", "csv"),
-    ("advise", "epyc-family25-model17/bench_q8_0_k7.json", None),
-    ("report", "lookup62_q4_0_k3.json", "text"),
-    ("advise", "lookup62_q4_0_k3.json", None),
-    ("report", "avx2-build/bench_2threads.json", "text"),
-    ("report", "avx2-build/sweep_threads_k.json", "text"),
-    ("report", "epyc-family25-model1/tune_json_code.json", "text"),
-    ("report", "epyc-family25-model17/paths_q8_0_k7.json", "text"),
+    ("report", "epyc-family25-model17/bench_q8_0_k7.json.gz", "text"),
+    ("report", "epyc-family25-model17/bench_q8_0_k7.json.gz", "csv"),
+    ("advise", "epyc-family25-model17/bench_q8_0_k7.json.gz", None),
+    ("report", "lookup62_q4_0_k3.json.gz", "text"),
+    ("advise", "lookup62_q4_0_k3.json.gz", None),
+    ("report", "avx2-build/bench_2threads.json.gz", "text"),
+    ("report", "avx2-build/sweep_threads_k.json.gz", "text"),
+    ("report", "epyc-family25-model1/tune_json_code.json.gz", "text"),
+    ("report", "epyc-family25-model17/paths_q8_0_k7.json.gz", "text"),
     # GPU offload on a real ggml device (Vulkan on lavapipe): the per-placement table
     ("report", "epyc-family25-model1/offload_vulkan_lavapipe_tiny.json", "text"),
     # long inputs: the target's prefill shared between modes (summary.py, report.py)
-    ("report", "epyc-family25-model17/adaptive_heldout_long_q8_0_k7_n128_v6.json",
+    ("report", "epyc-family25-model17/adaptive_heldout_long_q8_0_k7_n128_v6.json.gz",
      "text"),
 ]
 
@@ -39,7 +39,9 @@ def test_recorded_file_renders_as_stored(cmd, path, fmt):
         (["--details"] if (cmd == "report" and fmt == "text") or cmd == "advise" else [])
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
-    name = f"{cmd}-{path.replace('/', '_')}" + (f".{fmt}" if fmt else "") + ".txt"
+    # the stored output is named after the file as it was before .gz (the same text)
+    name = f"{cmd}-{path.removesuffix('.gz').replace('/', '_')}" + \
+        (f".{fmt}" if fmt else "") + ".txt"
     expected = EXPECTED / name
     if os.environ.get("CPUSPEC_REGEN_EXPECTED"):
         expected.write_text(res.output)

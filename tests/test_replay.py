@@ -12,7 +12,7 @@ from cpuspec.results.schema import read_json
 
 ROOT = Path(__file__).parent.parent
 RESULTS = ROOT / "bench" / "results" / "epyc-family25-model17"
-RUNS = ["adaptive_long_q8_0_k7_n64_v5.json", "adaptive_heldout2_q8_0_k7_n128_v4.json"]
+RUNS = ["adaptive_long_q8_0_k7_n64_v5.json.gz", "adaptive_heldout2_q8_0_k7_n128_v4.json.gz"]
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -31,8 +31,8 @@ def test_the_replayed_static_mode_is_within_a_tenth_of_the_recorded_one(name):
         assert abs(replayed / measured - 1) < 0.10, (task, replayed, measured)
 
 
-@pytest.mark.parametrize("name", ["adaptive_heldout3_q8_0_k7_n128_v5.json",
-                                  "adaptive_long_q8_0_k7_n128_v5.json"])
+@pytest.mark.parametrize("name", ["adaptive_heldout3_q8_0_k7_n128_v5.json.gz",
+                                  "adaptive_long_q8_0_k7_n128_v5.json.gz"])
 def test_the_static_profile_predicts_the_adaptive_rounds_of_the_same_answer(name):
     """The replay's acceptance: the static rounds of a prompt say how many drafts the target
     keeps from every point of the answer. The adaptive mode of the same run drafted other k at
@@ -125,7 +125,7 @@ def has_revision(rev: str) -> bool:
 def test_against_replays_an_older_policy_beside_the_current_one():
     """Set 4's json at 64 tokens, where policy v5 (1e4beea) ran plain from json-2 to json-10:
     its column and its goal line show the miss, the current policy's do not."""
-    p = replay_cli(str(RESULTS / "adaptive_heldout4_q8_0_k7_n64_v5.json"), "--tasks", "json",
+    p = replay_cli(str(RESULTS / "adaptive_heldout4_q8_0_k7_n64_v5.json.gz"), "--tasks", "json",
                    "--against", "1e4beea")
     assert p.returncode == 0, p.stderr
     assert "1e4beea: adaptive ÷ static" in p.stdout
@@ -154,8 +154,8 @@ def test_skip_leaves_out_and_names_what_cannot_be_replayed(tmp_path):
     assert p.returncode == 2 and "nothing to replay" in p.stderr
 
 
-@pytest.mark.parametrize("name, task", [("adaptive_long_q8_0_k7_n128_v6.json", "long-doc"),
-                                        ("adaptive_heldout_long_q8_0_k7_n128_v6.json",
+@pytest.mark.parametrize("name, task", [("adaptive_long_q8_0_k7_n128_v6.json.gz", "long-doc"),
+                                        ("adaptive_heldout_long_q8_0_k7_n128_v6.json.gz",
                                          "doc-heldout")])
 def test_the_draft_reads_each_prompt_in_the_time_it_took(name, task):
     """The draft's prefill of a prompt is replayed at what the static mode's draft took to
@@ -182,14 +182,14 @@ def test_a_windowed_run_is_replayed_with_the_policy_pricing_the_window(monkeypat
     that priced the whole prompt ran it plain; it must explore it as the run did (the run's
     policy had no exploration margin yet)."""
     monkeypatch.setattr(policy, "DEFAULT", dataclasses.replace(policy.DEFAULT, explore_margin=1.0))
-    rec = read_json(RESULTS / "adaptive_long_q8_0_k7_n64_w256.json")
+    rec = read_json(RESULTS / "adaptive_long_q8_0_k7_n64_w256.json.gz")
     r = Replay(rec, "long-explain")
     assert [u for u, *_ in r.prompts] == [512] * 5
     first = r.run(r.policy(), 64).ks[0]
     live = next(run for run in rec["runs"]
                 if run["prompt_id"] == "long-explain-1" and run["mode"] == "adaptive")
     assert any(first) and any(k for k, *_ in live["rounds"])
-    whole = read_json(RESULTS / "adaptive_long_q8_0_k7_n64_v6.json")
+    whole = read_json(RESULTS / "adaptive_long_q8_0_k7_n64_v6.json.gz")
     assert [u for u, *_ in Replay(whole, "long-explain").prompts] == \
         [p["prompt_tokens"] for p in whole["runs"] if p["mode"] == "raw"
          and p["task"] == "long-explain"]

@@ -18,6 +18,7 @@ from cpuspec.core.policy import DEFAULT, AdaptivePolicy
 
 V1_REFRESH_ROUNDS = DEFAULT.v1_refresh_rounds
 from cpuspec.core.speculative import RoundStats, generate_speculative
+from cpuspec.results.schema import load_json
 from cpuspec.analysis.stats import paired_units, speedup_stats
 from fakes import FakeClock, FakeDecoder, target_rule
 
@@ -150,7 +151,7 @@ def test_the_speedup_and_its_interval_are_over_the_same_prompts():
 
 def test_the_replay_charges_the_catch_up_after_plain_steps():
     from cpuspec.analysis.replay import Replay
-    rep = Replay(json.loads((RECORDED / "adaptive_heldout_q8_0_k7_n64.json").read_text()),
+    rep = Replay(load_json(RECORDED / "adaptive_heldout_q8_0_k7_n64.json.gz"),
                  "json")
     profile = rep.prompts[0][2]
     script = iter([0, 0, 0] + [2] * 100)
@@ -212,7 +213,7 @@ def test_runs_and_report_give_one_answer_for_one_file(cpuspec_home):
     `report` prints, computed from the runs."""
     saved = cpuspec_home / "results"
     saved.mkdir(parents=True)
-    doc = json.loads((RECORDED / "bench_q8_0_k7.json").read_text())
+    doc = load_json(RECORDED / "bench_q8_0_k7.json.gz")
     doc["summary"] = {"json": {"sd_speedup": 9.99}}
     (saved / "20261203T000000Z-x-bench.json").write_text(json.dumps(doc))
     listed = json.loads(CliRunner().invoke(main, ["runs", "--json"]).output)[0]

@@ -10,12 +10,13 @@ import pytest
 from click.testing import CliRunner
 
 from cpuspec.cli.main import main
-from cpuspec.results.schema import read_json
+from cpuspec.results.schema import read_json, results_text
 
 ROOT = Path(__file__).resolve().parent.parent
-PAYS = ROOT / "tests/recorded/epyc-family25-model17/bench_q8_0_k7.json"   # json, code 1.4×
+PAYS = ROOT / "tests/recorded/epyc-family25-model17/bench_q8_0_k7.json.gz"   # json, code 1.4×
 # k = 7 measured faster on code; the cost model's best k is 3 there
-K_BEST_DIFFERS = ROOT / "bench/results/epyc-family25-model17/adaptive_heldout5_q8_0_k7_n128_v6.json"
+K_BEST_DIFFERS = ROOT / "bench/results/epyc-family25-model17" / \
+    "adaptive_heldout5_q8_0_k7_n128_v6.json.gz"
 
 
 def cut(src: Path, tmp_path: Path, keep, name: str = "cut.json") -> Path:
@@ -88,7 +89,7 @@ def test_6h_a_fifo_named_json_among_saved_runs_blocks_neither_runs_nor_report(cp
     import sys
     saved = cpuspec_home / "results"
     saved.mkdir(parents=True)
-    (saved / "20261201T000000Z-host-AMD-EPYC-bench.json").write_text(PAYS.read_text())
+    (saved / "20261201T000000Z-host-AMD-EPYC-bench.json").write_text(results_text(PAYS))
     fifo = saved / "20261202T000000Z-host-AMD-EPYC-bench.json"
     os.mkfifo(fifo)
     env = dict(os.environ, CPUSPEC_HOME=str(cpuspec_home))
@@ -103,7 +104,7 @@ def test_6h_a_fifo_named_json_among_saved_runs_blocks_neither_runs_nor_report(cp
 def test_6k_report_dash_does_not_match_a_saved_run_by_substring(cpuspec_home):
     saved = cpuspec_home / "results"
     saved.mkdir(parents=True)
-    (saved / "20261201T000000Z-host-AMD-EPYC-bench.json").write_text(PAYS.read_text())
+    (saved / "20261201T000000Z-host-AMD-EPYC-bench.json").write_text(results_text(PAYS))
     res = CliRunner().invoke(main, ["report", "-"])
     assert res.exit_code != 0 and "4 or more of its characters" in res.output, res.output
 
@@ -188,7 +189,7 @@ def test_6e_odd_server_answers_get_a_message_that_names_the_server(answer, messa
 
 def test_6e_a_zero_token_answer_prints_no_negative_speed():
     from cpuspec.report.paths import server_time
-    doc = read_json(ROOT / "tests/recorded/epyc-family25-model17/paths_q8_0_k7.json")
+    doc = read_json(ROOT / "tests/recorded/epyc-family25-model17/paths_q8_0_k7.json.gz")
     run = {"path": "llama-server", "mode": "raw", "n_tokens": 0, "decode_s": 0.0,
            "prefill_s": 0.1, "e2e_s": 0.2}
     st = server_time({**doc, "runs": [run, dict(run, mode="static")]})
@@ -208,7 +209,7 @@ def test_6b_compare_marks_an_incomplete_run_as_report_does(tmp_path):
 
 
 def test_6j_compare_of_a_bench_and_another_kind_exits_2_like_a_sweep_mix():
-    paths = ROOT / "tests/recorded/epyc-family25-model17/paths_q8_0_k7.json"
+    paths = ROOT / "tests/recorded/epyc-family25-model17/paths_q8_0_k7.json.gz"
     for other in (paths, ROOT / "bench/results/epyc-family25-model17/costs_q4_0.json"):
         res = CliRunner().invoke(main, ["compare", str(PAYS), str(other)])
         assert res.exit_code == 2 and "compare takes bench files" in res.output, res.output
@@ -223,8 +224,8 @@ def test_6k_a_sweep_point_names_a_zero_valued_axis_that_varies():
 
 
 def test_5d_the_measured_here_line_cites_a_paths_run_of_the_same_threads_only(cpuspec_home):
-    tune = ROOT / "bench/results/epyc-family25-model17/tune.json"
-    recorded = ROOT / "bench/results/epyc-family25-model17/paths_q8_0_k7.json"
+    tune = ROOT / "bench/results/epyc-family25-model17/tune.json.gz"
+    recorded = ROOT / "bench/results/epyc-family25-model17/paths_q8_0_k7.json.gz"
     saved = cpuspec_home / "results"
     saved.mkdir(parents=True)
     doc = read_json(recorded)
@@ -234,7 +235,7 @@ def test_5d_the_measured_here_line_cites_a_paths_run_of_the_same_threads_only(cp
     assert "measured here" not in out, out
     line = next(x for x in out.splitlines() if "how much of the gain each keeps" in x)
     assert " -t 2" in line and "--tasks " in line, line
-    (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(recorded.read_text())
+    (saved / "20261201T000000Z-host-AMD-EPYC-paths.json").write_text(results_text(recorded))
     out = CliRunner().invoke(main, ["report", str(tune), "--details"]).output
     assert "measured here" in out
 
@@ -244,7 +245,7 @@ def test_5i_a_gated_hybrid_is_charged_the_decode_of_the_token_it_dropped(tmp_pat
     decoded the token it dropped, so drafting costs more (α up) and the prediction falls."""
     from cpuspec.analysis.summary import summarize
     from cpuspec.report.advice import advise
-    doc = read_json(ROOT / "bench/results/epyc-family25-model17/hybrid_q8_0_k7.json")
+    doc = read_json(ROOT / "bench/results/epyc-family25-model17/hybrid_q8_0_k7.json.gz")
     gated = copy.deepcopy(doc)
     gated["settings"]["p_min"] = 0.5
     task = next(t for t in advise(doc) if t != "overall")

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from cpuspec.cli.main import main
 from cpuspec.harness.paths import PathsConfig, paths_settings, server_argv
 from cpuspec.llama.server import redact_argv
+from cpuspec.results.schema import load_json
 
 
 def run(*args):
@@ -168,7 +169,8 @@ def test_a_full_disk_is_said_in_words(tiny_models, monkeypatch):
 
 # --- item 8: tracebacks and hangs -----------------------------------------------------------
 
-RECORDED_B = Path(__file__).resolve().parent / "recorded/epyc-family25-model17/bench_q8_0_k7.json"
+RECORDED_B = Path(__file__).resolve().parent / "recorded" / \
+    "epyc-family25-model17/bench_q8_0_k7.json.gz"
 
 
 @pytest.mark.parametrize("damage", [
@@ -181,7 +183,7 @@ RECORDED_B = Path(__file__).resolve().parent / "recorded/epyc-family25-model17/b
 def test_export_of_a_damaged_file_is_one_line(tmp_path, damage):
     pytest.importorskip("pyarrow")
     import json
-    doc = json.loads(RECORDED_B.read_text())
+    doc = load_json(RECORDED_B)
     damage(doc)
     f = tmp_path / "damaged.json"
     f.write_text(json.dumps(doc))

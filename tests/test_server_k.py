@@ -8,14 +8,15 @@ from pathlib import Path
 
 from cpuspec.analysis.server_k import round_costs, server_k
 from cpuspec.analysis.summary import summarize
+from cpuspec.results.schema import load_json
 
 HERE = Path(__file__).resolve().parent.parent / "bench/results/epyc-family25-model17"
 PATHS = HERE / "server_k_q8_0_k7.json"
-BENCH = HERE / "bench_q8_0_k7_serverk.json"
+BENCH = HERE / "bench_q8_0_k7_serverk.json.gz"
 
 
 def test_the_priced_server_matches_the_measured_server_at_the_measured_k():
-    paths, bench = json.loads(PATHS.read_text()), json.loads(BENCH.read_text())
+    paths, bench = json.loads(PATHS.read_text()), load_json(BENCH)
     survival = [p / 100 for p in summarize(bench)["overall"]["per_position_acceptance_pct"]]
     priced = server_k(bench["cost_probe"], survival, paths)
     assert priced is not None and priced["measured_at_k"] == 7
@@ -38,7 +39,7 @@ def test_the_priced_server_at_other_k_against_paths_runs_measured_at_those_k():
     server's decode SD ×raw at k = 3 and 5 lands within 10 % of what llama-server measured at
     those k on prompts the fit never saw. (At k = 7 on those prompts it reads 23 % high: the
     fitted constant does not carry across runs that well; docs/server.md.)"""
-    paths, bench = json.loads(PATHS.read_text()), json.loads(BENCH.read_text())
+    paths, bench = json.loads(PATHS.read_text()), load_json(BENCH)
     for k in (3, 5):
         held = json.loads((HERE / f"server_k_heldout6_q8_0_k{k}.json").read_text())
         rounds = [rd for r in held["runs"] if r["path"] == "cpuspec" and r["mode"] == "static"
@@ -58,7 +59,7 @@ def test_the_priced_server_at_other_k_against_paths_runs_measured_at_those_k():
 def test_no_k_that_pays_in_the_server_is_off_not_a_command():
     """A predicted server speedup ≤ 1 at every k is k_server 0 (off): advise prints no
     llama-server SD command for it. Acceptance 0.1 at every position (a poor draft)."""
-    paths, bench = json.loads(PATHS.read_text()), json.loads(BENCH.read_text())
+    paths, bench = json.loads(PATHS.read_text()), load_json(BENCH)
     priced = server_k(bench["cost_probe"], [0.1 ** i for i in range(1, 8)], paths)
     assert priced["server_speedup"] < 1 and priced["k_server"] == 0
 

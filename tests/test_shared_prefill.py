@@ -12,7 +12,7 @@ from cpuspec.results.schema import read_json
 from cpuspec.analysis.stats import share_target_prefill, speedup_stats
 
 ROOT = Path(__file__).parent.parent
-RUN = ROOT / "bench" / "results" / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n64_v5.json"
+RUN = ROOT / "bench" / "results" / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n64_v5.json.gz"
 spec = importlib.util.spec_from_file_location("shared_prefill",
                                               ROOT / "bench" / "research" / "shared_prefill.py")
 sp = importlib.util.module_from_spec(spec)
@@ -92,8 +92,8 @@ def test_pooled_runs_lie_between_their_own_ratios():
     a weighted mean of the runs' own, so it lies between them (held-out sets 1 and 2 at 64
     tokens, one prompt name in both: story-1 must not be paired across runs)."""
     results = ROOT / "bench" / "results" / "epyc-family25-model17"
-    files = [results / "adaptive_heldout_q8_0_k7_n64_v4.json",
-             results / "adaptive_heldout2_q8_0_k7_n64_v4.json"]
+    files = [results / "adaptive_heldout_q8_0_k7_n64_v4.json.gz",
+             results / "adaptive_heldout2_q8_0_k7_n64_v4.json.gz"]
     p = cli("--pool", *map(str, files))
     assert p.returncode == 0, p.stderr
     got = {}
@@ -113,7 +113,7 @@ def test_digits_give_the_third_decimal_a_goal_needs():
     raw, and the goal is 0.97; the third decimal says it missed (0.967, the geometric mean of
     its prompts' speedups; 0.966 as the pooled ratio the statistics used before)."""
     run = ROOT / "bench" / "results" / "epyc-family25-model17" / \
-        "adaptive_heldout5_q8_0_k7_n64_v6.json"
+        "adaptive_heldout5_q8_0_k7_n64_v6.json.gz"
     two, three = (cli(*d, str(run)).stdout for d in ([], ["--digits", "3"]))
     row = {n: next(ln for ln in out.splitlines() if " translate " in ln and "measured" in ln)
            for n, out in (("two", two), ("three", three))}
@@ -128,8 +128,8 @@ def test_bad_options_get_usage_and_exit_2(args):
 
 # --- the same in `cpuspec report`: summary.py and report.py --------------------------------
 LONG = ROOT / "bench" / "results" / "epyc-family25-model17" / \
-    "adaptive_heldout_long_q8_0_k7_n128_v6.json"
-SHORT = ROOT / "bench" / "results" / "epyc-family25-model17" / "bench_q8_0_k7.json"
+    "adaptive_heldout_long_q8_0_k7_n128_v6.json.gz"
+SHORT = ROOT / "bench" / "results" / "epyc-family25-model17" / "bench_q8_0_k7.json.gz"
 
 
 def report(path):
@@ -184,7 +184,7 @@ def test_pool_adds_a_row_over_every_task_with_the_fairness_check():
     """Two long runs pooled: a row over every task of both, whose last column gives each mode's
     target prefill timing against its prompts' mean; on real runs that is noise, within 5 %."""
     results = ROOT / "bench" / "results" / "epyc-family25-model17"
-    files = [results / "adaptive_long_q8_0_k7_n128_v6.json", LONG]
+    files = [results / "adaptive_long_q8_0_k7_n128_v6.json.gz", LONG]
     p = cli("--pool", *map(str, files))
     assert p.returncode == 0, p.stderr
     row = next(ln for ln in p.stdout.splitlines()
@@ -204,5 +204,5 @@ def test_the_parallel_schedule_shares_nothing():
                         for s in ("serial", "parallel"))
     assert all("shared_sd_speedup" in t for t in serial.values())
     assert not any("shared_sd_speedup" in t for t in parallel.values())
-    p = cli(str(results / "split_parallel_q8_0.json"))
+    p = cli(str(results / "split_parallel_q8_0.json.gz"))
     assert p.returncode == 2 and "parallel schedule" in p.stderr and "Traceback" not in p.stderr

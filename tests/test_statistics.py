@@ -13,7 +13,7 @@ from cpuspec.results.schema import read_json
 from cpuspec.analysis.summary import summarize
 
 RESULTS = Path(__file__).parent.parent / "bench" / "results"
-LOOKUP = RESULTS / "lookup62_q4_0_k3.json"      # machine A, prompt lookup 6..2, k = 3
+LOOKUP = RESULTS / "lookup62_q4_0_k3.json.gz"      # machine A, prompt lookup 6..2, k = 3
 
 
 def test_lookup_figures_count_every_round():
@@ -66,7 +66,8 @@ def test_predictions_say_what_they_use():
     rows = json.loads(CliRunner().invoke(main, ["report", str(LOOKUP), "--format",
                                                 "json"]).output)
     assert rows[0]["predicted_from"] == "cost probe + this run's rounds replayed"
-    out = CliRunner().invoke(main, ["report", str(RESULTS / "bench_q4_0_k3.json"), "--details"]).output
+    out = CliRunner().invoke(main, ["report", str(RESULTS / "bench_q4_0_k3.json.gz"),
+                                    "--details"]).output
     assert "predicted from the cost probe + this run's acceptance" in out
 
 

@@ -20,7 +20,7 @@ from cpuspec.analysis.stats import significance, speedup_ci
 from fakes import FakeClock, FakeDecoder, target_rule
 
 V1_RESULTS = Path(__file__).parent.parent / "bench" / "results" / "avx2-build" / \
-    "bench_2threads.json"
+    "bench_2threads.json.gz"
 
 
 def test_interval_brackets_the_prompts_and_collapses_without_spread():

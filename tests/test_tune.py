@@ -269,7 +269,7 @@ def test_pilot_rank_prices_each_candidate_with_its_own_curve():
     draft costs are set to nothing, whatever the curve's draft measured."""
     from cpuspec.results.schema import read_json
     from cpuspec.tune.candidates import Candidate, pilot_rank
-    res = read_json(Path("bench/results/epyc-family25-model17/bench_q8_0_k7.json"))
+    res = read_json(Path("bench/results/epyc-family25-model17/bench_q8_0_k7.json.gz"))
     probe = res["cost_probe"]
 
     class M:
@@ -286,7 +286,7 @@ def test_pilot_rank_prices_each_candidate_with_its_own_curve():
     assert half["pilot_speedup"] == pytest.approx(own["pilot_speedup"])
     assert half["pilot_vs_reference_raw"] == pytest.approx(own["pilot_speedup"] / 2)
     # lookup from the hybrid's rounds: the draft model's cost no longer counts
-    hyb = read_json(Path("bench/results/epyc-family25-model17/hybrid_q8_0_k7.json"))
+    hyb = read_json(Path("bench/results/epyc-family25-model17/hybrid_q8_0_k7.json.gz"))
     dear = {**hyb["cost_probe"], "draft_s": 10.0, "draft_catchup_s_per_token": 10.0}
     lookup = pilot_rank(Candidate(M("t"), None), dear, hyb, hyb["cost_probe"]["verify_s"]["1"], 7)
     hybrid = pilot_rank(Candidate(M("t"), M("d"), hybrid=True), dear, hyb,
@@ -340,7 +340,7 @@ def test_one_curve_per_model_makes_two_tunes_agree(name):
     draft model, both recorded runs pick the same SD configuration per task."""
     from cpuspec.results.schema import read_json
     from cpuspec.tune.candidates import pool_probes
-    doc = read_json(Path(f"bench/results/epyc-family25-model17/{name}.json"))
+    doc = read_json(Path(f"bench/results/epyc-family25-model17/{name}.json.gz"))
     by_target: dict = {}
     by_draft: dict = {}
     for m in doc["measured"]:
@@ -388,14 +388,14 @@ def test_calibrated_depth_predictions_come_closer_to_the_measured_depths():
     from cpuspec.results.schema import read_json
     from cpuspec.analysis.summary import summarize
     results = Path(__file__).parent.parent / "bench" / "results" / "epyc-family25-model17"
-    doc = read_json(results / "tune_depths_q8_0_confirmed.json")
+    doc = read_json(results / "tune_depths_q8_0_confirmed.json.gz")
     depths = copy.deepcopy(doc["depth_predictions"])
     for d in depths.values():           # as predict_at_depths left them
         for r in d["by_depth"]:
             r.pop("calibrated_speedup")
         d.pop("calibration")
     calibrate_depths(depths, doc["recommendations"])
-    sweep = read_json(results / "depth_q8_0_k7.json")
+    sweep = read_json(results / "depth_q8_0_k7.json.gz")
     at_4k = summarize(next(p for p in sweep["points"] if p["settings"]["depth"] == 4096))
     for task in ("json", "code"):
         row = next(r for r in depths[task]["by_depth"] if r["depth"] == 4096)

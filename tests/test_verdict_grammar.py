@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cpuspec.analysis.stats import MIN_CI_UNITS, ratio_stats
 from cpuspec.report.load import load_answer, load_note, render_load
+from cpuspec.results.schema import load_json
 
 B_PRIME = Path(__file__).resolve().parent.parent / "bench" / "results" / "epyc-family25-model17"
 
@@ -83,7 +84,7 @@ def test_one_interval_function_a_range_below_5_units_an_interval_from_5():
 
 def test_a_one_round_shape_validation_is_not_marked_ok_or_no():
     from cpuspec.report.measurements import render_shape_validation
-    doc = json.loads((B_PRIME / "shape_validation.json").read_text())
+    doc = load_json(B_PRIME / "shape_validation.json.gz")
     full = render_shape_validation(doc)
     assert " ok" in full or " NO" in full          # the recorded run: 5+ rounds, marked
     one = copy.deepcopy(doc)
@@ -108,7 +109,7 @@ def test_the_prediction_reaches_the_first_screen_only_with_its_band():
     band spans the two predictions and the screen says where the measurement fell."""
     from cpuspec.analysis.summary import summarize
     from cpuspec.report.verdict import render_verdict
-    doc = json.loads((B_PRIME / "bench_q8_0_k7.json").read_text())
+    doc = load_json(B_PRIME / "bench_q8_0_k7.json.gz")
     one = summarize(doc)
     assert "predicted_band" not in one["json"]
     assert "cost probes before and after" not in render_verdict(doc, one, None)

@@ -201,7 +201,7 @@ def test_sampling_and_the_hybrid_run_through_the_window(tiny_models, tmp_path):
 def test_the_report_of_a_recorded_window_run_says_so():
     from pathlib import Path
     run = (Path(__file__).parent.parent / "bench" / "results" / "epyc-family25-model17"
-           / "adaptive_long_q8_0_k7_n64_w256.json")
+           / "adaptive_long_q8_0_k7_n64_w256.json.gz")
     res = CliRunner().invoke(main, ["report", str(run), "--details"])
     assert res.exit_code == 0, res.output
     assert "Draft window: the draft read the first 256 and last 256 tokens of a prompt " \
@@ -223,7 +223,7 @@ def test_the_prediction_of_a_window_run_prices_the_prefill_the_draft_made():
     from cpuspec.analysis.summary import summarize
     from cpuspec.core.window import window_reads
     rec = read_json(Path(__file__).parent.parent / "bench" / "results"
-                    / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n128_w256.json")
+                    / "epyc-family25-model17" / "adaptive_long_q8_0_k7_n128_w256.json.gz")
     probe = CostProbe.of(rec["cost_probe"])
     window = tuple(rec["settings"]["draft_window"])
     for r in (r for r in rec["runs"] if r["mode"] == "static"):

@@ -6,19 +6,19 @@ lookup` bench; greedy SD emits exactly those tokens) and prices every round with
 curve of bench/results/costs_q4_0.json: acceptance, tokens per round and the decode-window
 speedup of each n-gram range, chosen on grounded-1..4, then shown for grounded-5..8.
 
-Usage: python bench/research/lookup_ngram.py [bench/results/lookup_q4_0_k3.json]
+Usage: python bench/research/lookup_ngram.py [bench/results/lookup_q4_0_k3.json.gz]
        python bench/research/lookup_ngram.py --by-length RUN.json...
 The second form is for the hybrid drafter: per task, how often a lookup guess equals the
 target's next token, by the length of the n-gram it matched (1..8), over the raw runs' output,
 beside the draft model's acceptance of its first draft in the same runs (when they drafted with a
 model): where lookup guesses worse than the model, the hybrid should ask the model.
 """
-import json
 import sys
 
 from cpuspec.llama.engine import Model
 from cpuspec.core.lookup import NgramIndex
 from cpuspec.core.speculative import NO_DRAFT
+from cpuspec.results.schema import load_json
 
 def lookup_match(history, ngram_max, ngram_min):
     """(the token after the latest earlier occurrence of history's last n tokens, n), the
@@ -64,7 +64,7 @@ def replay(raws, prompts, verify, nmax, nmin, k=3):
 def by_length(paths: list[str]) -> None:
     from cpuspec.analysis.summary import summarize
     for path in paths:
-        run = json.load(open(path))
+        run = load_json(path)
         with Model(run["models"]["target"]["path"]) as m:
             prompts = {p["prompt_id"]: m.tokenize(m.format_chat(p["text"]))
                        for p in run["prompts"]}
@@ -94,9 +94,8 @@ def by_length(paths: list[str]) -> None:
 def main() -> None:
     if sys.argv[1:2] == ["--by-length"]:
         return by_length(sys.argv[2:])
-    run = json.load(open(sys.argv[1] if len(sys.argv) > 1 else
-                         "bench/results/lookup_q4_0_k3.json"))
-    probe = json.load(open("bench/results/costs_q4_0.json"))["cost_probe"]
+    run = load_json(sys.argv[1] if len(sys.argv) > 1 else "bench/results/lookup_q4_0_k3.json.gz")
+    probe = load_json("bench/results/costs_q4_0.json")["cost_probe"]
     verify = {int(n): v for n, v in probe["verify_s"].items()}
     raws = [r for r in run["runs"] if r["mode"] == "raw"]
     with Model(run["models"]["target"]["path"]) as m:

@@ -20,7 +20,6 @@ Usage: python bench/research/suffix_vs_ngram.py RUN.json [RUN.json ...] [-k 8]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 from cpuspec.llama.engine import Model
 from cpuspec.core.lookup import NgramIndex
 from cpuspec.core.speculative import NO_DRAFT
+from cpuspec.results.schema import load_json
 
 MAX_PATTERN = 16
 
@@ -120,7 +120,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for path in args.runs:
-        res = json.loads(path.read_text())
+        res = load_json(path)
         verify = {int(n): v for n, v in res["cost_probe"]["verify_s"].items()}
         k = min(args.k, max(verify) - 1)   # an older probe may stop short of V(k + 1)
         texts = {p["prompt_id"]: p for p in res["prompts"]}

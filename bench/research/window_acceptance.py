@@ -6,15 +6,14 @@ context equal to the output until its first miss, these matches give the rounds 
 (the tokens per round in each cell; exactly, but for near-ties a batched decode breaks
 differently), without the target model.
 
-    python bench/research/window_acceptance.py bench/results/NAME/adaptive_long_q8_0_k7_n128.json \\
-        --windows 256,256 64,448 128,128 -k 7
+    python bench/research/window_acceptance.py \\
+        bench/results/NAME/adaptive_long_q8_0_k7_n128.json.gz --windows 256,256 64,448 128,128 -k 7
 
 Prints per prompt: the prompt's tokens, then per window `match %/tokens per round`; a last
 row over all prompts. The draft is the run's (models.draft.path), read with 2 threads."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tabulate import tabulate  # noqa: E402
 
 from cpuspec.llama.engine import Model, Session  # noqa: E402
 from cpuspec.core.window import parse_window, window_tokens  # noqa: E402
+from cpuspec.results.schema import load_json  # noqa: E402
 
 
 def rounds_of(match: list[bool], k: int) -> int:
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         windows = [None] + [parse_window(w) for w in args.windows]
-        docs = [json.loads(f.read_text()) for f in args.files]
+        docs = [load_json(f) for f in args.files]
     except (ValueError, OSError) as exc:
         print(f"window_acceptance.py: {exc}", file=sys.stderr)
         return 2

@@ -12,7 +12,8 @@ from cpuspec.analysis.dataset import COLUMNS, DATASET_SCHEMA, MIGRATIONS, datase
 from cpuspec.cli.loading import DAMAGE, load_results
 from cpuspec.results.parquet import (DatasetError, existing_name, publish as publish_rows,
                                      read_source, to_parquet_bytes, unique_rows)
-from cpuspec.results.store import OutputError, saved_runs
+from cpuspec.results.schema import load_json
+from cpuspec.results.store import OutputError, run_id, saved_runs
 
 # the dataset shipped in the package: bench/results of the machines this project measured
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "dataset"
@@ -51,7 +52,7 @@ def export(runs, out_dir):
 
     \b
     Examples:
-      cpuspec export bench/results/epyc-family25-model17/*.json --out dataset/
+      cpuspec export bench/results/epyc-family25-model17/*.json* --out dataset/
     """
     _publish(_rows(runs), out_dir)
 
@@ -103,12 +104,12 @@ def shipped_source() -> str:
 def _latest_mine() -> list[dict]:
     """The user's newest saved bench run, as rows (none where there is none or it is damaged)."""
     try:
-        paths = [p for p in saved_runs() if p.stem.endswith("-bench")]
+        paths = [p for p in saved_runs() if run_id(p).endswith("-bench")]
     except OutputError:
         return []
     for path in reversed(paths):
         try:
-            return dataset_rows(json.loads(path.read_text()))
+            return dataset_rows(load_json(path))
         except Exception:   # a damaged saved run: the next older one
             continue
     return []

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from cpuspec.results.schema import ResultsError, read_json, validate, validate_bench
-from cpuspec.results.store import (OutputError, resolve_run)
+from cpuspec.results.store import OutputError, resolve_run, run_id
 
 # what a printer or the dataset's columns raise on a value of the wrong shape
 DAMAGE = (KeyError, TypeError, IndexError, AttributeError, RecursionError, ZeroDivisionError,
@@ -33,9 +33,10 @@ def reads_results(command):
 
 
 def run_names(paths: list[Path]) -> list[str]:
-    """Short names for runs: file stems, with the folder where two stems are the same."""
-    stems = [p.stem for p in paths]
-    return [f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]
+    """Short names for runs: file names without .json or .json.gz, with the folder where two
+    names are the same."""
+    stems = [run_id(p) for p in paths]
+    return [f"{p.parent.name}/{s}" if stems.count(s) > 1 else s for p, s in zip(paths, stems)]
 
 
 def load_results(ref: str, bench_only: bool = True) -> tuple[dict, Path]:

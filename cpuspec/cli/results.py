@@ -276,7 +276,8 @@ def compare(runs, fmt, force, details):
 
     \b
     Examples:
-      cpuspec compare bench/results/avx2-build/bench_2threads.json bench/results/bench_2threads.json
+      cpuspec compare bench/results/avx2-build/bench_2threads.json.gz \\
+        bench/results/bench_2threads.json.gz
       cpuspec compare 20261130T0541 20261201T0900 --format markdown
     """
     if len(runs) < 2:
@@ -353,7 +354,7 @@ def plot(runs, out_dir, title):
 
     \b
     Examples:
-      cpuspec plot bench/results/bench_2threads.json bench/results/costs_q4_0.json --out figs
+      cpuspec plot bench/results/bench_2threads.json.gz bench/results/costs_q4_0.json --out figs
     """
     if importlib.util.find_spec("matplotlib") is None:
         raise click.ClickException(PLOT_HINT)

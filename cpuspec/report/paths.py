@@ -14,7 +14,7 @@ from cpuspec.report import screen
 from cpuspec.report.load import load_note
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import e2e_tok_s, speedup_stats
-from cpuspec.results.store import saved_paths_runs
+from cpuspec.results.store import run_id, saved_paths_runs
 from cpuspec.analysis.summary import OVERALL
 
 PATH_NOTES = {
@@ -436,7 +436,7 @@ def measured_draftless(target: str, threads: int, meta: dict | None = None
             if task == OVERALL or LLAMA_SERVER not in row or key in seen:
                 continue
             seen.add(key)
-            out.setdefault(task, []).append({"flags": key[1], "run": path.stem,
+            out.setdefault(task, []).append({"flags": key[1], "run": run_id(path),
                                              **row[LLAMA_SERVER]})
     return out
 
@@ -529,7 +529,7 @@ def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: in
             for p in (LLAMA_SERVER, LLAMA_CPP, LLAMA_CPP_PYTHON) if p in row and "cpuspec" in row
             and row[p].get("over_cpuspec")]
     if kept:
-        lines.append(f"{indent}measured here ({found[1].stem}, "
+        lines.append(f"{indent}measured here ({run_id(found[1])}, "
                      f"{task if task != OVERALL else 'all its tasks'}): " + "; ".join(kept))
     if LLAMA_SERVER not in row:
         lines.append(f"{indent}{commands.SERVER} with these flags, not measured here yet: "

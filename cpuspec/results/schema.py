@@ -2,7 +2,9 @@
 validating a bench file field by field, with a message that names the field."""
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +33,39 @@ class ResultsError(ValueError):
     """A results file cannot be read; the message says why."""
 
 
-def read_json(path: Path) -> dict:
-    """A results file of any schema this version reads, with its "kind" filled in (schema 1
-    bench files had none)."""
-    if Path(path).exists() and not Path(path).is_file():
-        raise ResultsError(f"cannot read results {path}: not a regular file")
+# A results file is JSON, plain or gzip-compressed (bench/results/ keeps its large files as
+# NAME.json.gz); the compression is told by the first two bytes, whatever the file's name.
+GZIP_MAGIC = b"\x1f\x8b"
+RESULTS_SUFFIXES = (".json.gz", ".json")
+
+
+def results_text(path: Path) -> str:
+    """The JSON text of a results file, plain or gzip-compressed: OSError, ValueError (not
+    UTF-8), EOFError (a truncated gzip file) or zlib.error (damaged compressed data)."""
+    raw = Path(path).read_bytes()
+    if raw[:2] == GZIP_MAGIC:
+        raw = gzip.decompress(raw)
+    return raw.decode("utf-8")
+
+
+def load_json(path: Path):
+    """The parsed JSON of a results file, plain or gzip-compressed, whatever it holds;
+    ResultsError (one line) says why it cannot be read: missing, damaged, truncated."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+        return json.loads(results_text(path))
+    except (OSError, ValueError, EOFError, zlib.error) as exc:
         raise ResultsError(f"cannot read results {path}: {exc}") from exc
     except RecursionError:
         raise ResultsError(f"cannot read results {path}: nested too deeply to be a cpuspec "
                            "results file") from None
+
+
+def read_json(path: Path) -> dict:
+    """A results file (plain or gzip-compressed JSON) of any schema this version reads, with
+    its "kind" filled in (schema 1 bench files had none)."""
+    if Path(path).exists() and not Path(path).is_file():
+        raise ResultsError(f"cannot read results {path}: not a regular file")
+    data = load_json(path)
     if not isinstance(data, dict) or data.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
         raise ResultsError(f"{path}: not a cpuspec results file of schema_version "
                            + " or ".join(map(str, READABLE_SCHEMA_VERSIONS)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import gzip
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from cpuspec.inputs.registry import cpuspec_home
 from cpuspec.results.records import Machine
+from cpuspec.results.schema import RESULTS_SUFFIXES, load_json
 
 GGUF_MAGIC = b"GGUF"
 
@@ -125,8 +127,11 @@ def _strict(value):
 
 def write_json(results: dict, path: Path) -> None:
     """Write atomically (a crash mid-write never leaves a truncated results file), as strict
-    JSON."""
-    write_atomic(Path(path), json.dumps(_strict(results), indent=1, allow_nan=False))
+    JSON; to a name ending in .gz, gzip-compressed with no name or time in the header (the
+    same results, the same bytes), as bench/results keeps its large files."""
+    text = json.dumps(_strict(results), indent=1, allow_nan=False)
+    write_atomic(Path(path), gzip.compress(text.encode(), 9, mtime=0)
+                 if Path(path).name.endswith(".gz") else text)
 
 
 def _umask() -> int:
@@ -179,16 +184,33 @@ def new_run_path(kind: str, cpu_model: str, now: dt.datetime | None = None) -> P
     raise OutputError(f"too many runs named {stem} in {folder}")
 
 
+def run_id(path: Path) -> str:
+    """A results file's name without .json or .json.gz: a saved run's id, a run's name."""
+    name = Path(path).name
+    return next((name[:-len(s)] for s in RESULTS_SUFFIXES if name.endswith(s)),
+                Path(path).stem)
+
+
+def results_files(folder: Path, recursive: bool = False) -> list[Path]:
+    """The results files in a folder (with recursive, and in its subfolders): NAME.json and
+    NAME.json.gz, regular files only (a FIFO or a device named *.json would block the reader
+    forever), in the order of their names without .gz (a file compressed keeps its place)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [p for s in RESULTS_SUFFIXES
+             for p in (folder.rglob if recursive else folder.glob)("*" + s) if p.is_file()]
+    return sorted(found, key=lambda p: (p.with_name(p.name.removesuffix(".gz")), p.name))
+
+
 def saved_runs() -> list[Path]:
     check_home()
-    folder = results_dir()
-    # regular files only: a FIFO or a device named *.json would block the reader forever
-    return sorted(p for p in folder.glob("*.json") if p.is_file()) if folder.is_dir() else []
+    return results_files(results_dir())
 
 
 def resolve_run(ref: str) -> Path:
-    """A results file path, or the id of a saved run (its file name without .json, or a unique
-    prefix of it, or a unique substring)."""
+    """A results file path, or the id of a saved run (its file name without .json or .json.gz,
+    or a unique prefix of it, or a unique substring)."""
     path = Path(ref)
     if path.exists():
         return path
@@ -197,12 +219,12 @@ def resolve_run(ref: str) -> Path:
         raise OutputError(f"no results file {ref!r}; a saved run's id needs 4 or more of its "
                           "characters (see `cpuspec runs`)")
     for match in (lambda s: s == ref, lambda s: s.startswith(ref), lambda s: ref in s):
-        found = [p for p in runs if match(p.stem)]
+        found = [p for p in runs if match(run_id(p))]
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
             raise OutputError(f"{ref!r} matches {len(found)} saved runs: "
-                              + ", ".join(p.stem for p in found[:5])
+                              + ", ".join(run_id(p) for p in found[:5])
                               + ("…" if len(found) > 5 else "") + "; give more of the id")
     raise OutputError(f"no results file or saved run {ref!r} (see `cpuspec runs`)")
 
@@ -211,10 +233,10 @@ def run_listing(path: Path) -> dict:
     """One line of `cpuspec runs`: id, kind, date, machine, pair, tasks (the figures are
     computed by the reader, from the runs). A file that cannot be read, or whose header is
     damaged, is listed as such with the reason; it never stops the listing of the others."""
-    row = {"id": path.stem, "path": str(path)}
+    row = {"id": run_id(path), "path": str(path)}
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
+        data = load_json(path)
+    except ValueError:   # ResultsError: missing, damaged, truncated
         return row | {"kind": "unreadable"}
     if not isinstance(data, dict):
         return row | {"kind": "unreadable"}
@@ -331,9 +353,9 @@ def _read_saved(path: Path, mtime_ns: int, size: int) -> dict | None:
     the first screen ask for several of them: load_note, server_paths_run, measured_paths).
     None where it is not one. Callers must not change the dict."""
     try:
-        doc = json.loads(path.read_text())
+        doc = load_json(path)
         doc["settings"]["target"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):   # ValueError: ResultsError, unreadable
         return None
     return doc
 
@@ -348,7 +370,7 @@ def saved_paths_runs(meta: dict | None, kind: str = "paths"):
     except OutputError:
         return
     for path in reversed(runs):
-        if not path.stem.endswith("-paths"):
+        if not run_id(path).endswith("-paths"):
             continue
         try:
             st = path.stat()
