@@ -79,7 +79,7 @@ def test_the_redecode_bound_holds_over_what_the_server_kept():
     of the same configuration at k = 7) llama-server's measured decode SD ×raw over the
     loop's is below it, and not far below (the re-decode is most of what it loses)."""
     from cpuspec.analysis.server_k import redecode_share
-    paths, bench = json.loads(PATHS.read_text()), json.loads(BENCH.read_text())
+    paths, bench = json.loads(PATHS.read_text()), load_json(BENCH)
 
     def decode_tok_s(path, mode):
         sel = [r for r in paths["runs"] if r["path"] == path and r["mode"] == mode]

@@ -148,10 +148,10 @@ def load_note(target: str, draft: str | None, k: int, meta: dict | None = None,
     of this configuration measured, or that the answer is for one request at a time."""
     found = measured_load(target, draft, k, meta, **config)
     if found is None:
-        return "measured 1 request at a time"
+        return "1 request at a time"
     levels = summarize_load(found[0])
     if not levels:
-        return "measured 1 request at a time (the saved load run has no finished level)"
+        return "1 request at a time (the saved load run has no finished level)"
     c = crossover(levels)
     if c["pays_up_to"]:
         return f"SD paid up to {c['pays_up_to']} in flight" + (

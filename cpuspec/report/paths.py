@@ -474,8 +474,8 @@ def _server_cell(r: dict) -> str:
 
 
 def server_share(target: str, draft: str | None, k: int, drafter: str, threads: int,
-                 meta: dict | None = None, p_min: float = 0.0, probe: dict | None = None
-                 ) -> str:
+                 meta: dict | None = None, p_min: float = 0.0, probe: dict | None = None,
+                 short: bool = False) -> str:
     """A few words beside a printed llama-server command: the share of cpuspec's SD ×raw the
     server kept when a saved paths run measured this configuration here (and an OpenAI-style
     client's, where it ran the chat path); else, for a draft model, the most it can keep after
@@ -488,13 +488,17 @@ def server_share(target: str, draft: str | None, k: int, drafter: str, threads: 
             if p in row and CPUSPEC in row and row[p].get("over_cpuspec")}
     if LLAMA_SERVER in kept:
         chat = kept.get(LLAMA_SERVER_CHAT)
+        if short:
+            return f"llama-server kept {kept[LLAMA_SERVER]:.2f} of this ×raw"
         return (f"llama-server kept {kept[LLAMA_SERVER]:.2f} of cpuspec's ×raw"
                 + (f", {chat:.2f} over /v1/chat" if chat else "") + f" in {found[1].stem}")
     bound = redecode_share(probe, k) if probe and drafter == "model" and draft else None
     if bound is not None:
-        return (f"llama-server: ≤ {bound:.2f} of cpuspec's ×raw (its draft re-decodes each "
+        return (f"llama-server keeps ≤ {bound:.2f} of this ×raw" if short else
+                f"llama-server: ≤ {bound:.2f} of cpuspec's ×raw (its draft re-decodes each "
                 "batch)")
-    return "llama-server's share of it: `cpuspec paths` measures it"
+    return "its share in llama-server unmeasured" if short else \
+        "llama-server's share of it: `cpuspec paths` measures it"
 
 
 def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,

@@ -84,9 +84,9 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
         note = load_note(c["target"], c["draft"], c["k"], doc.get("meta"),
                          threads=c["threads"], drafter=c["drafter"], p_min=c["p_min"])
         share = server_share(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
-                             doc.get("meta"), c["p_min"], probe)
-        lines += screen.wrap(f"Next: run it where you serve models ({task}; k = {c['k']}; "
-                             f"{note}; {share}):", "  ") + screen.command(argv)
+                             doc.get("meta"), c["p_min"], probe, short=True)
+        lines += screen.wrap(f"Next: serve it ({task}; k = {c['k']}; {note}; {share}):",
+                             "  ") + screen.command(argv)
     else:
         lines += screen.wrap("Next: no answer was measured faster on 5 or more prompts; "
                              "cpuspec costs shows which term of the rule is short")

@@ -149,8 +149,8 @@ def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
                      p_min=settings.get("p_min") or 0.0)
     share = server_share(target, draft, k, settings.get("drafter", "model"),
                          settings.get("threads") or 1, results.get("meta"),
-                         settings.get("p_min") or 0.0, results.get("cost_probe"))
-    head = f"Next: run it where you serve models ({', '.join(tasks)}; k = {k}; {note}; {share}):"
+                         settings.get("p_min") or 0.0, results.get("cost_probe"), short=True)
+    head = f"Next: serve it ({', '.join(tasks)}; k = {k}; {note}; {share}):"
     return wrap(head, "  ") + command(argv)
 
 
