@@ -1,0 +1,122 @@
+"""Verdicts at the cost the evidence needs (issue 60): a group-sequential design that keeps its
+coverage under optional stopping.
+
+Units (prompts, or load batches) run in whole blocks of the mode order; the verdict is looked
+at only after LOOKS units (5, 8, 12, 16, 24, 32, and the last unit allowed). At each look the
+interval of the ratio (the geometric mean of the units' own ratios, a t-interval on their logs)
+is taken at level 1 − α/K, K the number of looks planned up to the unit limit: Bonferroni's
+union bound then keeps the chance that any interval printed at any look misses the true ratio
+at or below α, whatever the rule that stops (Jennison & Turnbull, Group Sequential Methods,
+2000, §2.4 and §3: Bonferroni boundaries are conservative versions of Pocock's; the Student t
+quantile per look as in their §3.2 for unknown variance). With α = 5 % and a two-sided
+interval, "faster" and "slower" are each wrong at most 2.5 % of the time.
+
+A task stops at a look when its interval excludes 1 (faster / slower), or when it spans 1 and
+its half-width is within the precision asked (no difference, to that precision), or at the
+unit limit (undecided: the interval spans 1 and is wider than the precision). The interval
+printed after stopping is the look's (1 − α/K) interval: the one the design makes valid.
+
+Pure: no I/O; the t quantile is computed here (numpy has none, scipy is not a dependency).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from cpuspec.analysis.stats import MIN_CI_UNITS
+
+LOOKS = (5, 8, 12, 16, 24, 32)
+ALPHA = 0.05
+PRECISION = 0.05          # stop "no difference" once the interval is within ±5 % of its centre
+
+
+@dataclass(frozen=True)
+class Design:
+    max_units: int = 16
+    alpha: float = ALPHA
+    precision: float = PRECISION
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        """The looks up to the unit limit, the limit itself always one of them."""
+        out = [n for n in LOOKS if n < self.max_units]
+        return (*out, self.max_units) if self.max_units >= 2 else ()
+
+    @property
+    def level(self) -> float:
+        """Each look's confidence level: 1 − α/K."""
+        return 1.0 - self.alpha / max(len(self.looks), 1)
+
+
+def _t_abs_cdf(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with integer df (Abramowitz & Stegun 26.7.3-4)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2 == 0:
+        term = total = 1.0
+        for k in range(2, df, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        return s * total
+    if df == 1:
+        return 2.0 * theta / math.pi
+    term = total = math.cos(theta)
+    for k in range(3, df, 2):
+        term *= c2 * (k - 1) / k
+        total += term
+    return 2.0 / math.pi * (theta + s * total)
+
+
+@lru_cache(maxsize=None)
+def t_quantile(level: float, df: int) -> float:
+    """The two-sided quantile t with P(|T| < t) = level, by bisection (to 1e-10)."""
+    if df < 1 or not 0.0 < level < 1.0:
+        raise ValueError("a t quantile needs df ≥ 1 and a level in (0, 1)")
+    lo, hi = 0.0, 1.0
+    while _t_abs_cdf(hi, df) < level:
+        hi *= 2.0
+    while hi - lo > 1e-10:
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if _t_abs_cdf(mid, df) < level else (lo, mid)
+    return (lo + hi) / 2.0
+
+
+def look(ratios, design: Design) -> dict:
+    """The verdict after len(ratios) units: the ratio, the design's interval, and whether
+    (and why) the task stops here. Between looks nothing is decided ("continue")."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    n = len(logs)
+    out = {"units": n, "ratio": float(math.exp(logs.mean())) if n else None, "ci": None,
+           "state": "continue", "level": design.level}
+    if n not in design.looks:
+        return out
+    if n < MIN_CI_UNITS:   # a limit below 5 units: a range, never an interval
+        out.update(state="undecided", range=[float(np.exp(logs.min())),
+                                             float(np.exp(logs.max()))] if n else None)
+        return out
+    h = t_quantile(design.level, n - 1) * float(logs.std(ddof=1)) / math.sqrt(n)
+    m = float(logs.mean())
+    out["ci"] = [math.exp(m - h), math.exp(m + h)]
+    if m - h > 0:
+        out["state"] = "faster"
+    elif m + h < 0:
+        out["state"] = "slower"
+    elif h <= math.log1p(design.precision):
+        out["state"] = "no difference"
+    elif n >= design.max_units:
+        out["state"] = "undecided"
+    return out
+
+
+def replay(ratios, design: Design) -> dict:
+    """The rule run over units in their recorded order: the look where it stops (or the last
+    unit given, undecided if no look decided), with the units it used."""
+    last = {"units": 0, "ratio": None, "ci": None, "state": "continue", "level": design.level}
+    for n in range(1, len(ratios) + 1):
+        last = look(ratios[:n], design)
+        if last["state"] != "continue":
+            return last
+    return last
