@@ -236,3 +236,20 @@ def test_qwen35_has_the_published_shapes():
     assert "output.weight" not in t and t["token_embd.weight"] == (1024, 248320)
     types = quant_types(SHAPES["qwen3.5-0.8b"], "Q4_K_M")
     assert types["token_embd.weight"] == "Q6_K" and types["blk.0.ssm_conv1d.weight"] == "F32"
+
+
+def test_a_hybrid_models_session_rolls_back_by_decoding_again(tiny_mtp):
+    """Qwen3.5's delta-net state cannot be cut back by position: Session.truncate rebuilds it
+    from the tokens it decoded, so a rolled-back verify sees what it saw the first time (the
+    probe and the loop rewind after every batch)."""
+    import numpy as np
+
+    from cpuspec.llama.engine import Model, Session
+    with Model(tiny_mtp) as m, Session(m, 64, 1) as s:
+        s.decode([1, 2, 3, 4], 0, 0)
+        s.decode([5, 6, 7], 4, 3)
+        first = np.array(s.logits(3))
+        s.truncate(4)
+        assert s.kv_len() == 4
+        s.decode([5, 6, 7], 4, 3)
+        assert np.allclose(np.array(s.logits(3)), first, atol=1e-4)

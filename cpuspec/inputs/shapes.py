@@ -41,9 +41,9 @@ class Shape:
     tied: bool = False
     rope_dims: int | None = None
     mrope: tuple[int, ...] | None = None
-    # qwen3moe: experts per layer, used per token, each one's feed-forward width; the router
-    # "random" (random weights: tokens spread over experts, a verify's worst case) or "same"
-    # (zero weights: every token to the same experts, its best case)
+    # qwen3moe: experts per layer, used per token, each one's feed-forward width; the routing
+    # written (llama/shape_true.py ZEROED): "spread" (tokens of a batch to different experts,
+    # a verify's worst case) or "same" (every token to the same experts, its best case)
     experts: int = 0
     experts_used: int = 0
     expert_ff: int = 0
@@ -87,7 +87,7 @@ SHAPES = {s.name: s for s in [
     # Qwen/Qwen3-30B-A3B config.json: 48 layers, 32/4 heads of 128, 128 experts of width 768,
     # 8 used per token, every layer MoE (intermediate_size 6144 unused)
     Shape("qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 6144, 151936, head_dim=128,
-          experts=128, experts_used=8, expert_ff=768),
+          experts=128, experts_used=8, expert_ff=768, router="spread"),
     Shape("qwen3-30b-a3b-same-route", "qwen3moe", 2048, 48, 32, 4, 6144, 151936,
           head_dim=128, experts=128, experts_used=8, expert_ff=768, router="same"),
     # Qwen/Qwen3.5-0.8B config.json text_config: 24 layers ([linear × 3, full] × 6), 1 MTP

@@ -274,6 +274,10 @@ class Session:
             self.batch.n_seq_id[i] = 1
             self.batch.seq_id[i][0] = SEQ
         self._is_eog = model.is_eog
+        # the tokens at each position: what a recurrent model's state is rebuilt from
+        self._held: list[int] = []
+        self._recurrent = bool(ll.llama_model_is_recurrent(model.ptr)
+                               or ll.llama_model_is_hybrid(model.ptr))
 
     def close(self) -> None:
         if self.ctx:
@@ -311,6 +315,8 @@ class Session:
             interrupt.check()   # a Ctrl-C dropped inside a log callback is raised here
             if rc != 0:
                 raise EngineError(f"llama_decode failed with code {rc}")
+        del self._held[pos:]
+        self._held.extend(tokens)
 
     def logits(self, n_out: int) -> np.ndarray:
         """The last decode's last n_out logit rows, as an (n_out, n_vocab) view (no copy). Rows of
@@ -349,8 +355,18 @@ class Session:
         return out
 
     def truncate(self, pos: int) -> None:
-        if not ll.llama_memory_seq_rm(self.mem, SEQ, pos, -1):
+        """Forget positions ≥ pos. A recurrent or hybrid model (Qwen3.5's delta-net layers)
+        keeps one state, not one entry per position: llama.cpp cannot cut it back, so it is
+        cleared and the tokens before pos decoded again (untimed by every caller)."""
+        if ll.llama_memory_seq_rm(self.mem, SEQ, pos, -1):
+            del self._held[pos:]
+            return
+        if not self._recurrent or pos > len(self._held):
             raise EngineError(f"llama.cpp could not remove KV positions ≥ {pos}")
+        keep = self._held[:pos]
+        self.clear()
+        if keep:
+            self.decode(keep, 0, 0)
 
     def kv_len(self) -> int:
         """Positions held in the KV cache (llama.cpp's own count)."""
@@ -358,6 +374,7 @@ class Session:
 
     def clear(self) -> None:
         ll.llama_memory_clear(self.mem, True)
+        self._held = []
 
     def is_eog(self, token: int) -> bool:
         return self._is_eog(token)

@@ -49,6 +49,11 @@ def _scale(b: np.ndarray, kind: str, rng: np.random.Generator) -> None:
         raise ShapeError(f"no random blocks for {kind}")
 
 
+# where each block type keeps its fp16 scales (ggml-common.h): zeroed, the block dequantizes to 0
+ZERO_SCALES = {"Q4_0": slice(0, 2), "Q5_0": slice(0, 2), "Q8_0": slice(0, 2),
+               "Q4_K": slice(0, 4), "Q6_K": slice(208, 210)}
+
+
 def _data(name: str, ne: tuple[int, ...], kind: str, rng: np.random.Generator,
           vocab: int = 0, zero: bool = False) -> np.ndarray:
     """A tensor's bytes. Every page of a quantized tensor is random, none repeats: a tiled
@@ -71,6 +76,8 @@ def _data(name: str, ne: tuple[int, ...], kind: str, rng: np.random.Generator,
     b = np.frombuffer(bytearray(rng.bytes(n_blocks * size)), dtype=np.uint8)
     b = b.reshape(n_blocks, size)
     _scale(b, kind, rng)
+    if zero:   # weights of 0 from random pages: the scales 0, the quants left random
+        b[:, ZERO_SCALES[kind]] = 0
     return b.reshape(-1)
 
 
@@ -174,6 +181,16 @@ def check_room(shape: Shape, quant: str, folder: Path, memory_bytes: int) -> int
     return need
 
 
+# An MoE's routing under random weights. Random quantized blocks give every hidden state a large
+# shared component (their weights' mean is not 0), so a random router sends every token of a
+# batch to the same experts: no worst case. "spread": the layers' output projections are 0
+# (zero scales over random pages: the same kernels and bytes), so each token's hidden state
+# stays its own embedding row and a random router spreads tokens over the experts; "same": a
+# router of zeros sends every token to the same experts (the best case).
+ZEROED = {"spread": ("attn_output.weight", "ffn_down_exps.weight"),
+          "same": ("ffn_gate_inp.weight",), "random": ()}
+
+
 def write_shape_true(shape: Shape, quant: str, tokenizer_file: Path, memory_bytes: int,
                      log: Callable[[str], None] = lambda _: None, seed: int = 0) -> Path:
     """The shape-true file of `shape` at `quant`, written once and cached."""
@@ -181,8 +198,7 @@ def write_shape_true(shape: Shape, quant: str, tokenizer_file: Path, memory_byte
 
     def need() -> int:
         return check_room(shape, quant, dest.parent, memory_bytes)
-    zeros = frozenset(n for n, _ in tensors(shape)
-                      if shape.router == "same" and n.endswith("ffn_gate_inp.weight"))
+    zeros = frozenset(n for n, _ in tensors(shape) if n.endswith(ZEROED[shape.router]))
     return _write_cached(dest, shape.arch, lambda w: _hparams(w, shape, quant), tensors(shape),
                          quant_types(shape, quant), tokenizer_file, shape.vocab, need, log,
                          seed, added_tokens(shape), zeros)
