@@ -98,3 +98,36 @@ def test_a_clear_answer_stops_at_the_first_look_and_a_close_one_runs_on():
     out = replay(close, design)
     assert out["state"] in ("no difference", "undecided") and out["units"] > 5
     assert look(close[:6], design)["state"] == "continue"     # 6 is not a look
+
+
+def test_bench_stops_a_decided_task_and_fixed_runs_every_prompt(tiny_models, tmp_path):
+    """Issue 60 item 4, bench: a task stops at a look (5 or 8 of its 8 prompts), the verdict
+    and interval the screen prints are the stopping look's, and --fixed runs all 8. The tiny
+    draft is as big as its target and mostly wrong, so SD is clearly slower: decided at 5."""
+    from click.testing import CliRunner
+
+    from cpuspec.analysis.summary import summarize
+    from cpuspec.cli.main import main
+    args = ["bench", "--target", str(tiny_models["target"]), "--draft",
+            str(tiny_models["draft"]), "--threads", "1", "--max-tokens", "24", "-k", "4",
+            "--prompts-per-task", "8", "--warmup", "0", "--tasks", "json,code",
+            "--policy", "static"]
+    seq, fixed = tmp_path / "seq.json", tmp_path / "fixed.json"
+    res = CliRunner().invoke(main, [*args, "--json", str(seq)])
+    assert res.exit_code == 0, res.output
+    doc = load_json(seq)
+    assert doc["settings"]["sequential"]
+    summary = summarize(doc)
+    for task in ("json", "code"):
+        ran = len({r["prompt_id"] for r in doc["runs"] if r["task"] == task})
+        state = summary[task]["sequential"]["state"]
+        assert ran in (5, 8) and state != "continue", (task, ran, state)
+        assert ran == 8 or state in ("faster", "slower", "no difference"), (task, ran, state)
+    assert any(summary[t]["sequential"]["state"] == "slower" and
+               summary[t]["sequential"]["units"] == 5 for t in ("json", "code")), summary
+    assert "each task stopped once decided" in " ".join(res.output.split())
+    res = CliRunner().invoke(main, [*args, "--fixed", "--json", str(fixed)])
+    assert res.exit_code == 0, res.output
+    doc = load_json(fixed)
+    assert doc["settings"]["sequential"] is None and len({r["prompt_id"]
+                                                          for r in doc["runs"]}) == 16

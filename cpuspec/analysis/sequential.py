@@ -90,12 +90,13 @@ def look(ratios, design: Design) -> dict:
     logs = np.log(np.asarray(ratios, dtype=float))
     n = len(logs)
     out = {"units": n, "ratio": float(math.exp(logs.mean())) if n else None, "ci": None,
-           "state": "continue", "level": design.level}
+           "state": "continue", "level": design.level,
+           "range": [float(math.exp(logs.min())), float(math.exp(logs.max()))] if n >= 2
+           else None}
     if n not in design.looks:
         return out
     if n < MIN_CI_UNITS:   # a limit below 5 units: a range, never an interval
-        out.update(state="undecided", range=[float(np.exp(logs.min())),
-                                             float(np.exp(logs.max()))] if n else None)
+        out["state"] = "undecided"
         return out
     h = t_quantile(design.level, n - 1) * float(logs.std(ddof=1)) / math.sqrt(n)
     m = float(logs.mean())
@@ -120,3 +121,30 @@ def replay(ratios, design: Design) -> dict:
         if last["state"] != "continue":
             return last
     return last
+
+
+def task_ratios(results: dict, task: str) -> list[float]:
+    """A bench run's per-prompt SD ×raw (static against raw, end to end) of one task, in the
+    order its prompts ran."""
+    from cpuspec.analysis.stats import paired_units, unit_speedups
+    runs = [r for r in results.get("runs") or [] if r.get("task") == task]
+    out = []
+    for pid in dict.fromkeys(r["prompt_id"] for r in runs):
+        units = paired_units([r for r in runs if r["prompt_id"] == pid and r["mode"] == "raw"],
+                             [r for r in runs if r["prompt_id"] == pid
+                              and r["mode"] == "static"])
+        if len(units):
+            out.append(float(unit_speedups(units)[0]))
+    return out
+
+
+def task_look(results: dict, task: str) -> dict | None:
+    """The design's look at a bench run's task (settings.sequential; its unit limit the prompts
+    planned for the task): None for a run of the fixed design."""
+    seq = (results.get("settings") or {}).get("sequential")
+    if not seq:
+        return None
+    planned = sum(1 for p in results.get("prompts") or [] if p.get("task") == task)
+    design = Design(max_units=max(planned, 1), alpha=seq.get("alpha", ALPHA),
+                    precision=seq.get("precision", PRECISION))
+    return {**look(task_ratios(results, task), design), "planned": planned}

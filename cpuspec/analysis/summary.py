@@ -336,4 +336,29 @@ def summarize(results: dict) -> dict[str, Any]:
         if any(a.get("mode") == "adaptive" for a in audit):
             summary[t]["adaptive_audit"] = summarize_audit(
                 [a for a in audit if a.get("mode") == "adaptive"])
+    if results["settings"].get("sequential"):
+        _sequential_fields(results, summary, tasks)
     return summary
+
+
+SEQUENTIAL_SIGNIFICANCE = {"faster": "faster", "slower": "slower",
+                           "no difference": "not significant", "undecided": "not significant"}
+
+
+def _sequential_fields(results: dict, summary: dict, tasks: list[str]) -> None:
+    """A run of the sequential design: each task's interval and verdict are its stopping
+    look's (1 − α/K, analysis/sequential.py), none where it stopped between looks (cut
+    short); the pooled row keeps its mean and range but no interval or verdict (its tasks
+    stopped at different points: no design covers the pool)."""
+    from cpuspec.analysis.sequential import task_look
+    for t in tasks:
+        res = task_look(results, t)
+        s = summary[t]
+        s["sequential"] = {k: res[k] for k in ("state", "units", "planned", "level")}
+        s["sd_speedup_ci"] = res["ci"]
+        s["sd_significance"] = SEQUENTIAL_SIGNIFICANCE.get(res["state"])
+        if res["ci"] is None:
+            s["sd_speedup_range"] = res["range"]
+    pooled = summary[OVERALL]
+    pooled["sequential"] = {"state": "pooled"}
+    pooled["sd_speedup_ci"], pooled["sd_significance"] = None, None

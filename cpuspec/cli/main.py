@@ -54,7 +54,7 @@ def main(verbose) -> None:
 
 BENCH_SECTIONS = {
     "Models": ["pair", "target_path", "draft_path", "target_quant", "draft_quant", "drafter"],
-    "What to measure": ["tasks", "prompts_file", "prompts_per_task", "max_tokens", "k",
+    "What to measure": ["tasks", "prompts_file", "prompts_per_task", "fixed", "max_tokens", "k",
                         "p_min", "n_min",
                         "policies", "depth", "draft_window", "repetitions", "warmup",
                         "temperature", "seed"],
@@ -119,6 +119,10 @@ BENCH_SECTIONS = {
               help='JSONL file of {"task": ..., "prompt": ...} lines to bench as well.')
 @click.option("--prompts-per-task", type=int, callback=positive,
               help="Use only the first N prompts of each task.")
+@click.option("--fixed", is_flag=True,
+              help="Run every prompt of every task (the fixed design). Without it a task stops "
+                   "at the first look (5, 8, 12, 16, 24, 32 prompts) whose interval decides it, "
+                   "with intervals that keep 95 % coverage over the looks (docs/sequential.md).")
 @click.option("-r", "--repetitions", type=int, default=1, show_default=True,
               callback=positive, help="Times each prompt is run (raw and SD each).")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
@@ -171,8 +175,9 @@ BENCH_SECTIONS = {
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, target_quant, draft_quant, smt, draft_threads, draft_cores, k,
           p_min, n_min, max_tokens, depth, tasks, prompts_file,
-          prompts_per_task, repetitions, warmup, details, policies, temperature, seed, drafter,
-          draft_window, schedule, adaptive_scope, max_noise, json_path, csv_path, save, force, yes):
+          prompts_per_task, fixed, repetitions, warmup, details, policies, temperature, seed,
+          drafter, draft_window, schedule, adaptive_scope, max_noise, json_path, csv_path, save,
+          force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
     \b
@@ -215,11 +220,22 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        drafter=drafter, draft_cpus=where.draft_cpus,
                        draft_threads=draft_threads, temperature=temperature, seed=seed,
                        max_noise=max_noise, adaptive_scope=adaptive_scope, schedule=schedule,
-                       draft_window=draft_window, n_min=n_min, argv=["cpuspec", *sys.argv[1:]])
+                       draft_window=draft_window, n_min=n_min, argv=["cpuspec", *sys.argv[1:]],
+                       sequential=_design(fixed, repetitions, policies))
     if where.is_sweep:
         _sweep(base, where, default_threads(), sink, csv_path)
     else:
         _bench_point(base, where, default_threads(), sink, csv_path, details)
+
+
+def _design(fixed: bool, repetitions: int, policies: list[str]) -> dict | None:
+    """The sequential design's settings, or None (every prompt runs): --fixed, repetitions
+    (a prompt's repetitions are one unit: the design stops between prompts), or no static
+    policy (the verdict it decides is static SD against raw)."""
+    from cpuspec.analysis.sequential import ALPHA, PRECISION
+    if fixed or repetitions > 1 or "static" not in policies:
+        return None
+    return {"alpha": ALPHA, "precision": PRECISION}
 
 
 def _bench_prompts(tasks, prompts_file, prompts_per_task, depth) -> list:

@@ -79,6 +79,9 @@ class BenchConfig:
     record_confidence: bool = False  # static runs of a draft model keep each drafted token's
     #                                  confidence (tune replays p-min from them)
     argv: list[str] = field(default_factory=list)
+    # the sequential design (analysis/sequential.py): {"alpha", "precision"}; each task stops
+    # at the first look that decides it. None: every prompt runs (--fixed)
+    sequential: dict | None = None
 
 
 def resolve_models(cfg: BenchConfig, log: Log
@@ -195,7 +198,7 @@ def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
                             "max_noise": cfg.max_noise,
                             "adaptive_scope": cfg.adaptive_scope,
                             "schedule": cfg.schedule, "depth": cfg.depth,
-                            "mode_order": MODE_ORDER,
+                            "mode_order": MODE_ORDER, "sequential": cfg.sequential,
                             "draft_window": list(cfg.draft_window) if cfg.draft_window
                             else None,
                             "windows": {"e2e": "target prefill + draft prefill + every round",
@@ -432,9 +435,12 @@ def _measure_all(cfg: BenchConfig, gen: Generator, target, draft, target_m, enco
     total = cfg.repetitions * len(cfg.prompts)
     done = 0
     held = None   # the tokens both KV caches hold below every generation's start
+    stopped: set[str] = set()   # tasks the sequential design decided
     for rep in range(cfg.repetitions):
         for p, tokens, kept in zip(cfg.prompts, encoded, reuse):
             done += 1
+            if p.task in stopped:
+                continue
             before = gen.snapshot() if cfg.max_noise is not None else None
             for attempt in range(MAX_NOISE_RERUNS + 1):
                 if attempt:
@@ -463,8 +469,22 @@ def _measure_all(cfg: BenchConfig, gen: Generator, target, draft, target_m, enco
                     "; same output" if all(audited) else "; output differs")
             busy = f"; BUSY: {'; '.join(reasons)}" if reasons else ""
             log(f"[{done}/{total}] {p.prompt_id}: end-to-end t/s {speeds}{same}{busy}")
+            if cfg.sequential and _decided(cfg, results, p.task, log):
+                stopped.add(p.task)
             if on_update:
                 on_update(results)
+
+
+def _decided(cfg: BenchConfig, results: dict, task: str, log: Log) -> bool:
+    """Whether the sequential design stops `task` after its latest prompt (a look that
+    decided it, or its last prompt), said in the log."""
+    from cpuspec.analysis.sequential import task_look
+    res = task_look(results, task)
+    if res is None or res["state"] == "continue":
+        return False
+    log(f"{task}: {res['state']} after {res['units']} of {res['planned']} prompts"
+        + ("" if res["units"] == res["planned"] else "; its other prompts are not run"))
+    return True
 
 
 def _records(cfg: BenchConfig, gen: Generator, p: Prompt, rep: int, gens: dict, noise: dict,

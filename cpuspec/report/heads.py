@@ -30,14 +30,15 @@ def render_heads(doc: dict, source: str = "RUN") -> str:
     rows = []
     for label, sm in summary.items():
         by_len = {p["length"]: p for p in sm["points"]}
-        rows.append([screen.cut(label, 24),
+        rows.append([screen.cut(label, 24 if len(lengths) < 4 else 14),
                      *[_cell(by_len[x]["e2e"]) if x in by_len else "-" for x in lengths],
                      "-" if sm["round_cost"] is None else f"{sm['round_cost']:.2f}"])
     realized = {x: [p["a"] for sm in summary.values() for p in sm["points"]
                     if p["length"] == x and p["a"]] for x in lengths}
     heads = [f"L {x:g}, a {sum(v) / len(v):.2f}" if v else f"L {x:g}"
              for x, v in realized.items()]
-    lines += [screen.table(["drafter", *heads, "a* = 1+α+β"], rows), ""]
+    lines += [screen.table(["drafter", *heads, "a* = 1+α+β" if len(lengths) < 4 else "a*"],
+                           rows), ""]
     b = beta(doc)
     if b is not None:
         lines += screen.wrap(f"β = V({s['k'] + 1})/V(1) − 1 = {b:.2f} (the target's own verify, "

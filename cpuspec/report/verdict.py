@@ -18,8 +18,15 @@ TASK_WIDTH = 14   # longer task names (a prompts file's) are cut in the table
 VERDICT = {"faster": "faster", "slower": "slower", "not significant": "no difference"}
 
 
+SEQUENTIAL_VERDICT = {"faster": "faster", "slower": "slower", "no difference": "no difference",
+                      "undecided": "undecided", "pooled": "-", "continue": "cut short"}
+
+
 def _verdict(s: dict) -> str:
-    """faster / slower / no difference (interval), or the direction of a range (…*)."""
+    """faster / slower / no difference (interval), or the direction of a range (…*); under the
+    sequential design, its state (undecided: the limit reached, the interval spanning 1)."""
+    if s.get("sequential"):
+        return SEQUENTIAL_VERDICT[s["sequential"]["state"]]
     sig = s.get("sd_significance")
     if sig in VERDICT:
         return VERDICT[sig]
@@ -154,6 +161,21 @@ def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
     return wrap(head, "  ") + command(argv)
 
 
+def _legend(results: dict, summary: dict, n_prompts: int) -> str:
+    """The line above the table: which interval it holds, and under the sequential design where
+    each task stopped."""
+    if not results["settings"].get("sequential"):
+        return (f"SD ×raw end to end, {n_prompts} prompts: 95 % t-interval (*: a range, under "
+                f"{MIN_CI_UNITS}); SD pays if a > 1 + α + β")
+    stops = [f"{t} {s['sequential']['units']}/{s['sequential']['planned']}"
+             for t, s in summary.items() if t != OVERALL and s.get("sequential")]
+    level = next((s["sequential"]["level"] for s in summary.values()
+                  if "level" in s.get("sequential", {})), 0.95)
+    return "\n".join(_wrap(
+        f"SD ×raw end to end; each task stopped once decided (prompts run: {', '.join(stops)}); "
+        f"its {100 * level:.1f} % interval keeps 95 % over every look; SD pays if a > 1 + α + β"))
+
+
 def _measured_flags(settings: dict) -> dict:
     """What the run used beyond k and p-min, for the printed commands: n-min, draft threads."""
     return {"n_min": settings.get("n_min") or 0, "draft_threads": settings.get("draft_threads")}
@@ -183,8 +205,7 @@ def render_verdict(results: dict, summary: dict, advice: dict | None,
     commands that read it again; warning: a line printed under the advice (noise)."""
     settings = results["settings"]
     n_prompts = len({r["prompt_id"] for r in results["runs"]})
-    lines = [f"SD ×raw end to end, {n_prompts} prompts: 95 % t-interval (*: a range, under "
-             f"{MIN_CI_UNITS}); SD pays if a > 1 + α + β", "", verdict_table(summary)]
+    lines = [_legend(results, summary, n_prompts), "", verdict_table(summary)]
     adaptive = [f"{task} {s['adaptive_speedup']:.2f}" for task, s in summary.items()
                 if isinstance(s.get("adaptive_speedup"), float)]
     if adaptive:
