@@ -59,7 +59,7 @@ def test_where_sd_pays_the_screen_ends_with_the_server_command():
     assert block.startswith("Next: serve it (json, code; k = 7; 1 request at a time;")
     assert "llama-server" in block and "--spec-draft-n-max 7" in block
     # issue 57, item 13: the server's share beside its command (no paths run here: the bound)
-    assert re.search(r"llama-server keeps ≤ 0\.\d\d of this ×raw\):", block), block
+    assert re.search(r"llama-server keeps ~0\.\d\d of this ×raw\):", block), block
 
 
 def recorded_bench_files():

@@ -253,3 +253,13 @@ def test_a_hybrid_models_session_rolls_back_by_decoding_again(tiny_mtp):
         assert s.kv_len() == 4
         s.decode([5, 6, 7], 4, 3)
         assert np.allclose(np.array(s.logits(3)), first, atol=1e-4)
+
+
+def test_cpuspecs_loop_refuses_a_hybrid_model(tiny_mtp):
+    """Its rollback would re-decode the context inside each timed round: refused with where
+    to measure it instead (bench and paths call this before any generation)."""
+    from cpuspec.harness.bench import refuse_recurrent
+    from cpuspec.llama.engine import EngineError, Model, Session
+    with Model(tiny_mtp) as m, Session(m, 64, 1) as s:
+        with pytest.raises(EngineError, match="llama-server"):
+            refuse_recurrent(s, None)

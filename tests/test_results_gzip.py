@@ -97,3 +97,15 @@ def test_a_results_file_written_to_a_gz_name_is_compressed_the_same_each_time(tm
     assert one[:2] == b"\x1f\x8b" and one == (tmp_path / "two.json.gz").read_bytes()
     assert gzip.decompress(one) == (tmp_path / "plain.json").read_bytes()
     assert read_json(tmp_path / "one.json.gz") == doc
+
+
+def test_a_run_kept_plain_and_compressed_is_listed_once(tmp_path):
+    """NAME.json beside NAME.json.gz is one run: listed once (the plain file), so a folder's
+    runs are not counted twice."""
+    import gzip
+
+    from cpuspec.results.store import results_files
+    (tmp_path / "a.json").write_text('{"schema_version": 2}')
+    (tmp_path / "a.json.gz").write_bytes(gzip.compress(b'{"schema_version": 2}'))
+    (tmp_path / "b.json.gz").write_bytes(gzip.compress(b'{"schema_version": 2}'))
+    assert [p.name for p in results_files(tmp_path)] == ["a.json", "b.json.gz"]

@@ -253,3 +253,18 @@ def test_5i_a_gated_hybrid_is_charged_the_decode_of_the_token_it_dropped(tmp_pat
     assert a1["alpha"] > a0["alpha"] and a1["a"] == a0["a"]
     s0, s1 = summarize(doc)[task], summarize(gated)[task]
     assert s1["predicted_speedup"] < s0["predicted_speedup"]
+
+
+def test_the_chat_path_reads_reasoning_and_names_the_stop_as_completion_does(monkeypatch):
+    """llama-server's /v1/chat/completions answer (its shape as the server writes it): the
+    text holds a thinking template's reasoning, and finish_reason is mapped to /completion's
+    stop names, so "same output" and stop counts mean one thing on both server paths."""
+    from cpuspec.llama.server import Server
+    answer = {"choices": [{"finish_reason": "length", "message": {
+        "role": "assistant", "reasoning_content": "think ", "content": "answer"}}],
+        "timings": {"prompt_n": 12, "prompt_ms": 30.0, "predicted_n": 8, "predicted_ms": 90.0,
+                    "draft_n": 6, "draft_n_accepted": 4}}
+    server = object.__new__(Server)
+    monkeypatch.setattr(Server, "_post", lambda self, route, body: answer)
+    r = server.chat([{"role": "user", "content": "hi"}], 8)
+    assert (r.text, r.stop, r.tokens, r.drafted, r.accepted) == ("think answer", "limit", 8, 6, 4)

@@ -131,3 +131,10 @@ def test_bench_stops_a_decided_task_and_fixed_runs_every_prompt(tiny_models, tmp
     doc = load_json(fixed)
     assert doc["settings"]["sequential"] is None and len({r["prompt_id"]
                                                           for r in doc["runs"]}) == 16
+
+
+def test_a_ratio_that_is_no_speed_ratio_counts_in_nothing_and_one_prompt_is_a_range():
+    out = look([0.6, float("nan"), 0.0, 0.62, 0.58, 0.61, 0.63, 0.6, 0.59], Design(max_units=8))
+    assert out["units"] == 7 and out["state"] == "continue"   # 7 real ratios: not a look
+    one = replay([0.7], Design(max_units=1))
+    assert one["state"] == "undecided" and one["ci"] is None

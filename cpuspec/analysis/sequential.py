@@ -43,7 +43,7 @@ class Design:
     def looks(self) -> tuple[int, ...]:
         """The looks up to the unit limit, the limit itself always one of them."""
         out = [n for n in LOOKS if n < self.max_units]
-        return (*out, self.max_units) if self.max_units >= 2 else ()
+        return (*out, self.max_units) if self.max_units >= 1 else ()
 
     @property
     def level(self) -> float:
@@ -87,7 +87,8 @@ def t_quantile(level: float, df: int) -> float:
 def look(ratios, design: Design) -> dict:
     """The verdict after len(ratios) units: the ratio, the design's interval, and whether
     (and why) the task stops here. Between looks nothing is decided ("continue")."""
-    logs = np.log(np.asarray(ratios, dtype=float))
+    xs = np.asarray(ratios, dtype=float)
+    logs = np.log(xs[np.isfinite(xs) & (xs > 0)])   # a ratio that is not a speed ratio: none
     n = len(logs)
     out = {"units": n, "ratio": float(math.exp(logs.mean())) if n else None, "ci": None,
            "state": "continue", "level": design.level,

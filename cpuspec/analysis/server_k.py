@@ -97,9 +97,10 @@ def server_k(probe: CostProbe | dict, survival: list[float], paths_doc: dict) ->
 def redecode_share(probe: CostProbe | dict, k: int) -> float | None:
     """The share of the loop's decode SD ×raw that llama-server keeps at k if the draft's
     re-decode of each verify batch were all it adds: the loop's round k·d + V(k + 1) over that
-    plus D(k + 1) = d·V(k + 1)/V(1) (as in server_prices), from the cost probe alone. An upper
-    bound: the server's sampler chain, template and HTTP path cost more, and only a paths run
-    measures them. None where the probe lacks V(k + 1)."""
+    plus D(k + 1) = d·V(k + 1)/V(1) (server_prices with ρ = γ = 1 and s0 = 0), from the cost
+    probe alone: a prediction, not a bound (the sampler and HTTP lower the share; the server's
+    own slower plain decoding, ρ > 1, raises it); only a paths run measures it. None where the
+    probe lacks V(k + 1)."""
     p = CostProbe.of(probe)
     if k + 1 not in p.verify_s:
         return None

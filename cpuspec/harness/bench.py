@@ -391,6 +391,19 @@ def _check_point(cfg: BenchConfig, loaded: LoadedPair) -> None:
         raise ValueError("a draft window needs a draft model and the serial schedule")
 
 
+def refuse_recurrent(*sessions) -> None:
+    """cpuspec's loop rolls every rejected draft back; a recurrent or hybrid model (Qwen3.5's
+    delta-net layers) can only be rebuilt by decoding its context again, which would be timed
+    inside each round. Refused, with where to measure it instead."""
+    from cpuspec.llama.engine import EngineError
+    for s in sessions:
+        if getattr(s, "recurrent", False):
+            raise EngineError(f"{s.model.path.name} is a recurrent or hybrid model: cpuspec's "
+                              "loop cannot roll its state back per token; measure it in "
+                              "llama-server (cpuspec paths --paths llama-server, or cpuspec "
+                              "heads for its MTP layer)")
+
+
 def _open_decoders(cfg: BenchConfig, loaded: LoadedPair, n_ctx: int,
                    stack: contextlib.ExitStack):
     """The target's session and the drafter as the loop drives it (the draft's session on
@@ -401,6 +414,7 @@ def _open_decoders(cfg: BenchConfig, loaded: LoadedPair, n_ctx: int,
     draft = stack.enter_context(Session(loaded.draft_m, n_ctx,
                                         cfg.draft_threads or cfg.threads)) \
         if loaded.draft_m else LookupDrafter(loaded.target_m.is_eog)
+    refuse_recurrent(target, draft)
     owner = draft_session = None
     if cfg.draft_cpus and loaded.draft_m:
         owner = CoreOwner(cfg.draft_cpus, "draft")

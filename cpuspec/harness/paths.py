@@ -34,6 +34,7 @@ from cpuspec.results.schema import (ALL_PATHS, CPUSPEC, LLAMA_CPP, LLAMA_CPP_PYT
 from cpuspec.inputs.tasks import Prompt
 
 CTX_SLACK = 64
+CHAT_TEMPLATE_SLACK = 512   # the server's own template: its default system prompt, tool text
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ def measure_paths(cfg: PathsConfig, environment: dict, log: Callable[[str], None
                 target = stack.enter_context(Session(target_m, n_ctx, cfg.threads))
                 dsess = stack.enter_context(Session(draft_m, n_ctx, cfg.threads)) \
                     if draft_m else None
+                if {CPUSPEC, REDECODE} & set(cfg.paths):
+                    from cpuspec.harness.bench import refuse_recurrent
+                    refuse_recurrent(target, dsess)
                 draft = DRAFTERS[cfg.drafter].make(dsess, target_m.is_eog)
                 runners = _runners(cfg, target_m, target, draft, texts, encoded, n_ctx, Llama,
                                    DraftModel, stack, doc)
@@ -336,7 +340,7 @@ def _server_runners(cfg, texts, n_ctx, stack: contextlib.ExitStack, doc: dict) -
 
     from cpuspec.llama.server import Server
     # the server's template may add a system prompt cpuspec's formatting has not
-    ctx = n_ctx + (CTX_SLACK if LLAMA_SERVER_CHAT in cfg.paths else 0)
+    ctx = n_ctx + (CHAT_TEMPLATE_SLACK if LLAMA_SERVER_CHAT in cfg.paths else 0)
     servers = {mode: stack.enter_context(Server(cfg.bin_dir, server_argv(cfg, ctx,
                                                                          mode == "static")))
                for mode in ("raw", "static")}

@@ -58,11 +58,15 @@ class Shape:
         return self.head_dim or self.hidden // self.heads
 
     def params(self) -> int:
-        """Weights (embedding and output counted apart, as the GGUF files hold both)."""
-        q, kv = self.heads * self.hd, self.kv_heads * self.hd
-        ffn = 3 * self.hidden * (self.expert_ff * self.experts if self.experts else self.ff)
-        per_layer = self.hidden * (q + 2 * kv) + q * self.hidden + ffn
-        return self.layers * per_layer + 2 * self.vocab * self.hidden
+        """Weights of every tensor the file holds (embedding and output apart where the file
+        has both; experts all counted; Qwen3.5's delta-net and MTP layers as written)."""
+        total = 0
+        for _, ne in tensors(self):
+            n = 1
+            for x in ne:
+                n *= x
+            total += n
+        return total
 
     def active_params(self) -> int:
         """Weights one token reads: an MoE's used experts only."""

@@ -274,8 +274,9 @@ class Session:
             self.batch.n_seq_id[i] = 1
             self.batch.seq_id[i][0] = SEQ
         self._is_eog = model.is_eog
-        # the tokens at each position: what a recurrent model's state is rebuilt from
-        self._held: list[int] = []
+        # the tokens at each position: what a recurrent model's state is rebuilt from (None:
+        # not known, after a decode past the end)
+        self._held: list[int] | None = []
         self._recurrent = bool(ll.llama_model_is_recurrent(model.ptr)
                                or ll.llama_model_is_hybrid(model.ptr))
 
@@ -302,6 +303,10 @@ class Session:
             bad = next(t for t in tokens if not 0 <= t < self.n_vocab)
             raise EngineError(f"token id {bad} is outside {self.model.path.name}'s vocabulary "
                               f"of {self.n_vocab}: draft and target must share a tokenizer")
+        if self._held is not None and pos > len(self._held):
+            self._held = None    # positions never seen: a recurrent state cannot be rebuilt
+        elif self._held is not None:
+            del self._held[pos:]
         for start in range(0, n, self.n_batch):  # long prompts go in n_batch-sized pieces
             chunk = tokens[start:start + self.n_batch]
             b = self.batch
@@ -315,8 +320,8 @@ class Session:
             interrupt.check()   # a Ctrl-C dropped inside a log callback is raised here
             if rc != 0:
                 raise EngineError(f"llama_decode failed with code {rc}")
-        del self._held[pos:]
-        self._held.extend(tokens)
+            if self._held is not None:
+                self._held.extend(chunk)
 
     def logits(self, n_out: int) -> np.ndarray:
         """The last decode's last n_out logit rows, as an (n_out, n_vocab) view (no copy). Rows of
@@ -359,14 +364,20 @@ class Session:
         keeps one state, not one entry per position: llama.cpp cannot cut it back, so it is
         cleared and the tokens before pos decoded again (untimed by every caller)."""
         if ll.llama_memory_seq_rm(self.mem, SEQ, pos, -1):
-            del self._held[pos:]
+            if self._held is not None:
+                del self._held[pos:]
             return
-        if not self._recurrent or pos > len(self._held):
+        if not self._recurrent or self._held is None or pos > len(self._held):
             raise EngineError(f"llama.cpp could not remove KV positions ≥ {pos}")
         keep = self._held[:pos]
         self.clear()
         if keep:
             self.decode(keep, 0, 0)
+
+    @property
+    def recurrent(self) -> bool:
+        """A recurrent or hybrid model: truncate() re-decodes, so only untimed callers may."""
+        return self._recurrent
 
     def kv_len(self) -> int:
         """Positions held in the KV cache (llama.cpp's own count)."""

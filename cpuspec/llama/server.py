@@ -237,12 +237,16 @@ class Server:
         e2e = time.perf_counter() - t0
 
         def text_stop(r: dict) -> tuple:
+            """The whole text (a thinking template's reasoning first) and the stop as
+            /completion names it (eos, limit)."""
             choice = (r.get("choices") or [{}])[0]
             if not isinstance(choice, dict):
                 return "", ""
-            message = choice.get("message") or {}
-            return (message.get("content") or "" if isinstance(message, dict) else "",
-                    choice.get("finish_reason") or "")
+            m = choice.get("message") or {}
+            text = (str(m.get("reasoning_content") or "") + str(m.get("content") or "")
+                    if isinstance(m, dict) else "")
+            reason = choice.get("finish_reason") or ""
+            return text, {"stop": "eos", "length": "limit"}.get(reason, reason)
         return self._run(res, e2e, "/v1/chat/completions", text_stop)
 
     @staticmethod

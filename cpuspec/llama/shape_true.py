@@ -163,8 +163,11 @@ def _linear_hparams(writer, shape: Shape) -> None:
 
 
 def shape_path(shape: Shape, quant: str) -> Path:
+    """The cached file; the spread routing is in its name, so a file written with random
+    routing before it existed is never taken for it."""
+    route = "-spread" if shape.router == "spread" else ""
     return models_dir() / "shape-true" / \
-        f"{shape.name}-{quant.lower()}.shape-true-v{SHAPE_FORMAT}.gguf"
+        f"{shape.name}{route}-{quant.lower()}.shape-true-v{SHAPE_FORMAT}.gguf"
 
 
 def check_room(shape: Shape, quant: str, folder: Path, memory_bytes: int) -> int:

@@ -478,12 +478,16 @@ def server_share(target: str, draft: str | None, k: int, drafter: str, threads: 
                  short: bool = False) -> str:
     """A few words beside a printed llama-server command: the share of cpuspec's SD ×raw the
     server kept when a saved paths run measured this configuration here (and an OpenAI-style
-    client's, where it ran the chat path); else, for a draft model, the most it can keep after
-    the draft's re-decode of each verify batch, priced from the cost probe (an upper bound);
+    client's, where it ran the chat path); else, for a draft model, what it keeps after the
+    draft's re-decode of each verify batch, predicted from the cost probe (the sampler and
+    HTTP are not in it, and the server's slower plain decoding can lift its share above it);
     else that it is not measured."""
     from cpuspec.analysis.server_k import redecode_share
     found = measured_paths(target, draft, k, drafter, meta, p_min, threads)
-    row = summarize_paths(found[0]).get(OVERALL, {}) if found else {}
+    try:
+        row = summarize_paths(found[0]).get(OVERALL, {}) if found else {}
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):   # a damaged saved run
+        row = {}
     kept = {p: row[p]["over_cpuspec"] for p in SERVER_PATHS
             if p in row and CPUSPEC in row and row[p].get("over_cpuspec")}
     if LLAMA_SERVER in kept:
@@ -491,14 +495,14 @@ def server_share(target: str, draft: str | None, k: int, drafter: str, threads: 
         if short:
             return f"llama-server kept {kept[LLAMA_SERVER]:.2f} of this ×raw"
         return (f"llama-server kept {kept[LLAMA_SERVER]:.2f} of cpuspec's ×raw"
-                + (f", {chat:.2f} over /v1/chat" if chat else "") + f" in {found[1].stem}")
-    bound = redecode_share(probe, k) if probe and drafter == "model" and draft else None
-    if bound is not None:
-        return (f"llama-server keeps ≤ {bound:.2f} of this ×raw" if short else
-                f"llama-server: ≤ {bound:.2f} of cpuspec's ×raw (its draft re-decodes each "
-                "batch)")
+                + (f", {chat:.2f} over /v1/chat" if chat else "") + f" in {run_id(found[1])}")
+    share = redecode_share(probe, k) if probe and drafter == "model" and draft else None
+    if share is not None:
+        return (f"llama-server keeps ~{share:.2f} of this ×raw" if short else
+                f"llama-server: ~{share:.2f} of cpuspec's decode ×raw, predicted (its draft "
+                "re-decodes each batch)")
     return "its share in llama-server unmeasured" if short else \
-        "llama-server's share of it: `cpuspec paths` measures it"
+        "llama-server's share of it: not measured"
 
 
 def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,

@@ -66,7 +66,9 @@ def verdict_table(summary: dict) -> str:
                      fmt_value(s.get("acceptance_pct"), ".0f"),
                      fmt_value(s.get("zero_accept_pct"), ".0f"), _p99(s),
                      f"{audit.get('identical', 0)}/{audit.get('n', 0)}"])
-    return _table(["task", "SD ×raw [95% CI]", "verdict", "a vs 1+α+β", "acc %", "0-acc %",
+    # the sequential design's interval is its look's level, named in the line above
+    ci = "[interval]" if any(s.get("sequential") for s in summary.values()) else "[95% CI]"
+    return _table(["task", f"SD ×raw {ci}", "verdict", "a vs 1+α+β", "acc %", "0-acc %",
                    "p99 ms raw→SD", "same"], rows)
 
 

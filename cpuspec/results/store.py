@@ -200,7 +200,11 @@ def results_files(folder: Path, recursive: bool = False) -> list[Path]:
         return []
     found = [p for s in RESULTS_SUFFIXES
              for p in (folder.rglob if recursive else folder.glob)("*" + s) if p.is_file()]
-    return sorted(found, key=lambda p: (p.with_name(p.name.removesuffix(".gz")), p.name))
+    found.sort(key=lambda p: (p.with_name(p.name.removesuffix(".gz")), p.name))
+    # NAME.json beside NAME.json.gz is one run (the plain one, first in that order), not two
+    return [p for i, p in enumerate(found)
+            if not (i and p.name.endswith(".gz")
+                    and found[i - 1] == p.with_name(p.name.removesuffix(".gz")))]
 
 
 def saved_runs() -> list[Path]:
