@@ -524,7 +524,7 @@ def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: in
                + (f" --tasks {','.join(tasks)}" if tasks else "")
                + (f" --p-min {p_min:g} --paths cpuspec,llama.cpp,llama-server" if p_min else ""))
     if found is None:
-        if probe:   # the most the server keeps, from the probe
+        if probe and draft and drafter == "model":   # the server's share, from the probe
             lines.append(indent + server_share(target, draft, k, drafter, threads, meta,
                                                p_min, probe))
         lines.append(f"{indent}how much of the gain each keeps: {measure}")
