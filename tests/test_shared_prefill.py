@@ -200,7 +200,7 @@ def test_the_parallel_schedule_shares_nothing():
     not the work raw's was: no shared figures (the serial run of the same split has them)."""
     from cpuspec.analysis.summary import summarize
     results = ROOT / "bench" / "results" / "epyc-family25-model17"
-    serial, parallel = (summarize(read_json(results / f"split_{s}_q8_0.json"))
+    serial, parallel = (summarize(read_json(results / f"split_{s}_q8_0.json.gz"))
                         for s in ("serial", "parallel"))
     assert all("shared_sd_speedup" in t for t in serial.values())
     assert not any("shared_sd_speedup" in t for t in parallel.values())
