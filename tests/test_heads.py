@@ -117,6 +117,7 @@ def test_llama_server_runs_rounds_with_each_head(tiny_heads, server_bin):
     (["--methods", "mtp"], "qwen3-4b has no MTP layer"),
     (["--on", "qwen3.5-0.8b", "--methods", "mtp,draft"], "no smaller Qwen3.5"),
     (["--on", "qwen3.5-0.8b", "--methods", "eagle3"], "no published eagle3 head"),
+    (["--quant", "Q2_K"], "'Q2_K' is not one of"),
     (["--on", "qwen2.5-7b"], "cannot carry eagle3 heads"),
     (["--on", "qwen3-1.7b"], "no published dflash head for qwen3-1.7b"),
     (["--lengths", "9"], "[1, k + 1]"),

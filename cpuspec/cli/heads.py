@@ -45,6 +45,9 @@ def _lengths(text: str, k: int) -> list[float]:
               help="eagle3, dflash, dspark (shape-true heads as published), mtp (the target's "
                    "own MTP layer, draft-mtp) and draft (a shape-true Qwen3-0.6B draft model, "
                    "llama.cpp's draft-simple).")
+@click.option("--quant", type=click.Choice(["Q4_K_M", "Q4_0", "Q8_0"]), default="Q4_K_M",
+              show_default=True, help="The shape-true target's quant type (and its draft "
+                                      "model's, for draft): Q4_0 is the fastest plain here.")
 @click.option("--lengths", default="2,3.5,5", show_default=True,
               help="Synthetic acceptance lengths L (tokens a round keeps, 1..k+1).")
 @click.option("-k", "--draft-len", "k", type=click.IntRange(1, 15), default=6,
@@ -59,7 +62,7 @@ def _lengths(text: str, k: int) -> list[float]:
               help="A folder with llama-server (default: `cpuspec paths --build-native`'s).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
-def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, llama_bin,
+def heads(target, methods, quant, lengths, k, max_tokens, prompts_per_task, threads, llama_bin,
           json_path, save, force):
     """Price EAGLE-3, DFlash, DSpark and a draft model in llama-server on this CPU.
 
@@ -74,6 +77,7 @@ def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, ll
       cpuspec heads
       cpuspec heads --on qwen3-8b --methods eagle3,draft --lengths 2,3 -k 3
       cpuspec heads --on qwen3.5-0.8b --methods mtp -k 3 --lengths 1.5,2,3
+      cpuspec heads --methods eagle3 --quant Q4_0 --lengths 2,4
     """
     from cpuspec.harness.bench import environment
     from cpuspec.harness.heads import (HeadsConfig, chat_texts, context_for, measure_heads,
@@ -103,12 +107,12 @@ def heads(target, methods, lengths, k, max_tokens, prompts_per_task, threads, ll
     sink = prepare_outputs([json_path], [], force, save, "heads", hw.cpu_model)
     with guarded(sink):
         try:
-            target_path, drafters = _files(shape, plan, chosen)
+            target_path, drafters = _files(shape, plan, chosen, quant)
             texts, longest = chat_texts(target_path, prompts)
             cfg = HeadsConfig(target_path, tuple(drafters), tuple(Ls), k, texts, max_tokens,
                               threads, bin_dir, context_for(longest, max_tokens, k))
             log("heads: the target's V(1) and V(k + 1) (β), in cpuspec's probe")
-            settings = _settings(cfg, shape, plan, chosen, prompts)
+            settings = _settings(cfg, shape, plan, chosen, prompts) | {"target_quant": quant}
             settings["verify_probe_s"] = probe_verify(target_path, next(iter(texts.values())),
                                                       k, threads)
             doc = measure_heads(cfg, environment(threads), settings, log, sink)
@@ -131,10 +135,10 @@ def _check_target(shape, chosen: list[str]) -> None:
                          "with; leave draft out of --methods")
 
 
-def _files(shape, plan, chosen: list[str]):
-    """The shape-true target (Q4_K_M), each head (Q8_0), the target's own MTP layer and the
-    classic draft model (a shape-true Qwen3-0.6B, Q4_K_M), written once and cached, all with
-    one tokenizer."""
+def _files(shape, plan, chosen: list[str], quant: str = "Q4_K_M"):
+    """The shape-true target (at `quant`), each head (Q8_0), the target's own MTP layer and the
+    classic draft model (a shape-true Qwen3-0.6B at `quant`), written once and cached, all
+    with one tokenizer."""
     import psutil
 
     from cpuspec.cli.models import SHAPE_TOKENIZER
@@ -144,14 +148,14 @@ def _files(shape, plan, chosen: list[str]):
     from cpuspec.llama.shape_true import write_head, write_shape_true
     tokenizer = fetch_model(registry().model(SHAPE_TOKENIZER), log).path
     memory = psutil.virtual_memory().total
-    target = write_shape_true(shape, "Q4_K_M", tokenizer, memory, log)
+    target = write_shape_true(shape, quant, tokenizer, memory, log)
     drafters = [Drafter(h.method, write_head(h, "Q8_0", tokenizer, memory, log),
                         f"{h.method} ({h.layers} layer{'s' * (h.layers > 1)})") for h in plan]
     if "mtp" in chosen:   # in the target's own file
         drafters.append(Drafter("mtp", target, f"mtp ({shape.mtp_layers} layer in the target)"))
     if "draft" in chosen:   # the family's smallest model: Qwen3-0.6B, or Qwen2.5-0.5B
         small = shape_of("qwen3-0.6b" if shape.arch.startswith("qwen3") else "qwen2.5-0.5b")
-        drafters.append(Drafter("draft", write_shape_true(small, "Q4_K_M", tokenizer, memory,
+        drafters.append(Drafter("draft", write_shape_true(small, quant, tokenizer, memory,
                                                           log), f"draft model {small.name}"))
     return target, drafters
 
@@ -167,7 +171,7 @@ def _settings(cfg, shape, plan, chosen, prompts) -> dict:
             | ({"mtp": {"name": f"mtp-{shape.name}", "layers": shape.mtp_layers,
                         "block_size": None, "draft_vocab": None, "target_layers": [],
                         "source": "the target's own MTP layer (Qwen/Qwen3.5-0.8B config.json "
-                                  "mtp_num_hidden_layers)", "quant": "Q4_K_M"}}
+                                  "mtp_num_hidden_layers)", "quant": "target's"}}
                if "mtp" in chosen else {}),
             "max_tokens": cfg.max_tokens, "threads": cfg.threads, "n_prompts": len(prompts),
             "prompts": [p.prompt_id for p in prompts], "argv": ["cpuspec", *sys.argv[1:]]}
