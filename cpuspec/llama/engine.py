@@ -274,11 +274,11 @@ class Session:
             self.batch.n_seq_id[i] = 1
             self.batch.seq_id[i][0] = SEQ
         self._is_eog = model.is_eog
-        # the tokens at each position: what a recurrent model's state is rebuilt from (None:
-        # not known, after a decode past the end)
-        self._held: list[int] | None = []
         self._recurrent = bool(ll.llama_model_is_recurrent(model.ptr)
                                or ll.llama_model_is_hybrid(model.ptr))
+        # a recurrent model's tokens at each position, what its state is rebuilt from (None:
+        # not kept, for every other model, or not known after a decode past the end)
+        self._held: list[int] | None = [] if self._recurrent else None
 
     def close(self) -> None:
         if self.ctx:
@@ -385,7 +385,7 @@ class Session:
 
     def clear(self) -> None:
         ll.llama_memory_clear(self.mem, True)
-        self._held = []
+        self._held = [] if self._recurrent else None
 
     def is_eog(self, token: int) -> bool:
         return self._is_eog(token)
