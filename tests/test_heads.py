@@ -113,8 +113,9 @@ def test_llama_server_runs_rounds_with_each_head(tiny_heads, server_bin):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--methods", "medusa"], "choose from eagle3, dflash, dspark, mtp, draft"),
+    (["--methods", "medusa"], "choose from eagle3, dflash, dspark, mtp, mtp-file, draft"),
     (["--methods", "mtp"], "qwen3-4b has no MTP layer"),
+    (["--methods", "mtp-file"], "qwen3-4b has no MTP layer for --methods mtp-file"),
     (["--on", "qwen3.5-0.8b", "--methods", "mtp,draft"], "no smaller Qwen3.5"),
     (["--on", "qwen3.5-0.8b", "--methods", "eagle3"], "no published eagle3 head"),
     (["--quant", "Q2_K"], "'Q2_K' is not one of"),
@@ -202,6 +203,39 @@ def test_a_shape_true_qwen35_with_its_mtp_layer_loads_and_runs_mtp_rounds(tiny_m
     sd = [r for r in doc["runs"] if r["mode"] == "sd"]
     assert doc["complete"] and sd and all(r["n_tokens"] == 12 and r["drafted"] > 0
                                           and r["verify_steps"] > 0 for r in sd), sd
+
+
+def test_an_mtp_only_file_loads_and_drafts_for_its_target_as_md(tiny_mtp, tiny_models,
+                                                                  server_bin):
+    """The converter's --mtp file (the MTP layer, the embeddings and the final norm, the whole
+    model's metadata): the vendored loader takes it with no trunk (src/models/qwen35.cpp's
+    mtp_only), and llama-server drafts from it with -md and --spec-type draft-mtp."""
+    from cpuspec.harness.heads import Drafter, HeadsConfig, measure_heads
+    from cpuspec.llama.gguf_meta import read_meta
+    from cpuspec.llama.shape_true import write_mtp_only
+    head = write_mtp_only(TINY35, "Q8_0", tiny_models["target"], 1 << 34)
+    assert head.name.startswith("mtp-") and loads(head)
+    meta = read_meta(head)
+    assert meta.get("qwen35.block_count") == 5 and meta.get("qwen35.nextn_predict_layers") == 1
+    assert head.stat().st_size < tiny_mtp.stat().st_size
+    cfg = HeadsConfig(tiny_mtp, (Drafter("mtp-file", head, "mtp-file"),), (2.0,), 3,
+                      {"p1": "hello there", "p2": "a b c"}, 12, 1, server_bin, 256)
+    doc = measure_heads(cfg, {}, {"k": 3, "target": str(tiny_mtp)}, lambda _: None)
+    sd = [r for r in doc["runs"] if r["mode"] == "sd"]
+    assert doc["complete"] and sd and all(r["drafted"] > 0 and r["verify_steps"] > 0
+                                          for r in sd), sd
+
+
+def test_an_mtp_only_file_without_its_embeddings_is_refused(tiny_models, monkeypatch):
+    """The loader check can fail: the MTP-only plan less token_embd does not load."""
+    from cpuspec.inputs import heads as heads_mod
+    from cpuspec.llama.shape_true import write_mtp_only
+    short = replace(TINY35, name="qwen35-tiny-noembd")
+    monkeypatch.setitem(SHAPES, short.name, short)
+    real = heads_mod.mtp_only_tensors
+    monkeypatch.setattr(heads_mod, "mtp_only_tensors",
+                        lambda s: [t for t in real(s) if t[0] != "token_embd.weight"])
+    assert not loads(write_mtp_only(short, "Q8_0", tiny_models["target"], 1 << 34))
 
 
 def test_a_qwen35_without_its_mtp_layer_is_refused_for_draft_mtp(tiny_mtp, tiny_models,

@@ -12,7 +12,7 @@ from cpuspec.cli.log import log
 from cpuspec.cli.options import positive, save_options
 from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
 
-ALL = ("eagle3", "dflash", "dspark", "mtp", "draft")
+ALL = ("eagle3", "dflash", "dspark", "mtp", "mtp-file", "draft")
 
 
 def _methods(text: str) -> list[str]:
@@ -43,8 +43,9 @@ def _lengths(text: str, k: int) -> list[float]:
                    "qwen3.5-0.8b for mtp, its own MTP layer).")
 @click.option("--methods", default="eagle3,dflash,dspark,draft", show_default=True,
               help="eagle3, dflash, dspark (shape-true heads as published), mtp (the target's "
-                   "own MTP layer, draft-mtp) and draft (a shape-true Qwen3-0.6B draft model, "
-                   "llama.cpp's draft-simple).")
+                   "own MTP layer, draft-mtp), mtp-file (the same layer from its MTP-only "
+                   "file, convert_hf_to_gguf --mtp, as -md) and draft (a shape-true "
+                   "Qwen3-0.6B draft model, llama.cpp's draft-simple).")
 @click.option("--quant", type=click.Choice(["Q4_K_M", "Q4_0", "Q8_0"]), default="Q4_K_M",
               show_default=True, help="The shape-true target's quant type (and its draft "
                                       "model's, for draft): Q4_0 is the fastest plain here.")
@@ -76,7 +77,7 @@ def heads(target, methods, quant, lengths, k, max_tokens, prompts_per_task, thre
     Examples:
       cpuspec heads
       cpuspec heads --on qwen3-8b --methods eagle3,draft --lengths 2,3 -k 3
-      cpuspec heads --on qwen3.5-0.8b --methods mtp -k 3 --lengths 1.5,2,3
+      cpuspec heads --on qwen3.5-0.8b --methods mtp,mtp-file -k 1 --lengths 1.5,2
       cpuspec heads --methods eagle3 --quant Q4_0 --lengths 2,4
     """
     from cpuspec.harness.bench import environment
@@ -94,7 +95,7 @@ def heads(target, methods, quant, lengths, k, max_tokens, prompts_per_task, thre
     try:
         shape = shape_of(target)
         _check_target(shape, chosen)
-        plan = [head_of(m, target) for m in chosen if m not in ("draft", "mtp")]
+        plan = [head_of(m, target) for m in chosen if m not in ("draft", "mtp", "mtp-file")]
     except ShapeError as exc:
         raise click.UsageError(str(exc))
     too_long = [h.block_size for h in plan if h.method == "dspark" and k > h.block_size]
@@ -127,9 +128,10 @@ def _check_target(shape, chosen: list[str]) -> None:
     """mtp needs a target with MTP layers; draft a smaller model of the family's tokenizer
     (Qwen3.5 has none below 0.8B)."""
     from cpuspec.inputs.shapes import ShapeError
-    if "mtp" in chosen and not shape.mtp_layers:
-        raise ShapeError(f"{shape.name} has no MTP layer for --methods mtp: qwen3.5-0.8b has "
-                         "one (draft-mtp)")
+    mtp = [m for m in chosen if m.startswith("mtp")]
+    if mtp and not shape.mtp_layers:
+        raise ShapeError(f"{shape.name} has no MTP layer for --methods {mtp[0]}: qwen3.5-0.8b "
+                         "has one (draft-mtp)")
     if "draft" in chosen and shape.arch == "qwen35":
         raise ShapeError(f"{shape.name}: no smaller Qwen3.5 shares its tokenizer to draft "
                          "with; leave draft out of --methods")
@@ -145,7 +147,7 @@ def _files(shape, plan, chosen: list[str], quant: str = "Q4_K_M"):
     from cpuspec.harness.heads import Drafter
     from cpuspec.inputs.models import fetch_model
     from cpuspec.inputs.shapes import shape_of
-    from cpuspec.llama.shape_true import write_head, write_shape_true
+    from cpuspec.llama.shape_true import write_head, write_mtp_only, write_shape_true
     tokenizer = fetch_model(registry().model(SHAPE_TOKENIZER), log).path
     memory = psutil.virtual_memory().total
     target = write_shape_true(shape, quant, tokenizer, memory, log)
@@ -153,6 +155,9 @@ def _files(shape, plan, chosen: list[str], quant: str = "Q4_K_M"):
                         f"{h.method} ({h.layers} layer{'s' * (h.layers > 1)})") for h in plan]
     if "mtp" in chosen:   # in the target's own file
         drafters.append(Drafter("mtp", target, f"mtp ({shape.mtp_layers} layer in the target)"))
+    if "mtp-file" in chosen:   # the same layer, from its own file as the converter's --mtp
+        drafters.append(Drafter("mtp-file", write_mtp_only(shape, quant, tokenizer, memory, log),
+                                "mtp-file (MTP-only file, -md)"))
     if "draft" in chosen:   # the family's smallest model: Qwen3-0.6B, or Qwen2.5-0.5B
         small = shape_of("qwen3-0.6b" if shape.arch.startswith("qwen3") else "qwen2.5-0.5b")
         drafters.append(Drafter("draft", write_shape_true(small, quant, tokenizer, memory,
@@ -168,11 +173,12 @@ def _settings(cfg, shape, plan, chosen, prompts) -> dict:
                                  "block_size": h.block_size, "draft_vocab": h.draft_vocab,
                                  "target_layers": list(h.target_layers), "source": h.source,
                                  "quant": "Q8_0"} for h in plan}
-            | ({"mtp": {"name": f"mtp-{shape.name}", "layers": shape.mtp_layers,
-                        "block_size": None, "draft_vocab": None, "target_layers": [],
-                        "source": "the target's own MTP layer (Qwen/Qwen3.5-0.8B config.json "
-                                  "mtp_num_hidden_layers)", "quant": "target's"}}
-               if "mtp" in chosen else {}),
+            | {m: {"name": f"mtp-{shape.name}", "layers": shape.mtp_layers,
+                   "block_size": None, "draft_vocab": None, "target_layers": [],
+                   "source": "the target's own MTP layer (Qwen/Qwen3.5-0.8B config.json "
+                             "mtp_num_hidden_layers)" + (", as an MTP-only file (convert_hf_to_"
+                                                        "gguf.py --mtp)" if m != "mtp" else ""),
+                   "quant": "target's"} for m in chosen if m.startswith("mtp")},
             "max_tokens": cfg.max_tokens, "threads": cfg.threads, "n_prompts": len(prompts),
             "prompts": [p.prompt_id for p in prompts], "argv": ["cpuspec", *sys.argv[1:]]}
 

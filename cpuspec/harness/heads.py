@@ -23,7 +23,7 @@ CTX_SLACK = 64
 @dataclass(frozen=True)
 class Drafter:
     """One SD configuration: a method and its file (a head, a draft model)."""
-    method: str                  # eagle3 | dflash | dspark | draft
+    method: str                  # eagle3 | dflash | dspark | mtp | mtp-file | draft
     path: Path
     label: str                   # what the screen calls it
 
@@ -45,7 +45,7 @@ def sd_flags(d: Drafter, k: int, length: float, threads: int) -> list[str]:
     """The SD server's flags beyond the target's: the method, its file, k, the synthetic
     acceptance length, the drafter's threads."""
     from cpuspec.inputs.heads import SPEC_TYPE
-    model = [] if d.method == "mtp" else ["-md", str(d.path), "-td", str(threads)]  # in -m
+    model = [] if d.method == "mtp" else ["-md", str(d.path), "-td", str(threads)]  # mtp: in -m
     return ["--spec-type", SPEC_TYPE[d.method], *model,
             "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
             "--spec-draft-p-min", "0", "--spec-synth-len", f"{length:g}"]

@@ -9,8 +9,9 @@ drafts are noise, so acceptance is supplied by llama-server's synthetic acceptan
 (--spec-synth-len / --spec-synth-rates), never measured, and every result says so.
 
 MTP lives inside the target (qwen35, qwen35moe, qwen3next carry an MTP layer): it is the
-shape-true Qwen3.5 of inputs/shapes.py, run with --spec-type draft-mtp and no -md. Pure: the
-plans; llama/shape_true.py writes them."""
+shape-true Qwen3.5 of inputs/shapes.py, run with --spec-type draft-mtp and no -md; or its
+MTP-only file (mtp_only_tensors: what convert_hf_to_gguf.py --mtp writes), run with -md. Pure:
+the plans; llama/shape_true.py writes them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from cpuspec.inputs.shapes import Shape, ShapeError, shape_of
 
 METHODS = ("eagle3", "dflash", "dspark")
 SPEC_TYPE = {"eagle3": "draft-eagle3", "dflash": "draft-dflash", "dspark": "draft-dspark",
-             "mtp": "draft-mtp", "draft": "draft-simple"}
+             "mtp": "draft-mtp", "mtp-file": "draft-mtp", "draft": "draft-simple"}
 # llama.cpp's EAGLE-3 and DFlash read the target's hidden states at layer inputs
 # (llama_set_embeddings_layer_inp): only graphs that expose them can be their targets
 # (src/llama-graph.cpp, t_layer_inp; qwen2 does not)
@@ -191,3 +192,18 @@ def head_kv(h: Head) -> list[tuple[str, object, str]]:
         kv += [("dflash.sample_from_anchor", True, "bool"),
                ("dflash.has_confidence_head", True, "bool")]
     return kv
+
+
+def mtp_only_tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
+    """The MTP-only file of a model with MTP layers, as `convert_hf_to_gguf.py --mtp` writes it
+    (conversion/qwen.py, _QwenMtpMixin.filter_tensors: it keeps embed_tokens, norm, lm_head and
+    the mtp.* tensors, renamed to the layers after the trunk); its metadata stays the whole
+    model's. The loader (src/models/qwen35.cpp) takes a file with MTP layers and no
+    blk.0.attn_norm.weight as MTP-only: the trunk is not required."""
+    from cpuspec.inputs.shapes import tensors
+    if not shape.mtp_layers:
+        raise ShapeError(f"{shape.name} has no MTP layer to write an MTP-only file of: "
+                         "qwen3.5-0.8b has one")
+    keep = ("token_embd.weight", "output_norm.weight", "output.weight")
+    mtp = tuple(f"blk.{i}." for i in range(shape.layers, shape.layers + shape.mtp_layers))
+    return [(n, ne) for n, ne in tensors(shape) if n in keep or n.startswith(mtp)]

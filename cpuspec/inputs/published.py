@@ -48,4 +48,6 @@ DSPARK_CLAIM = ("DSpark: +60-85 % per-user speed at matched throughput against M
 
 
 def published_for(method: str) -> list[Published]:
+    """mtp-file is MTP from its own file: the same layer, the same published lengths."""
+    method = "mtp" if method == "mtp-file" else method
     return [p for p in PUBLISHED if p.method == method]

@@ -119,9 +119,9 @@ def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int,
         writer.add_key_value(field.name, value, vtype, sub_type=sub)
 
 
-def _hparams(writer, shape: Shape, quant: str) -> None:
+def _hparams(writer, shape: Shape, quant: str, prefix: str = "") -> None:
     a = shape.arch
-    writer.add_name(f"{shape.name} {quant} {SHAPE_TRUE}")
+    writer.add_name(f"{prefix}{shape.name} {quant} {SHAPE_TRUE}")
     writer.add_uint32(SHAPE_KEY, SHAPE_FORMAT)
     writer.add_uint32(f"{a}.context_length", shape.context)
     writer.add_uint32(f"{a}.embedding_length", shape.hidden)
@@ -236,6 +236,28 @@ def write_head(head, quant: str, tokenizer_file: Path, memory_bytes: int,
         writer.add_quantization_version(2)
     return _write_cached(dest, arch, kv, plan, types, tokenizer_file, t.vocab, need, log,
                          seed, added_tokens(t))
+
+
+def write_mtp_only(shape: Shape, quant: str, tokenizer_file: Path, memory_bytes: int,
+                   log: Callable[[str], None] = lambda _: None, seed: int = 0) -> Path:
+    """The MTP-only file of `shape` (inputs/heads.py mtp_only_tensors: the converter's --mtp
+    output, "mtp-" before the name) at `quant`, the whole model's metadata and types, written
+    once and cached: a draft for -md with --spec-type draft-mtp."""
+    from cpuspec.inputs.heads import mtp_only_tensors
+    plan = mtp_only_tensors(shape)
+    types = {n: t for n, t in quant_types(shape, quant).items() if n in dict(plan)}
+    dest = models_dir() / "shape-true" / \
+        f"mtp-{shape.name}-{quant.lower()}.shape-true-v{SHAPE_FORMAT}.gguf"
+
+    def need() -> int:
+        size = sum(nbytes(ne, types[n]) for n, ne in plan) + 64 * 2 ** 20
+        free = shutil.disk_usage(dest.parent).free
+        if size > free or size > 0.9 * memory_bytes:
+            raise ShapeError(f"mtp-{shape.name} {quant} needs {size / 1e9:.2f} GB; "
+                             f"{dest.parent} has {free / 1e9:.1f} GB free")
+        return size
+    return _write_cached(dest, shape.arch, lambda w: _hparams(w, shape, quant, "mtp-"), plan,
+                         types, tokenizer_file, shape.vocab, need, log, seed, added_tokens(shape))
 
 
 def _add(writer, key: str, value, kind: str) -> None:
