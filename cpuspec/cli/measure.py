@@ -223,7 +223,7 @@ def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_p
     """`costs --sizes`: the what-if over shape-true targets (harness/whatif.py)."""
     import psutil
 
-    from cpuspec.cli.models import SHAPE_TOKENIZER
+    from cpuspec.cli.models import tokenizer_model
     from cpuspec.harness.whatif import run_whatif
     from cpuspec.inputs.models import fetch_model
     from cpuspec.inputs.shapes import ShapeError
@@ -234,7 +234,8 @@ def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_p
                       k=max_n - 1, depth=depth, argv=["cpuspec", *sys.argv[1:]])
     with guarded(sink):
         try:
-            tokenizer = fetch_model(registry().model(SHAPE_TOKENIZER), log).path
+            def tokenizer(arch: str) -> Path:
+                return fetch_model(registry().model(tokenizer_model(arch)), log).path
             doc = run_whatif(cfg, sizes, quants, reps, tokenizer,
                              psutil.virtual_memory().total, sink, log)
         except (ModelError, EngineError, ShapeError, ValueError) as exc:

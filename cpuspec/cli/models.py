@@ -178,11 +178,17 @@ def models_path(name):
                                                                path_type=Path),
               help="A GGUF whose tokenizer the file carries (any file with tokenizer.* "
               "fields, such as llama.cpp's models/ggml-vocab-qwen2.gguf); default: the pinned "
-              "Qwen2.5 0.5B, fetched if missing.")
-def models_shape(name, quant, tokenizer_file):
-    """Write a shape-true GGUF: a real Qwen architecture with random weights.
+              "Qwen2.5 0.5B (a Gemma 3: the real Gemma 3 270M), fetched if missing.")
+@click.option("--mix", type=click.Choice(["llama-quantize", "pinned", "pure"]),
+              help="How the quant types are chosen: llama-quantize (current llama.cpp's "
+                   "rule), pinned (the rule of the pinned Qwen2.5 files), pure (every matrix "
+                   "the base type) [default: pinned for Qwen2.5 and Qwen3, llama-quantize for "
+                   "the rest].")
+def models_shape(name, quant, tokenizer_file, mix):
+    """Write a shape-true GGUF: a real Qwen or Gemma 3 architecture with random weights.
 
-    NAME is 0.5b, 1.5b, 3b, 7b, 14b, 32b (Qwen2.5) or qwen3-0.6b ... qwen3-14b. The file has
+    NAME is 0.5b, 1.5b, 3b, 7b, 14b, 32b (Qwen2.5), qwen3-0.6b ... qwen3-14b, qwen3-30b-a3b,
+    qwen3.5-0.8b or gemma3-270m ... gemma3-27b (`cpuspec costs --sizes` lists them). The file has
     the published config's shapes and llama.cpp's per-tensor quant types, so it decodes and
     verifies at that model's speed on this CPU (the cost side of SD), but its outputs are
     noise: it is labelled "shape-true (random weights)" everywhere and bench refuses it for
@@ -191,18 +197,21 @@ def models_shape(name, quant, tokenizer_file):
     \b
     Examples:
       cpuspec models shape 7b
+      cpuspec models shape gemma3-4b --mix pure
       cpuspec costs --target "$(cpuspec models shape 14b --quant Q4_0)" --draft D.gguf
     """
+    import dataclasses
+
     import psutil
 
     from cpuspec.inputs.shapes import ShapeError, quant_types, shape_of
     from cpuspec.llama.shape_true import write_shape_true
     with guarded():   # Ctrl-C and SIGTERM: the .partial file removed, exit 130
         try:
-            shape = shape_of(name)
+            shape = dataclasses.replace(shape_of(name), mix=mix)
             quant_types(shape, quant.upper())   # a bad quant is said before any fetch
-            tokenizer = tokenizer_file or fetch_model(registry().model(SHAPE_TOKENIZER),
-                                                      log).path
+            tokenizer = tokenizer_file or fetch_model(
+                registry().model(tokenizer_model(shape.arch)), log).path
             path = write_shape_true(shape, quant.upper(), tokenizer,
                                     psutil.virtual_memory().total, log)
         except (ShapeError, ModelError) as exc:
@@ -210,5 +219,12 @@ def models_shape(name, quant, tokenizer_file):
     click.echo(str(path))
 
 
-# the pinned Qwen2.5 file whose tokenizer a shape-true file carries
+# the pinned Qwen2.5 file whose tokenizer a shape-true file carries; a Gemma 3's, the real
+# Gemma 3 270M's
 SHAPE_TOKENIZER = "qwen2.5-coder-0.5b-q4km"
+FAMILY_TOKENIZER = {"gemma3": "gemma-3-270m-q4km"}
+
+
+def tokenizer_model(arch: str) -> str:
+    """The registered model whose tokenizer a shape-true file of `arch` carries."""
+    return FAMILY_TOKENIZER.get(arch, SHAPE_TOKENIZER)

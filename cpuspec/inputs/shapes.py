@@ -48,6 +48,8 @@ class Shape:
     experts_used: int = 0
     expert_ff: int = 0
     router: str = "random"
+    swa: int = 0         # gemma3: the sliding window of its local layers (5 of every 6)
+    mix: str | None = None   # the quant mix (MIXES); None: the architecture's (default_mix)
 
     def is_recurrent(self, i: int) -> bool:
         """A gated delta-net layer (qwen35's trunk; its MTP layers are full attention)."""
@@ -77,15 +79,16 @@ class Shape:
 
 
 SHAPES = {s.name: s for s in [
-    Shape("qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936),
-    Shape("qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 8960, 151936),
-    Shape("qwen2.5-3b", "qwen2", 2048, 36, 16, 2, 11008, 151936),
+    # tied: tie_word_embeddings in the published config (Qwen2.5 and Qwen3 up to 3B/4B)
+    Shape("qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, tied=True),
+    Shape("qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 8960, 151936, tied=True),
+    Shape("qwen2.5-3b", "qwen2", 2048, 36, 16, 2, 11008, 151936, tied=True),
     Shape("qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 18944, 152064),
     Shape("qwen2.5-14b", "qwen2", 5120, 48, 40, 8, 13824, 152064, eps=1e-5),
     Shape("qwen2.5-32b", "qwen2", 5120, 64, 40, 8, 27648, 152064, eps=1e-5),
-    Shape("qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, head_dim=128),
-    Shape("qwen3-1.7b", "qwen3", 2048, 28, 16, 8, 6144, 151936, head_dim=128),
-    Shape("qwen3-4b", "qwen3", 2560, 36, 32, 8, 9728, 151936, head_dim=128),
+    Shape("qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, head_dim=128, tied=True),
+    Shape("qwen3-1.7b", "qwen3", 2048, 28, 16, 8, 6144, 151936, head_dim=128, tied=True),
+    Shape("qwen3-4b", "qwen3", 2560, 36, 32, 8, 9728, 151936, head_dim=128, tied=True),
     Shape("qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, head_dim=128),
     Shape("qwen3-14b", "qwen3", 5120, 40, 40, 8, 17408, 151936, head_dim=128),
     # Qwen/Qwen3-30B-A3B config.json: 48 layers, 32/4 heads of 128, 128 experts of width 768,
@@ -100,6 +103,19 @@ SHAPES = {s.name: s for s in [
     Shape("qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 3584, 248320, head_dim=256, rope_base=1e7,
           linear=(16, 16, 128, 4), mtp_layers=1, tied=True, rope_dims=64,
           mrope=(11, 11, 10, 0)),
+    # Gemma 3 (google-deepmind/gemma gemma/gm/nn/_gemma.py and _config.py; the real 270M
+    # GGUF's header): 270M 640 × 18 layers, 4/1 heads of 256, ff 2048; 1B 1152 × 26, 4/1,
+    # ff 6912; 4B 2560 × 34, 8/4, ff 10240; 12B 3840 × 48, 16/8, ff 15360; 27B 5376 × 62,
+    # 32/16 heads of 128, ff 21504; tied embeddings over 262 144 tokens (262 208 from 4B:
+    # the image tokens); sliding window 512 (270M, 1B) or 1024, five local layers to a global
+    *[Shape(n, "gemma3", e, layers, h, kv, ff, vocab, head_dim=hd, tied=True, swa=w,
+            context=ctx)
+      for n, e, layers, h, kv, ff, vocab, hd, w, ctx in [
+          ("gemma3-270m", 640, 18, 4, 1, 2048, 262144, 256, 512, 32768),
+          ("gemma3-1b", 1152, 26, 4, 1, 6912, 262144, 256, 512, 32768),
+          ("gemma3-4b", 2560, 34, 8, 4, 10240, 262208, 256, 1024, 131072),
+          ("gemma3-12b", 3840, 48, 16, 8, 15360, 262208, 256, 1024, 131072),
+          ("gemma3-27b", 5376, 62, 32, 16, 21504, 262208, 128, 1024, 131072)]],
 ]}
 SIZE_ALIASES = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "3b": "qwen2.5-3b",
                 "7b": "qwen2.5-7b", "14b": "qwen2.5-14b", "32b": "qwen2.5-32b"}
@@ -109,6 +125,31 @@ BLOCKS = {"F32": (1, 4), "F16": (1, 2), "I64": (1, 8), "Q4_0": (32, 18), "Q5_0":
           "Q4_K": (256, 144), "Q6_K": (256, 210)}
 # llama.cpp's tensor_type_fallback: a row that does not hold whole k-quant blocks
 FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
+
+
+# How a file's quant types were chosen (issue 59): "llama-quantize", current llama.cpp's
+# llama_tensor_get_type (its counters by layer number; a tied model has no output.weight, its
+# embedding takes the output's type; Q4_0 keeps the output at Q6_K); "pinned", the rule the
+# pinned Qwen2.5 files were quantized with (counters in name order: blk.0, blk.1, blk.10; an
+# output.weight even where the model ties it; Q4_0 and Q8_0 pure); "pure", every matrix the
+# base type (llama-quantize --pure).
+MIXES = ("llama-quantize", "pinned", "pure")
+
+
+def default_mix(arch: str) -> str:
+    """Qwen2.5 and Qwen3 as the pinned Qwen files (and every recorded run) hold them; the
+    architectures added since as current llama.cpp quantizes them."""
+    return "pinned" if arch in ("qwen2", "qwen3") else "llama-quantize"
+
+
+def mix_of(shape: Shape) -> str:
+    return shape.mix or default_mix(shape.arch)
+
+
+def has_output(shape: Shape) -> bool:
+    """Whether the file holds output.weight: an untied model's, or a tied one's written by
+    the pinned files' converter."""
+    return not shape.tied or mix_of(shape) == "pinned"
 
 
 class ShapeError(ValueError):
@@ -138,9 +179,12 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
     them: the output and embedding, then each layer's tensors."""
     if shape.arch == "qwen35":
         return _qwen35_tensors(shape)
+    if shape.arch == "gemma3":
+        return _gemma3_tensors(shape)
     e, q, kv = shape.hidden, shape.heads * shape.hd, shape.kv_heads * shape.hd
-    out = [("token_embd.weight", (e, shape.vocab)), ("output_norm.weight", (e,)),
-           ("output.weight", (e, shape.vocab))]
+    out = [("token_embd.weight", (e, shape.vocab)), ("output_norm.weight", (e,))]
+    if has_output(shape):
+        out.append(("output.weight", (e, shape.vocab)))
     for i in range(shape.layers):
         b = f"blk.{i}."
         layer = [("attn_norm.weight", (e,)), ("attn_q.weight", (e, q)),
@@ -171,7 +215,7 @@ def _qwen35_tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
     kh, vh, hd, conv = shape.linear
     kd, vd = kh * hd, vh * hd
     out = [("token_embd.weight", (e, shape.vocab)), ("output_norm.weight", (e,))]
-    if not shape.tied:
+    if has_output(shape):
         out.append(("output.weight", (e, shape.vocab)))
     full = [("attn_q.weight", (e, 2 * q)), ("attn_k.weight", (e, kv)),
             ("attn_v.weight", (e, kv)), ("attn_output.weight", (q, e)),
@@ -192,6 +236,25 @@ def _qwen35_tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
+def _gemma3_tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
+    """Gemma 3 as src/models/gemma3.cpp requests it (q/k norms, a norm after attention and
+    after the feed-forward; tied: no output.weight), in the real 270M file's order (each
+    block's tensors by name)."""
+    e, q, kv, ff = shape.hidden, shape.heads * shape.hd, shape.kv_heads * shape.hd, shape.ff
+    out = [("output_norm.weight", (e,)), ("token_embd.weight", (e, shape.vocab)),
+           *([("output.weight", (e, shape.vocab))] if has_output(shape) else [])]
+    layer = sorted([("attn_k.weight", (e, kv)), ("attn_k_norm.weight", (shape.hd,)),
+                    ("attn_norm.weight", (e,)), ("attn_output.weight", (q, e)),
+                    ("attn_q.weight", (e, q)), ("attn_q_norm.weight", (shape.hd,)),
+                    ("attn_v.weight", (e, kv)), ("ffn_down.weight", (ff, e)),
+                    ("ffn_gate.weight", (e, ff)), ("ffn_norm.weight", (e,)),
+                    ("ffn_up.weight", (e, ff)), ("post_attention_norm.weight", (e,)),
+                    ("post_ffw_norm.weight", (e,))])
+    for i in range(shape.layers):
+        out += [(f"blk.{i}.{n}", ne) for n, ne in layer]
+    return out
+
+
 def _layer_order(name: str) -> tuple[int, str]:
     """Current llama.cpp's quantizer visits layers by number (blk.2 before blk.10)."""
     parts = name.split(".")
@@ -199,24 +262,33 @@ def _layer_order(name: str) -> tuple[int, str]:
 
 
 def quant_types(shape: Shape, quant: str) -> dict[str, str]:
-    """Per tensor, the type llama.cpp's quantizer gives it (llama_tensor_get_type): 1-D
-    tensors stay F32; Q4_0 and Q8_0 are pure (every matrix that type), as this project
-    derives them; Q4_K_M gives Q6_K to output.weight and, where use_more_bits says, to attn_v
-    and ffn_down, Q4_K elsewhere, with the fallback where a row holds no whole 256 block.
-    The counters of attn_v and ffn_down run in the tensors' name order (blk.0, blk.1, blk.10,
-    …), as the quantizer that wrote the pinned Qwen files visited them: the mix it reproduces."""
+    """Per tensor, the type llama.cpp's quantizer gives it (llama_tensor_get_type) under the
+    shape's mix (MIXES): 1-D tensors stay F32; Q4_K_M gives Q6_K to the output (a tied
+    model's embedding where the file has no output.weight) and, where use_more_bits says, to
+    attn_v and ffn_down, Q4_K elsewhere, with the fallback where a row holds no whole 256
+    block; the counters of attn_v and ffn_down run by layer number ("llama-quantize") or in
+    name order (blk.0, blk.1, blk.10, …: "pinned", as the quantizer of the pinned Qwen files
+    visited them). Q4_0 keeps the output at Q6_K under "llama-quantize"; "pure" gives every
+    matrix the base type."""
     if quant not in QUANTS:
         raise ShapeError(f"no quant {quant!r} for shape-true files: one of {', '.join(QUANTS)}")
+    mix = mix_of(shape)
+    if mix not in MIXES:
+        raise ShapeError(f"no mix {mix!r}: one of {', '.join(MIXES)}")
     plan = tensors(shape)
     # 1-D tensors, the delta-net's conv kernels and the MoE router (llama-quantize never
     # quantizes them)
     types = {n: "F32" for n, ne in plan
              if len(ne) == 1 or "ssm_conv1d" in n or "ffn_gate_inp" in n}
     matrices = [(n, ne) for n, ne in plan if n not in types]
-    if quant != "Q4_K_M":
-        return types | {n: quant for n, _ in matrices}
-    # attn_qkv counts as attn_v (category_is_attn_v); qwen35 in layer-number order
-    order = _layer_order if shape.arch in ("qwen35", "qwen3moe") else None
+    base = "Q4_K" if quant == "Q4_K_M" else quant
+    out_name = "output.weight" if has_output(shape) else "token_embd.weight"
+    if mix == "pure" or (quant != "Q4_K_M" and (mix == "pinned" or quant == "Q8_0")):
+        return types | {n: _fit(base, ne[0]) for n, ne in matrices}
+    if quant == "Q4_0":   # llama-quantize: the output at Q6_K, every other matrix Q4_0
+        return types | {n: _fit("Q6_K" if n == out_name else base, ne[0]) for n, ne in matrices}
+    # attn_qkv counts as attn_v (category_is_attn_v)
+    order = _layer_order if mix == "llama-quantize" else None
     for kinds in (("attn_v.weight", "attn_qkv.weight"),
                   ("ffn_down.weight", "ffn_down_exps.weight")):
         named = sorted((n for n, _ in matrices if n.endswith(kinds)), key=order)
@@ -224,8 +296,7 @@ def quant_types(shape: Shape, quant: str) -> dict[str, str]:
             ne0 = dict(matrices)[name][0]
             types[name] = _fit("Q6_K" if use_more_bits(j, len(named)) else "Q4_K", ne0)
     for name, ne in matrices:
-        # the output's type; a tied embedding is the output (has_tied_embeddings)
-        if name == "output.weight" or (shape.tied and name == "token_embd.weight"):
+        if name == out_name:   # a tied embedding is the output (has_tied_embeddings)
             types[name] = _fit("Q6_K", ne[0])
         elif name not in types:
             types[name] = _fit("Q4_K", ne[0])

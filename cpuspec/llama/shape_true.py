@@ -16,7 +16,8 @@ import numpy as np
 
 from cpuspec.inputs.registry import models_dir
 from cpuspec.inputs.shapes import (BLOCKS, HEADER_BYTES, SHAPE_KEY, SHAPE_TRUE,  # noqa: F401
-                                   Shape, ShapeError, file_bytes, is_shape_true, nbytes,
+                                   Shape, ShapeError, default_mix, file_bytes,
+                                   is_shape_true, nbytes,
                                    quant_types, tensors)
 from cpuspec.inputs.models import PARTIAL_SUFFIX, clean_stale_downloads
 
@@ -106,13 +107,15 @@ def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int,
         vtype = field.types[0]
         sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
         value = field.contents()
-        if field.name in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+        if field.name in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+                          "tokenizer.ggml.scores"):
             pad = vocab - len(value)
             if pad < 0:
                 raise ShapeError(f"{tokenizer_file.name} has {len(value)} tokens, more than "
                                  f"the model's vocabulary of {vocab}")
             value = list(value) + ([f"[PAD{i}]" for i in range(len(value), vocab)]
-                                   if field.name.endswith("tokens") else [5] * pad)
+                                   if field.name.endswith("tokens") else
+                                   [0.0] * pad if field.name.endswith("scores") else [5] * pad)
             for i, text in (added or {}).items():
                 if i < vocab:
                     value[i] = text if field.name.endswith("tokens") else USER_DEFINED
@@ -136,6 +139,8 @@ def _hparams(writer, shape: Shape, quant: str, prefix: str = "") -> None:
         writer.add_uint32(f"{a}.attention.value_length", shape.head_dim)
     if shape.linear:
         _linear_hparams(writer, shape)
+    if shape.swa:
+        writer.add_uint32(f"{a}.attention.sliding_window", shape.swa)
     if shape.experts:
         writer.add_uint32(f"{a}.expert_count", shape.experts)
         writer.add_uint32(f"{a}.expert_used_count", shape.experts_used)
@@ -166,8 +171,9 @@ def shape_path(shape: Shape, quant: str) -> Path:
     """The cached file; the spread routing is in its name, so a file written with random
     routing before it existed is never taken for it."""
     route = "-spread" if shape.router == "spread" else ""
+    mix = f"-{shape.mix}" if shape.mix and shape.mix != default_mix(shape.arch) else ""
     return models_dir() / "shape-true" / \
-        f"{shape.name}{route}-{quant.lower()}.shape-true-v{SHAPE_FORMAT}.gguf"
+        f"{shape.name}{route}-{quant.lower()}{mix}.shape-true-v{SHAPE_FORMAT}.gguf"
 
 
 def check_room(shape: Shape, quant: str, folder: Path, memory_bytes: int) -> int:
