@@ -218,3 +218,45 @@ def test_the_mixes_follow_llama_quantize_the_pinned_files_and_pure():
     assert "-pinned" not in shape_path(q, "Q4_K_M").name   # the default: cached names kept
     res = CliRunner().invoke(main, ["models", "shape", "0.5b", "--mix", "imatrix"])
     assert res.exit_code == 2 and "'imatrix' is not one of" in res.output
+
+
+@pytest.mark.parametrize("arch, extra", [("gemma3", {"swa": 16}), ("llama", {}),
+                                         ("qwen2", {}), ("qwen3", {})])
+@pytest.mark.parametrize("tied", [True, False])
+def test_each_family_loads_and_decodes_without_nan_at_a_tiny_width(arch, extra, tied,
+                                                                   tiny_models, monkeypatch):
+    """Every dense family's writer at a tiny width (the published sizes in bench scripts),
+    tied and untied, under current llama.cpp's mix: the vendored loader takes the file (it
+    refuses a missing, extra or misshapen tensor) and it decodes without NaN or Inf."""
+    from dataclasses import replace
+
+    import numpy as np
+    from llama_cpp import Llama
+
+    from cpuspec.inputs.shapes import SHAPES, Shape
+    from cpuspec.llama.shape_true import write_shape_true
+    shape = Shape(f"{arch}-tiny-{tied}", arch, 256, 4, 4, 2, 512, 512, head_dim=64, tied=tied,
+                  mix="llama-quantize", **extra)
+    monkeypatch.setitem(SHAPES, shape.name, shape)
+    path = write_shape_true(shape, "Q4_K_M", tiny_models["target"], 1 << 34)
+    assert ("output.weight" in tensors_of(path)) == (not tied)
+    m = Llama(str(path), n_ctx=64, n_threads=1, logits_all=True, verbose=False)
+    m.eval([1, 2, 3])
+    for _ in range(4):
+        m.eval([int(np.argmax(m.scores[m.n_tokens - 1]))])
+    assert np.isfinite(m.scores[:m.n_tokens]).all()
+
+
+@pytest.mark.realmodel
+def test_a_gemma_draft_is_refused_for_a_qwen_target_and_taken_for_its_twin(gemma):
+    """A pair whose vocabularies differ is refused for SD with the reason (engine's check),
+    while the real 270M drafts for a shape-true Gemma 3 (the same tokenizer, copied)."""
+    from cpuspec.llama.engine import EngineError, Model, check_same_tokenizer
+    real, twin = gemma
+    qwen = Path(REAL_MODELS_HOME) / "models" / REAL["0.5b"]
+    if not qwen.is_file():
+        assert cli("models", "fetch", "qwen2.5-coder-0.5b-q4km").returncode == 0
+    with Model(real) as g, Model(twin) as t, Model(qwen) as q:
+        check_same_tokenizer(t, g)
+        with pytest.raises(EngineError, match=r"vocabulary \(262144"):
+            check_same_tokenizer(q, g)

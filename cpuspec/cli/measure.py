@@ -223,9 +223,8 @@ def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_p
     """`costs --sizes`: the what-if over shape-true targets (harness/whatif.py)."""
     import psutil
 
-    from cpuspec.cli.models import tokenizer_model
+    from cpuspec.cli.models import tokenizer_file
     from cpuspec.harness.whatif import run_whatif
-    from cpuspec.inputs.models import fetch_model
     from cpuspec.inputs.shapes import ShapeError
     from cpuspec.llama.engine import EngineError
     from cpuspec.report.measurements import render_whatif
@@ -234,9 +233,7 @@ def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_p
                       k=max_n - 1, depth=depth, argv=["cpuspec", *sys.argv[1:]])
     with guarded(sink):
         try:
-            def tokenizer(arch: str) -> Path:
-                return fetch_model(registry().model(tokenizer_model(arch)), log).path
-            doc = run_whatif(cfg, sizes, quants, reps, tokenizer,
+            doc = run_whatif(cfg, sizes, quants, reps, lambda arch: tokenizer_file(arch, log),
                              psutil.virtual_memory().total, sink, log)
         except (ModelError, EngineError, ShapeError, ValueError) as exc:
             raise click.ClickException(str(exc))

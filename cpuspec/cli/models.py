@@ -174,21 +174,23 @@ def models_path(name):
 @click.argument("name")
 @click.option("--quant", default="Q4_K_M", show_default=True, metavar="TYPE",
               help="Q4_K_M (llama.cpp's mix), Q4_0 or Q8_0 (pure).")
-@click.option("--tokenizer", "tokenizer_file", type=click.Path(exists=True, dir_okay=False,
+@click.option("--tokenizer", "given_tokenizer", type=click.Path(exists=True, dir_okay=False,
                                                                path_type=Path),
               help="A GGUF whose tokenizer the file carries (any file with tokenizer.* "
               "fields, such as llama.cpp's models/ggml-vocab-qwen2.gguf); default: the pinned "
-              "Qwen2.5 0.5B (a Gemma 3: the real Gemma 3 270M), fetched if missing.")
+              "Qwen2.5 0.5B (a Gemma 3: the real Gemma 3 270M; a Llama 3: the vendored "
+              "llama.cpp's ggml-vocab-llama-bpe.gguf), fetched if missing.")
 @click.option("--mix", type=click.Choice(["llama-quantize", "pinned", "pure"]),
               help="How the quant types are chosen: llama-quantize (current llama.cpp's "
                    "rule), pinned (the rule of the pinned Qwen2.5 files), pure (every matrix "
                    "the base type) [default: pinned for Qwen2.5 and Qwen3, llama-quantize for "
                    "the rest].")
-def models_shape(name, quant, tokenizer_file, mix):
-    """Write a shape-true GGUF: a real Qwen or Gemma 3 architecture with random weights.
+def models_shape(name, quant, given_tokenizer, mix):
+    """Write a shape-true GGUF: a real Qwen, Gemma 3 or Llama 3 architecture, random weights.
 
     NAME is 0.5b, 1.5b, 3b, 7b, 14b, 32b (Qwen2.5), qwen3-0.6b ... qwen3-14b, qwen3-30b-a3b,
-    qwen3.5-0.8b or gemma3-270m ... gemma3-27b (`cpuspec costs --sizes` lists them). The file has
+    qwen3.5-0.8b, gemma3-270m ... gemma3-27b or llama3.2-1b, llama3.2-3b, llama3.1-8b,
+    llama3.1-70b (a bad name lists them all). The file has
     the published config's shapes and llama.cpp's per-tensor quant types, so it decodes and
     verifies at that model's speed on this CPU (the cost side of SD), but its outputs are
     noise: it is labelled "shape-true (random weights)" everywhere and bench refuses it for
@@ -210,8 +212,7 @@ def models_shape(name, quant, tokenizer_file, mix):
         try:
             shape = dataclasses.replace(shape_of(name), mix=mix)
             quant_types(shape, quant.upper())   # a bad quant is said before any fetch
-            tokenizer = tokenizer_file or fetch_model(
-                registry().model(tokenizer_model(shape.arch)), log).path
+            tokenizer = given_tokenizer or tokenizer_file(shape.arch, log)
             path = write_shape_true(shape, quant.upper(), tokenizer,
                                     psutil.virtual_memory().total, log)
         except (ShapeError, ModelError) as exc:
@@ -220,11 +221,19 @@ def models_shape(name, quant, tokenizer_file, mix):
 
 
 # the pinned Qwen2.5 file whose tokenizer a shape-true file carries; a Gemma 3's, the real
-# Gemma 3 270M's
+# Gemma 3 270M's; a Llama 3's, the vendored llama.cpp's Llama 3 vocabulary
 SHAPE_TOKENIZER = "qwen2.5-coder-0.5b-q4km"
 FAMILY_TOKENIZER = {"gemma3": "gemma-3-270m-q4km"}
+VENDORED_VOCAB = {"llama": "llama-bpe"}
 
 
-def tokenizer_model(arch: str) -> str:
-    """The registered model whose tokenizer a shape-true file of `arch` carries."""
-    return FAMILY_TOKENIZER.get(arch, SHAPE_TOKENIZER)
+def tokenizer_file(arch: str, log) -> Path:
+    """The file whose tokenizer a shape-true file of `arch` carries: a registered model
+    (fetched if missing), or a vocabulary the vendored llama.cpp ships (its sdist fetched)."""
+    from cpuspec.llama import native
+    if arch in VENDORED_VOCAB:
+        try:
+            return native.vendored_vocab(VENDORED_VOCAB[arch], log)
+        except native.NativeError as exc:
+            raise ModelError(f"no tokenizer for a shape-true {arch}: {exc}") from None
+    return fetch_model(registry().model(FAMILY_TOKENIZER.get(arch, SHAPE_TOKENIZER)), log).path

@@ -89,6 +89,18 @@ SHAPES = {s.name: s for s in [
     Shape("qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, head_dim=128, tied=True),
     Shape("qwen3-1.7b", "qwen3", 2048, 28, 16, 8, 6144, 151936, head_dim=128, tied=True),
     Shape("qwen3-4b", "qwen3", 2560, 36, 32, 8, 9728, 151936, head_dim=128, tied=True),
+    # Llama 3.2 1B/3B and 3.1 8B/70B (meta-llama config.json: hidden_size, num_hidden_layers,
+    # num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab 128256,
+    # rope_theta 500000 with llama3 rope scaling: the converter's rope_freqs.weight; 1B and
+    # 3B tie their embeddings); 70B only as a size for the what-if's arithmetic
+    Shape("llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, head_dim=64, eps=1e-5,
+          rope_base=5e5, context=131072, tied=True),
+    Shape("llama3.2-3b", "llama", 3072, 28, 24, 8, 8192, 128256, head_dim=128, eps=1e-5,
+          rope_base=5e5, context=131072, tied=True),
+    Shape("llama3.1-8b", "llama", 4096, 32, 32, 8, 14336, 128256, head_dim=128, eps=1e-5,
+          rope_base=5e5, context=131072),
+    Shape("llama3.1-70b", "llama", 8192, 80, 64, 8, 28672, 128256, head_dim=128, eps=1e-5,
+          rope_base=5e5, context=131072),
     Shape("qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, head_dim=128),
     Shape("qwen3-14b", "qwen3", 5120, 40, 40, 8, 17408, 151936, head_dim=128),
     # Qwen/Qwen3-30B-A3B config.json: 48 layers, 32/4 heads of 128, 128 experts of width 768,
@@ -182,7 +194,10 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
     if shape.arch == "gemma3":
         return _gemma3_tensors(shape)
     e, q, kv = shape.hidden, shape.heads * shape.hd, shape.kv_heads * shape.hd
-    out = [("token_embd.weight", (e, shape.vocab)), ("output_norm.weight", (e,))]
+    # Llama 3's rope scaling: one rope_freqs.weight (n_rot / 2 factors), as the converter
+    # writes it (src/models/llama.cpp reads it for layer 0, the rest share it)
+    out = [("rope_freqs.weight", (shape.hd // 2,))] if shape.arch == "llama" else []
+    out += [("token_embd.weight", (e, shape.vocab)), ("output_norm.weight", (e,))]
     if has_output(shape):
         out.append(("output.weight", (e, shape.vocab)))
     for i in range(shape.layers):
@@ -199,7 +214,7 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
                       ("ffn_down.weight", (shape.ff, e))]
         if shape.arch == "qwen2":
             layer += [("attn_q.bias", (q,)), ("attn_k.bias", (kv,)), ("attn_v.bias", (kv,))]
-        else:
+        elif shape.arch != "llama":
             layer += [("attn_q_norm.weight", (shape.hd,)), ("attn_k_norm.weight", (shape.hd,))]
         out += [(b + n, ne) for n, ne in layer]
     return out

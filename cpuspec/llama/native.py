@@ -76,16 +76,7 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     bin_dir = build_dir()
     if all((bin_dir / t).is_file() for t in targets):
         return bin_dir
-    version = vendored_version()
-    root = bin_dir.parent.parent
-    root.mkdir(parents=True, exist_ok=True)
-    src = root / f"llama_cpp_python-{version}"
-    if not src.is_dir():
-        log(f"native: pip download llama-cpp-python=={version} (sdist)")
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-              ":all:", "-q", "-d", str(root), f"llama-cpp-python=={version}"], None)
-        with tarfile.open(next(root.glob(f"llama_cpp_python-{version}.tar.gz"))) as tar:
-            tar.extractall(root, filter="data")
+    root, src = bin_dir.parent.parent, sdist_dir(log)
     log("native: cmake configure and build (CPU backend; once, ~15 min on 2 cores)")
     _run(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(root / "build"),
                   "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
@@ -95,6 +86,30 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     _run(["cmake", "--build", str(root / "build"), "--config", "Release", "-j",
                   str(os.cpu_count() or 2), "--target", *targets], None)
     return bin_dir
+
+
+def sdist_dir(log: Callable[[str], None]) -> Path:
+    """The installed llama-cpp-python's sdist, unpacked once beside the build (pip download)."""
+    version = vendored_version()
+    root = build_dir().parent.parent
+    root.mkdir(parents=True, exist_ok=True)
+    src = root / f"llama_cpp_python-{version}"
+    if not src.is_dir():
+        log(f"native: pip download llama-cpp-python=={version} (sdist)")
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+              ":all:", "-q", "-d", str(root), f"llama-cpp-python=={version}"], None)
+        with tarfile.open(next(root.glob(f"llama_cpp_python-{version}.tar.gz"))) as tar:
+            tar.extractall(root, filter="data")
+    return src
+
+
+def vendored_vocab(name: str, log: Callable[[str], None]) -> Path:
+    """A vocabulary-only GGUF the vendored llama.cpp ships (models/ggml-vocab-NAME.gguf: the
+    tokenizer of a family, such as llama-bpe, Llama 3's)."""
+    path = sdist_dir(log) / "vendor" / "llama.cpp" / "models" / f"ggml-vocab-{name}.gguf"
+    if not path.is_file():
+        raise NativeError(f"the vendored llama.cpp has no {path.name}")
+    return path
 
 
 def help_flags(bin_dir: Path, tool: str) -> set[str]:
