@@ -53,6 +53,14 @@ def test_the_best_speedup_at_an_assumed_acceptance_stays_under_the_ceiling(path)
     (["--sizes", "99b"], "no shape named '99b'"),
     (["--sizes", "7b", "--quants", "Q3_K"], "Q3_K: one of Q4_K_M, Q4_0, Q8_0"),
     (["--sizes", "7b", "--target", "x.gguf"], "not --target"),
+    (["--pairs", "gemma3-270m:qwen3-8b"], "draft and target must share a tokenizer"),
+    (["--pairs", "qwen3-8b"], "DRAFT:TARGET"),
+    (["--pairs", "qwen3-0.6b:qwen3-8b,qwen3-1.7b:qwen3-8b"], "qwen3-8b is paired twice"),
+    (["--pairs", "qwen3-0.6b:qwen3-8b", "--sizes", "7b"], "not both"),
+    (["--acceptance", "whatever"], "go with --sizes or --pairs"),
+    (["--pairs", "qwen3-0.6b:qwen3-8b", "--acceptance", "nosuchrun"], "no results file"),
+    (["--pairs", "qwen3-0.6b:qwen3-8b", "--acceptance",
+      str(ROOT / "bench/results/epyc-family25-model17/costs_q4km.json")], "not a saved bench"),
 ])
 def test_bad_what_if_input_is_refused_before_models_load(args, message, tmp_path):
     if "--target" in args:
@@ -101,3 +109,49 @@ def test_a_hand_case_worked_on_paper():
     assert row["best"][0.9]["sd_speedup"] == pytest.approx(1.4615, abs=1e-4)
     assert row["best"][0.9]["k"] == 1 and row["best"][0.9]["state"] == "on"
     assert predicted_sd_speedup(probe, 0.56, 1) == pytest.approx(1.2)
+
+
+BENCH = ROOT / "bench/results/xeon-family6-model167/bench_newcomer.json.gz"
+
+
+def test_a_borrowed_profile_prices_like_the_iid_rate_it_stands_for():
+    """An acceptance profile p, p², … is i.i.d. acceptance at p: profile_best must give the
+    best over k ≤ 4 of the i.i.d. formula (Leviathan et al.'s E[tokens]), another path."""
+    from cpuspec.analysis.whatif import profile_best
+    probe = json.loads(PROBES[2].read_text())["cost_probe"]
+    for p in (0.5, 0.7, 0.9):
+        got = profile_best(probe, [p ** i for i in range(1, 5)])
+        want = max(predicted_sd_speedup(probe, p, k) for k in range(1, 5))
+        assert got["sd_speedup"] == pytest.approx(want)
+
+
+def test_a_saved_bench_runs_profile_is_read_per_task():
+    """The newcomer's recorded run (k = 4): per task, four positions, each at most the one
+    before (a draft is kept only after every draft before it)."""
+    from cpuspec.analysis.whatif import acceptance_profiles
+    from cpuspec.results.schema import load_json
+    prof = acceptance_profiles(load_json(BENCH))
+    assert set(prof) == {"json", "code", "story"}
+    for xs in prof.values():
+        assert len(xs) == 4 and all(0 <= b <= a <= 1 for a, b in zip(xs, xs[1:]))
+    assert prof["story"][0] < prof["json"][0]
+
+
+def test_pairs_probe_each_target_with_its_own_draft(tiny_models, monkeypatch, tmp_path):
+    """costs --pairs end to end at tiny widths: each target's row names its own draft, and
+    --acceptance adds the borrowed-profile table, named as such."""
+    from cpuspec.inputs.shapes import SHAPES, Shape
+    for name, layers in (("tinyd", 2), ("tinyt", 4)):
+        monkeypatch.setitem(SHAPES, name, Shape(name, "qwen3", 256, layers, 4, 2, 512, 512,
+                                                head_dim=64))
+    monkeypatch.setattr("cpuspec.cli.models.tokenizer_file",
+                        lambda arch, log: tiny_models["target"])
+    out = tmp_path / "w.json"
+    res = CliRunner().invoke(main, ["costs", "--pairs", "tinyd:tinyt", "--max-n", "3",
+                                    "--reps", "1", "-t", "1", "--acceptance", str(BENCH),
+                                    "--json", str(out), "--no-save"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["rows"][0]["draft"]["file"].startswith("tinyd-")
+    assert doc["acceptance"]["run"] == "bench_newcomer"
+    assert "measured profile borrowed" in " ".join(res.output.split())

@@ -45,6 +45,31 @@ def whatif_row(probe: CostProbe | dict, ks: range | None = None) -> dict:
             if p.prompt_tokens and p.target_prefill_s else None}
 
 
+def profile_best(probe: CostProbe | dict, survival: list[float]) -> dict:
+    """The best SD ×raw over k ≤ len(survival) at a measured per-position acceptance profile
+    (survival[i − 1]: the share of rounds that kept draft i; core/costs.predicted_speedup),
+    decode only: the costs this probe measured, the acceptance another pair's run measured."""
+    from cpuspec.core.costs import predicted_speedup
+    p = CostProbe.of(probe)
+    ks = [k for k in range(1, len(survival) + 1) if k + 1 in p.verify_s]
+    if not ks:
+        return {"k": 0, "speedup": 1.0, "sd_speedup": 1.0, "state": "off"}
+    by_k = {k: predicted_speedup(survival, k, p.draft_s, p.verify_s) for k in ks}
+    k_best = max(ks, key=by_k.get)
+    best = by_k[k_best]
+    return {"k": k_best if best > 1 else 0, "speedup": max(best, 1.0), "sd_speedup": best,
+            "state": whatif_state(best)}
+
+
+def acceptance_profiles(bench: dict) -> dict[str, list[float]]:
+    """Per task of a saved bench run, its measured per-position acceptance (fractions)."""
+    from cpuspec.analysis.summary import summarize
+    summary = summarize(bench)
+    return {t: [x / 100.0 for x in s["per_position_acceptance_pct"]]
+            for t, s in summary.items() if t in {r["task"] for r in bench["runs"]}
+            and s.get("per_position_acceptance_pct")}
+
+
 def predicted_sd_speedup(probe: CostProbe | dict, acceptance: float, k: int) -> float:
     """SD ×raw at an i.i.d. acceptance rate and draft length k, decode only (the what-if's
     prediction: costs measured, acceptance assumed)."""

@@ -142,12 +142,19 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
 @click.option("--sizes", metavar="0.5b,1.5b,3b,7b,14b",
               help="The what-if: shape-true targets of these sizes (`cpuspec models shape`), "
                    "each probed with the draft; break-even acceptance per k and size.")
+@click.option("--pairs", metavar="DRAFT:TARGET,...",
+              help="The what-if over pairs of one family each (qwen3-0.6b:qwen3-8b, "
+                   "gemma3-270m:gemma3-4b, llama3.2-1b:llama3.1-8b): the target shape-true, "
+                   "the draft the real file where one is registered, else shape-true.")
 @click.option("--quants", default="Q4_K_M", show_default=True, metavar="Q4_K_M,Q4_0,Q8_0",
-              help="With --sizes: the targets' quant types.")
+              help="With --sizes or --pairs: the targets' quant types.")
+@click.option("--acceptance", "acceptance_run", metavar="RUN",
+              help="With --sizes or --pairs: also price each target at a saved bench run's "
+                   "measured per-position acceptance, per task (borrowed from that run's pair).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
 def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path, save, force,
-          sizes, quants):
+          sizes, pairs, quants, acceptance_run):
     """The verify-cost curve V(n)/V(1) and the draft's cost: in seconds, no prompts to run.
 
     On a GPU a verify of n tokens costs about one decode; on a CPU it grows with n, by steps
@@ -160,23 +167,31 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
       cpuspec costs
       cpuspec costs --pair qwen2.5-coder-1.5b-q4_0 --max-n 9
       cpuspec costs --sizes 1.5b,3b,7b,14b --quants Q4_K_M,Q4_0 --max-n 9
+      cpuspec costs --pairs gemma3-270m:gemma3-4b,llama3.2-1b:llama3.1-8b --acceptance RUN
     """
     from cpuspec.llama.engine import EngineError
     threads = threads or default_threads()
     check_limits([1], 2, [threads], None)
     check_depths([depth], "--depth")
-    if sizes is None and click.get_current_context().get_parameter_source("quants") != \
-            click.core.ParameterSource.DEFAULT:
-        raise click.UsageError("--quants goes with --sizes (the what-if's shape-true targets): "
-                               "add --sizes, or leave --quants out")
+    ctx = click.get_current_context()
+    if sizes is None and pairs is None and (acceptance_run or ctx.get_parameter_source(
+            "quants") != click.core.ParameterSource.DEFAULT):
+        raise click.UsageError("--quants and --acceptance go with --sizes or --pairs (the "
+                               "what-if's shape-true targets): add one, or leave them out")
+    if sizes is not None and pairs is not None:
+        raise click.UsageError("--sizes or --pairs, not both: --pairs names each target's draft")
+    drafts = _pair_list(pairs, target_path, draft_path) if pairs is not None else None
+    if drafts is not None:
+        sizes = ",".join(drafts)
     whatif = (_size_list(sizes, target_path), _quant_list(quants)) if sizes is not None \
         else None   # --sizes '' is refused there, never the plain curve
     for p in (target_path, draft_path):
         check_model_file(p)
     hw = detect_hardware()
     if whatif is not None:
+        profiles = _profiles(acceptance_run) if acceptance_run else None
         return _whatif(*whatif, pair, draft_path, threads, max_n, reps, depth, json_path, save,
-                       force, hw)
+                       force, hw, drafts, profiles)
     sink = prepare_outputs([json_path], [target_path, draft_path], force, save, "costs",
                             hw.cpu_model)
     cfg = BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
@@ -208,6 +223,59 @@ def _size_list(sizes: str, target_path) -> list[str]:
     return names
 
 
+def _pair_list(pairs: str, target_path, draft_path) -> dict[str, str]:
+    """--pairs DRAFT:TARGET,...: target → draft, shape names of one family each."""
+    from cpuspec.inputs.shapes import ShapeError, family, shape_of
+    if target_path is not None or draft_path is not None:
+        raise click.UsageError("--pairs names its drafts and targets: leave --target and "
+                               "--draft out")
+    out: dict[str, str] = {}
+    for item in (x.strip() for x in pairs.split(",") if x.strip()):
+        draft, sep, target = item.partition(":")
+        try:
+            d, t = shape_of(draft.strip()), shape_of(target.strip())
+        except ShapeError as exc:
+            raise click.BadParameter(str(exc) if sep else f"{item!r}: DRAFT:TARGET, e.g. "
+                                     "qwen3-0.6b:qwen3-8b", param_hint="'--pairs'")
+        if family(d) != family(t):
+            raise click.BadParameter(f"{item}: the draft is {family(d)}, the target "
+                                     f"{family(t)}; draft and target must share a tokenizer",
+                                     param_hint="'--pairs'")
+        if out.get(t.name, d.name) != d.name:
+            raise click.BadParameter(f"{t.name} is paired twice: one draft per target",
+                                     param_hint="'--pairs'")
+        out[t.name] = d.name
+    if not out:
+        raise click.BadParameter("name one pair or more", param_hint="'--pairs'")
+    return out
+
+
+def _profiles(ref: str) -> dict:
+    """--acceptance RUN: the per-position acceptance per task of a saved bench run."""
+    from cpuspec.analysis.whatif import acceptance_profiles
+    from cpuspec.results.schema import load_json
+    from cpuspec.results.store import OutputError, resolve_run, run_id
+    try:
+        path = resolve_run(ref)
+        doc = load_json(path)
+    except (OutputError, OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="'--acceptance'")
+    if not isinstance(doc, dict) or doc.get("kind", "bench") != "bench" or not doc.get("runs") \
+            or (doc.get("settings") or {}).get("shape_true"):
+        raise click.BadParameter(f"{ref}: not a saved bench run of a real pair (its measured "
+                                 "acceptance is what --acceptance borrows)",
+                                 param_hint="'--acceptance'")
+    try:
+        profiles = acceptance_profiles(doc)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        profiles = {}
+    if not profiles:
+        raise click.BadParameter(f"{ref}: no speculative rounds to read acceptance from",
+                                 param_hint="'--acceptance'")
+    return {"run": run_id(path), "pair": doc["settings"].get("pair"),
+            "k": doc["settings"].get("k"), "profiles": profiles}
+
+
 def _quant_list(quants: str) -> list[str]:
     from cpuspec.inputs.shapes import QUANTS
     names = [q.strip().upper() for q in quants.split(",") if q.strip()]
@@ -219,11 +287,11 @@ def _quant_list(quants: str) -> list[str]:
 
 
 def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_path, save,
-            force, hw) -> None:
+            force, hw, drafts=None, profiles=None) -> None:
     """`costs --sizes`: the what-if over shape-true targets (harness/whatif.py)."""
     import psutil
 
-    from cpuspec.cli.models import tokenizer_file
+    from cpuspec.cli.models import real_draft, tokenizer_file
     from cpuspec.harness.whatif import run_whatif
     from cpuspec.inputs.shapes import ShapeError
     from cpuspec.llama.engine import EngineError
@@ -233,8 +301,12 @@ def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_p
                       k=max_n - 1, depth=depth, argv=["cpuspec", *sys.argv[1:]])
     with guarded(sink):
         try:
+            drafts = drafts and {t: real_draft(d, log) or d for t, d in drafts.items()}
             doc = run_whatif(cfg, sizes, quants, reps, lambda arch: tokenizer_file(arch, log),
-                             psutil.virtual_memory().total, sink, log)
+                             psutil.virtual_memory().total, sink, log, drafts)
+            if profiles:
+                doc["acceptance"] = profiles
+                doc["settings"]["pairs"] = {t: str(d) for t, d in (drafts or {}).items()}
         except (ModelError, EngineError, ShapeError, ValueError) as exc:
             raise click.ClickException(str(exc))
         sink(doc)

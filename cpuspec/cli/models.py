@@ -227,6 +227,16 @@ FAMILY_TOKENIZER = {"gemma3": "gemma-3-270m-q4km"}
 VENDORED_VOCAB = {"llama": "llama-bpe"}
 
 
+# shapes with a real file registered here: a what-if pair's draft is the real one
+REAL_FILES = {"gemma3-270m": "gemma-3-270m-q4km", "qwen2.5-0.5b": "qwen2.5-coder-0.5b-q4km"}
+
+
+def real_draft(shape_name: str, log) -> Path | None:
+    """The real file of a shape where one is registered (fetched if missing), else None."""
+    name = REAL_FILES.get(shape_name)
+    return fetch_model(registry().model(name), log).path if name else None
+
+
 def tokenizer_file(arch: str, log) -> Path:
     """The file whose tokenizer a shape-true file of `arch` carries: a registered model
     (fetched if missing), or a vocabulary the vendored llama.cpp ships (its sdist fetched)."""

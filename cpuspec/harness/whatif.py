@@ -16,9 +16,12 @@ from cpuspec.inputs.shapes import SHAPE_TRUE, ShapeError, shape_of
 
 def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
                tokenizer: Callable[[str], Path], memory_bytes: int,
-               on_row: Callable[[dict], None], log: Log = lambda _: None) -> dict:
+               on_row: Callable[[dict], None], log: Log = lambda _: None,
+               drafts: dict[str, str | Path] | None = None) -> dict:
     """Every (size, quant): write or reuse the shape-true file (with the tokenizer file
-    `tokenizer(arch)` gives for its architecture), then probe each with cfg's draft. Every file is written (and flushed to disk) before the first probe, so no probe
+    `tokenizer(arch)` gives for its architecture), then probe each with cfg's draft, or with
+    its own (drafts: target size → a draft file, or a shape name written at the target's
+    quant: `costs --pairs`). Every file is written (and flushed to disk) before the first probe, so no probe
     shares the machine with a write. on_row(doc) after each row; returns the finished doc."""
     import os
 
@@ -29,13 +32,18 @@ def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
                  "meta": environment(cfg.threads), "rows": [],
                  "settings": {"sizes": sizes, "quants": quants, "k_max": cfg.k,
                               "threads": cfg.threads, "reps": reps, "label": SHAPE_TRUE}}
-    files = {}
+    files, draft_files = {}, {}
+
+    def written(name: str, quant: str) -> Path:
+        shape = shape_of(name)
+        return write_shape_true(shape, quant, tokenizer(shape.arch), memory_bytes, log)
     for size in sizes:
         for quant in quants:
             try:
-                shape = shape_of(size)
-                files[size, quant] = write_shape_true(shape, quant, tokenizer(shape.arch),
-                                                      memory_bytes, log)
+                files[size, quant] = written(size, quant)
+                d = (drafts or {}).get(size)
+                if d is not None:
+                    draft_files[size, quant] = d if isinstance(d, Path) else written(d, quant)
             except ShapeError as exc:
                 log(f"what-if: {size} {quant} skipped: {exc}")
                 files[size, quant] = exc
@@ -48,9 +56,11 @@ def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
             on_row(doc)
             continue
         log(f"what-if: {size} {quant} ({SHAPE_TRUE}) with the draft")
-        res = run_costs(dataclasses.replace(cfg, target_path=path), reps, log)
+        draft = draft_files.get((size, quant), cfg.draft_path)
+        res = run_costs(dataclasses.replace(cfg, target_path=path, draft_path=draft), reps, log)
         doc.setdefault("models", {"draft": res["models"]["draft"]})
         doc["rows"].append(row | {"target": res["models"]["target"],
+                                  "draft": res["models"]["draft"],
                                   "cost_probe": res["cost_probe"]})
         on_row(doc)
     doc["complete"] = True

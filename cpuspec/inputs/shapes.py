@@ -168,6 +168,15 @@ class ShapeError(ValueError):
     """An unknown model name or quant type."""
 
 
+FAMILIES = {"qwen2": "Qwen2.5", "qwen3": "Qwen3", "qwen3moe": "Qwen3", "qwen35": "Qwen3.5",
+            "gemma3": "Gemma 3", "llama": "Llama 3"}
+
+
+def family(shape: Shape) -> str:
+    """The tokenizer family a shape belongs to: a draft and its target must share it."""
+    return FAMILIES.get(shape.arch, shape.arch)
+
+
 def shape_of(name: str) -> Shape:
     key = SIZE_ALIASES.get(name.lower(), name.lower())
     if key not in SHAPES:

@@ -100,33 +100,43 @@ def render_costs_file(res: dict, fmt: str = "text") -> str:
 def render_whatif(doc: dict) -> str:
     """The what-if on one screen: per shape-true target, its decode speed, c, and the least
     per-token acceptance at which SD pays at each k; then the best SD ×raw at assumed
-    acceptance rates; what is measured and what assumed; the command that measures acceptance."""
+    acceptance rates, and at a saved run's measured profile where one was given; what is
+    measured and what assumed; the command that measures acceptance."""
     from cpuspec.analysis.whatif import ASSUMED_P, WHATIF_ERROR, whatif_row
     from cpuspec.report import screen
     rows = [r for r in doc.get("rows", []) if "cost_probe" in r]
+    drafts = {(r.get("draft") or {}).get("file") for r in rows}
+    per_row = len(drafts) > 1
 
     def best(b: dict) -> str:
         return {"on": f"{b['speedup']:.2f} (k {b['k']})", "off": "off",
                 "within error": f"~{b['sd_speedup']:.2f} (k {b['k']})"}[b["state"]]
-    draft = ((doc.get("models") or {}).get("draft") or {}).get("file", "?")
+
+    def name(r: dict) -> list[str]:
+        return [r["size"], r["quant"]] + ([_short((r.get("draft") or {}).get("file"))]
+                                          if per_row else [])
+    draft = "per row" if per_row else \
+        ((doc.get("models") or {}).get("draft") or {}).get("file", "?")
     out = screen.wrap(f"What-if on this CPU: targets are {doc['settings']['label']} (real "
                       f"shapes and quant types); draft {draft}. Measured: every cost (decode, "
                       "c, β); assumed: acceptance, i.i.d. per token.")
     if not rows:
         return "\n".join(out + ["no verdict: no target was measured"])
     w = [whatif_row(r["cost_probe"]) for r in rows]
-    ks = sorted(set.intersection(*(set(x["break_even_p"]) for x in w)))[:8]
+    ks = sorted(set.intersection(*(set(x["break_even_p"]) for x in w)))[:8 - 2 * per_row]
+    head = ["size", "quant"] + ["draft"] * per_row
     out += ["", "Least acceptance p at which SD pays, per k (-: no p does):",
-            screen.table(["size", "quant", "decode t/s", "c", *[f"k={k}" for k in ks]],
-                         [[r["size"], r["quant"], f"{x['decode_tok_s']:.1f}", f"{x['c']:.3f}",
+            screen.table([*head, "decode t/s", "c", *[f"k={k}" for k in ks]],
+                         [[*name(r), f"{x['decode_tok_s']:.1f}", f"{x['c']:.3f}",
                            *[fmt(x["break_even_p"][k]) for k in ks]]
                           for r, x in zip(rows, w)]),
             "", *screen.wrap(f"Best SD ×raw over k at acceptance p (its k; off: no k pays; "
                              f"~: a gain within the what-if's error, ±{WHATIF_ERROR:.0%}, "
                              "not a verdict):"),
-            screen.table(["size", "quant", *[f"p = {p}" for p in ASSUMED_P]],
-                         [[r["size"], r["quant"], *[best(x["best"][p]) for p in ASSUMED_P]]
+            screen.table([*head, *[f"p = {p}" for p in ASSUMED_P]],
+                         [[*name(r), *[best(x["best"][p]) for p in ASSUMED_P]]
                           for r, x in zip(rows, w)])]
+    out += _profile_table(doc, rows, head, name, best)
     skipped = [f"{r['size']} {r['quant']}" for r in doc.get("rows", []) if "skipped" in r]
     if skipped:
         out += screen.wrap("skipped (no room): " + ", ".join(skipped))
@@ -136,6 +146,29 @@ def render_whatif(doc: dict) -> str:
                        "TARGET.gguf --draft DRAFT.gguf (acceptance is the one input assumed "
                        "here)")
     return "\n".join(out)
+
+
+def _short(file: str | None) -> str:
+    """A draft's file name without the shape-true suffix (the header says they are)."""
+    return (file or "?").split(".shape-true")[0].removesuffix(".gguf")
+
+
+def _profile_table(doc: dict, rows: list[dict], head: list[str], name, best) -> list[str]:
+    """--acceptance: the best SD ×raw at each task's measured per-position acceptance from a
+    saved run of another pair: a measured profile borrowed, not this pair's acceptance."""
+    from cpuspec.analysis.whatif import profile_best
+    from cpuspec.report import screen
+    acc = doc.get("acceptance")
+    if not acc:
+        return []
+    tasks = list(acc["profiles"])
+    return ["", *screen.wrap(
+        f"Best SD ×raw over k ≤ {acc.get('k')} at the per-position acceptance measured in run "
+        f"{acc['run']} ({acc.get('pair')}), per task: that pair's measured profile borrowed, "
+        "not this pair's acceptance:"),
+        screen.table([*head, *tasks],
+                     [[*name(r), *[best(profile_best(r["cost_probe"], acc["profiles"][t]))
+                                   for t in tasks]] for r in rows])]
 
 
 def fmt(p: float | None) -> str:
