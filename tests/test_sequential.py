@@ -2,6 +2,7 @@
 table; by simulation, across true ratios 0.4-1.6 and the per-prompt spreads of this project's
 recorded bench runs, the stopped interval covers the true ratio at least 95 % of the time and
 "faster"/"slower" is wrong at most 2.5 % each way, at the unit limits 8, 16 and 32."""
+import json
 import math
 from pathlib import Path
 
@@ -102,35 +103,79 @@ def test_a_clear_answer_stops_at_the_first_look_and_a_close_one_runs_on():
 
 def test_bench_stops_a_decided_task_and_fixed_runs_every_prompt(tiny_models, tmp_path):
     """Issue 60 item 4, bench: a task stops at a look (5 or 8 of its 8 prompts), the verdict
-    and interval the screen prints are the stopping look's, and --fixed runs all 8. The tiny
-    draft is as big as its target and mostly wrong, so SD is clearly slower: decided at 5."""
+    and interval the screen prints are the stopping look's, and --fixed runs all 8. Prompt
+    lookup (no draft model, so no ceiling from the probe) takes the design's own path."""
     from click.testing import CliRunner
 
     from cpuspec.analysis.summary import summarize
     from cpuspec.cli.main import main
-    args = ["bench", "--target", str(tiny_models["target"]), "--draft",
-            str(tiny_models["draft"]), "--threads", "1", "--max-tokens", "24", "-k", "4",
-            "--prompts-per-task", "8", "--warmup", "0", "--tasks", "json,code",
-            "--policy", "static"]
+    args = ["bench", "--target", str(tiny_models["target"]), "--threads", "1",
+            "--max-tokens", "24", "-k", "4", "--prompts-per-task", "8", "--warmup", "0",
+            "--tasks", "json,code", "--policy", "static", "--drafter", "lookup"]
     seq, fixed = tmp_path / "seq.json", tmp_path / "fixed.json"
     res = CliRunner().invoke(main, [*args, "--json", str(seq)])
     assert res.exit_code == 0, res.output
     doc = load_json(seq)
-    assert doc["settings"]["sequential"]
+    assert doc["settings"]["sequential"] and "ceiling" not in doc["settings"]["sequential"]
     summary = summarize(doc)
     for task in ("json", "code"):
         ran = len({r["prompt_id"] for r in doc["runs"] if r["task"] == task})
         state = summary[task]["sequential"]["state"]
         assert ran in (5, 8) and state != "continue", (task, ran, state)
         assert ran == 8 or state in ("faster", "slower", "no difference"), (task, ran, state)
-    assert any(summary[t]["sequential"]["state"] == "slower" and
-               summary[t]["sequential"]["units"] == 5 for t in ("json", "code")), summary
     assert "each task stopped once decided" in " ".join(res.output.split())
     res = CliRunner().invoke(main, [*args, "--fixed", "--json", str(fixed)])
     assert res.exit_code == 0, res.output
     doc = load_json(fixed)
     assert doc["settings"]["sequential"] is None and len({r["prompt_id"]
                                                           for r in doc["runs"]}) == 16
+
+
+def test_a_draft_whose_probe_says_no_acceptance_pays_runs_only_the_first_look(tiny_models,
+                                                                              tmp_path):
+    """Issue 60 item 5: the tiny draft is as big as its target, so its cost probe shows that
+    even every draft accepted is slower at every k: said before the prompts, and each task
+    runs the first look's 5 prompts (of 8), whose verdict is slower."""
+    from click.testing import CliRunner
+
+    from cpuspec.analysis.summary import summarize
+    from cpuspec.cli.main import main
+    from cpuspec.core.costs import ceiling_speedup
+    from cpuspec.results.records import CostProbe
+    out = tmp_path / "seq.json"
+    res = CliRunner().invoke(main, [
+        "bench", "--target", str(tiny_models["target"]), "--draft", str(tiny_models["draft"]),
+        "--threads", "1", "--max-tokens", "24", "-k", "4", "--prompts-per-task", "8",
+        "--warmup", "0", "--tasks", "json,code", "--policy", "static", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = load_json(out)
+    p = CostProbe.of(doc["cost_probe"])
+    assert all(ceiling_speedup(p.verify_s, p.draft_s, k) <= 1 for k in range(1, max(p.verify_s)))
+    assert doc["settings"]["sequential"]["max_units"] == 5
+    summary = summarize(doc)
+    for task in ("json", "code"):
+        assert len({r["prompt_id"] for r in doc["runs"] if r["task"] == task}) == 5
+        assert summary[task]["sequential"]["state"] == "slower", summary[task]["sequential"]
+    text = " ".join(res.output.split())
+    assert "no acceptance is enough at these costs" in text and "ceiling" in text
+
+
+def test_the_cap_follows_the_recorded_probes_ceiling():
+    """On machine B′ the default pair at Q4_K_M cannot pay at any k even with every draft
+    accepted (its recorded probe's best is 0.74× at k = 1: capped at the first look), while
+    its Q8_0 target with a Q4_0 draft can (no cap: the design keeps its looks)."""
+    from cpuspec.analysis.sequential import ceiling_cap
+    from cpuspec.core.costs import ceiling_speedup
+    from cpuspec.results.records import CostProbe
+
+    def probe(name):
+        return json.loads((ROOT / "bench/results/epyc-family25-model17" / name)
+                          .read_text())["cost_probe"]
+    cap = ceiling_cap(probe("costs_q4km.json"), 8)
+    p = CostProbe.of(probe("costs_q4km.json"))
+    best = max(ceiling_speedup(p.verify_s, p.draft_s, k) for k in range(1, 9))
+    assert cap["max_units"] == 5 and best < 1 and cap["ceiling"] == pytest.approx(best, abs=1e-3)
+    assert ceiling_cap(probe("costs_q8_0.json"), 8) is None
 
 
 def test_a_ratio_that_is_no_speed_ratio_counts_in_nothing_and_one_prompt_is_a_range():

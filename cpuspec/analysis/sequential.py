@@ -113,6 +113,23 @@ def look(ratios, design: Design) -> dict:
     return out
 
 
+def ceiling_cap(probe: dict, k_max: int) -> dict | None:
+    """Where the cost probe shows that even every draft accepted cannot pay at any k up to
+    k_max (the speedup's ceiling, core/costs.ceiling_speedup, at most 1), the design's new
+    unit limit: the first look, enough to confirm it; None where some k could pay. Decided
+    from the probe before any prompt runs, so the limit is fixed in advance of the ratios."""
+    from cpuspec.core.costs import ceiling_speedup
+    from cpuspec.results.records import CostProbe
+    p = CostProbe.of(probe)
+    ks = [k for k in range(1, k_max + 1) if k + 1 in p.verify_s]
+    if not ks:
+        return None
+    best = max(ks, key=lambda k: ceiling_speedup(p.verify_s, p.draft_s, k))
+    top = ceiling_speedup(p.verify_s, p.draft_s, best)
+    return None if top > 1.0 else {"max_units": LOOKS[0], "ceiling": round(top, 3),
+                                   "ceiling_k": best}
+
+
 def replay(ratios, design: Design) -> dict:
     """The rule run over units in their recorded order: the look where it stops (or the last
     unit given, undecided if no look decided), with the units it used."""
@@ -146,6 +163,7 @@ def task_look(results: dict, task: str) -> dict | None:
     if not seq:
         return None
     planned = sum(1 for p in results.get("prompts") or [] if p.get("task") == task)
+    planned = min(planned, seq.get("max_units") or planned)   # capped by the probe's ceiling
     design = Design(max_units=max(planned, 1), alpha=seq.get("alpha", ALPHA),
                     precision=seq.get("precision", PRECISION))
     return {**look(task_ratios(results, task), design), "planned": planned}

@@ -444,7 +444,7 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
               show_default=True, help="As for `cpuspec bench`.")
 @click.option("--tasks", callback=task_list, default="json,code", show_default=True,
               help="Comma list of built-in tasks.")
-@click.option("--prompts-per-task", type=click.IntRange(1, 8), default=5, show_default=True,
+@click.option("--prompts-per-task", type=click.IntRange(1, 16), default=5, show_default=True,
               help="Prompts per task (5 or more for an interval over all of them).")
 @click.option("-n", "--max-tokens", type=click.IntRange(2, 1024), default=64, show_default=True,
               help="Tokens generated per prompt.")
@@ -604,7 +604,7 @@ def _load_test(cfg, levels: list[int], batches: int, per_client: int, save_doc) 
                                   "[default: the default pair's target].")
 @click.option("-t", "--threads", type=int, callback=positive)
 @click.option("-n", "--max-tokens", type=click.IntRange(1, 512), default=64, show_default=True)
-@click.option("--prompts-per-task", type=click.IntRange(1, 8), default=2, show_default=True)
+@click.option("--prompts-per-task", type=click.IntRange(1, 16), default=2, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
 def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path, save, force):

@@ -354,6 +354,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         probe_tokens = encoded[0]   # the second probe reads these too (not a second turn)
         gen.probe = results["cost_probe"] = probe_costs(target, draft_model, probe_tokens,
                                                         curve - 1)
+        _ceiling_first(cfg, results, log)
         _answer_first_turns(cfg, target_m, target, encoded, reuse, results, log)
         _measure_all(cfg, gen, target, draft, target_m, encoded, reuse, results, log,
                      on_update)
@@ -370,6 +371,22 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 "cpu_s_by_affinity": census_delta(census, thread_census())}
     results["complete"] = True   # no summary is stored: every reader computes it (summary.py)
     return results
+
+
+def _ceiling_first(cfg: BenchConfig, results: dict, log: Log) -> None:
+    """Under the sequential design, a draft model whose cost probe shows no acceptance can
+    pay at any k: said before the prompts run, and each task stops at the first look, which
+    confirms it (analysis/sequential.py ceiling_cap)."""
+    from cpuspec.analysis.sequential import ceiling_cap
+    if not cfg.sequential or cfg.drafter != "model" or "cost_probe" not in results:
+        return
+    cap = ceiling_cap(results["cost_probe"], max(cfg.k + 1, CURVE_N) - 1)
+    if cap is None:
+        return
+    results["settings"]["sequential"] = {**cfg.sequential, **cap}
+    log(f"cost probe: even every draft accepted gives at most {cap['ceiling']:.2f}× "
+        f"(k = {cap['ceiling_k']}): no acceptance is enough at these costs; each task runs "
+        f"{cap['max_units']} prompts to confirm it")
 
 
 def _answer_first_turns(cfg: BenchConfig, target_m, target, encoded: list, reuse: list,

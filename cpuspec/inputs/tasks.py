@@ -39,6 +39,24 @@ SUITES: dict[str, list[str]] = {
         "is_weekend. Output only JSON.",
         "Create a package.json for a TypeScript library named tiny-queue with build and test "
         "scripts, a MIT license and typescript and vitest as devDependencies. Output only JSON.",
+        # 9-16: written for issue 60 (a task the first 8 leave undecided goes on)
+        "Return a JSON object for a weather report: station, timestamp (ISO 8601), "
+        "temperature_c, humidity_pct, wind (speed_kmh, direction) and alerts (list). Output only "
+        "JSON.",
+        "Write a JSON array of 4 planets with name, moons (integer), has_rings (boolean) and "
+        "distance_au. Output only JSON.",
+        "Produce a JSON object describing a GitHub Actions job: name, runs_on, and steps (list "
+        "of objects with name and run). Output only JSON.",
+        "Give a JSON object for a recipe: title, servings, ingredients (list of name, amount, "
+        "unit) and steps (list of strings). Output only JSON.",
+        "Return a JSON object mapping three HTTP status codes (200, 404, 500) to objects with "
+        "reason and retryable (boolean). Output only JSON.",
+        "Write a JSON object for a calendar event: id, title, start, end, attendees (list of "
+        "email and response) and location. Output only JSON.",
+        "Create a tsconfig.json for a Node 20 project with strict mode, ES2022 target, "
+        "outDir dist and rootDir src. Output only JSON.",
+        "Return a JSON list of 5 currencies, each an object with code, name, symbol and "
+        "decimals. Output only JSON.",
     ],
     "code": [
         "Write a Python function that checks whether a string is a palindrome, ignoring case and "
@@ -53,6 +71,21 @@ SUITES: dict[str, list[str]] = {
         "time.",
         "Write a SQL query that returns the 10 customers with the highest total order amount "
         "from tables customers(id, name) and orders(id, customer_id, amount).",
+        # 9-16: written for issue 60
+        "Write a Python function that returns the n-th Fibonacci number iteratively, with a "
+        "docstring and a check that n is not negative.",
+        "Write a Python function that counts how often each word occurs in a text and returns "
+        "the 5 most common, ignoring case.",
+        "Write a Go function that reports whether a slice of integers contains a duplicate.",
+        "Write a Python dataclass Rectangle with width and height, and methods area and "
+        "perimeter.",
+        "Write a Rust function that returns the largest element of a slice of i32, or None "
+        "when it is empty.",
+        "Write a Python generator that yields the lines of a file that contain a given "
+        "substring, with their line numbers.",
+        "Write a Bash script that prints the 5 largest files in a directory given as its first "
+        "argument.",
+        "Write a Python function that flattens a nested list of arbitrary depth into one list.",
     ],
     "story": [
         "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -63,6 +96,15 @@ SUITES: dict[str, list[str]] = {
         "Write a short science-fiction story about the first garden on Mars.",
         "Write a story about two rival chess players stuck in a snowed-in library.",
         "Tell a story about a cat who runs the village post office.",
+        # 9-16: written for issue 60
+        "Write a short story about a clockmaker who builds a clock that runs backwards.",
+        "Tell a story about a girl who finds a door in the middle of a wheat field.",
+        "Write a short story about the last day of a travelling circus.",
+        "Tell a story about an old fisherman and a seagull who argue about the weather.",
+        "Write a short story about a translator who hears a language nobody else speaks.",
+        "Tell a story about a village where every house has a different colour of smoke.",
+        "Write a short story about a mapmaker asked to draw a country that does not exist.",
+        "Tell a story about a tortoise who decides to climb a mountain.",
     ],
     # Input-grounded: the answer mostly copies the prompt. Prompt lookup (no draft model, c ≈ 0)
     # can draft such text, which is where speculation can pay on a CPU.
@@ -92,6 +134,24 @@ SUITES: dict[str, list[str]] = {
         "verry happy to be outside, running thorugh the feilds.",
         "Turn this list into a Markdown table with columns Name and Role:\n\n"
         "Alice - Engineer\nBob - Designer\nCarol - Product manager\nDave - Data scientist",
+        # 9-16: written for issue 60
+        "Add type hints to this Python function and return the whole function:\n\n"
+        "def mean(values):\n    if not values:\n        raise ValueError('empty')\n"
+        "    return sum(values) / len(values)",
+        "Fix the missing comma in this JSON and return the corrected JSON only:\n\n"
+        '{"id": 42, "title": "Quarterly report" "tags": ["finance", "q3"], "draft": false}',
+        "Extract the fields product, price and quantity from this text as JSON:\n\n"
+        "I would like to order 3 packs of the blue notebooks at 4.50 euros each, please.",
+        "Rename the function `f` to `is_even` in this code and return the whole code:\n\n"
+        "def f(n):\n    return n % 2 == 0\n\nevens = [x for x in range(10) if f(x)]",
+        "Convert this YAML to JSON:\n\n"
+        "service:\n  name: api\n  replicas: 3\n  ports:\n    - 80\n    - 443",
+        "Add a docstring to this function and return the whole function:\n\n"
+        "def slugify(text):\n    return '-'.join(text.lower().split())",
+        "Fix the grammar in this sentence and return it:\n\n"
+        "Me and him goes to the market every mornings, but yesterday we doesn't went.",
+        "Turn this list into a Markdown table with columns City and Country:\n\n"
+        "Lisbon - Portugal\nKraków - Poland\nOsaka - Japan\nQuito - Ecuador",
     ],
 }
 

@@ -173,8 +173,13 @@ def _legend(results: dict, summary: dict, n_prompts: int) -> str:
              for t, s in summary.items() if t != OVERALL and s.get("sequential")]
     level = next((s["sequential"]["level"] for s in summary.values()
                   if "level" in s.get("sequential", {})), 0.95)
+    seq = results["settings"]["sequential"]
+    why = (f"the cost probe's ceiling, {seq['ceiling']:.2f}× at best with every draft accepted "
+           f"(k = {seq['ceiling_k']}), said before the prompts that no acceptance pays: each "
+           f"task ran {seq['max_units']} to confirm it" if "ceiling" in seq else
+           "each task stopped once decided")
     return "\n".join(_wrap(
-        f"SD ×raw end to end; each task stopped once decided (prompts run: {', '.join(stops)}); "
+        f"SD ×raw end to end; {why} (prompts run: {', '.join(stops)}); "
         f"its {100 * level:.1f} % interval keeps 95 % over every look; SD pays if a > 1 + α + β"))
 
 
