@@ -22,17 +22,9 @@ from cpuspec.inputs.shapes import shape_of
 from cpuspec.llama.shape_true import write_shape_true
 from cpuspec.machine.hardware import detect_hardware
 from cpuspec.results.store import write_json
+from shape_true_validate import machine   # bench/ is this script's folder: on sys.path
 
 REAL = "gemma-3-270m-q4km"
-
-
-def machine() -> str:
-    info = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        info.setdefault(key.strip(), value.strip())
-    vendor = "epyc" if "AMD" in info.get("vendor_id", "") else "xeon"
-    return f"{vendor}-family{info.get('cpu family')}-model{info.get('model')}"
 
 
 def main() -> None:

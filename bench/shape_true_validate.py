@@ -23,11 +23,13 @@ QUANTS = {"Q4_K_M": ("qwen2.5-coder-1.5b-q4km", "qwen2.5-coder-0.5b-q4km"),
 
 
 def machine() -> str:
+    """bench/results/<machine>: the CPU's vendor, family and model (epyc-… or xeon-…)."""
     info = {}
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         key, _, value = line.partition(":")
         info.setdefault(key.strip(), value.strip())
-    return f"epyc-family{info.get('cpu family')}-model{info.get('model')}"
+    vendor = "epyc" if "AMD" in info.get("vendor_id", "") else "xeon"
+    return f"{vendor}-family{info.get('cpu family')}-model{info.get('model')}"
 
 
 def main() -> None:

@@ -70,6 +70,28 @@ def test_n_clients_complete_outputs_are_checked_and_servers_stop(server_bin, tin
     assert "SD ×raw t/s" in res.output and max(map(len, res.output.splitlines())) <= 100
 
 
+def test_a_decided_level_stops_at_a_look_and_fixed_runs_every_batch(server_bin, tiny_models,
+                                                                   tmp_path):
+    """Issue 60, paths --concurrency: batches per level stop the sequential way. The tiny
+    draft is as big as its target, so SD's throughput is clearly lower: decided slower at the
+    first look (5 of 8 batches); the screen says so; --fixed runs all 6 asked for."""
+    out = tmp_path / "load.json"
+    res = CliRunner().invoke(main, load_args(tiny_models, server_bin, out, "--concurrency",
+                                             "1", "--batches", "8"))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert len(doc["levels"][0]["batches"]) == 10          # 5 pairs, not 8
+    lv = summarize_load(doc)[0]
+    assert lv["sequential"]["state"] == "slower" and lv["sequential"]["units"] == 5
+    assert lv["throughput"]["ci"][1] < 1 and lv["sequential"]["level"] == pytest.approx(0.975)
+    assert "batches run: 1: 5/8" in " ".join(res.output.split())
+    res = CliRunner().invoke(main, load_args(tiny_models, server_bin, out, "--concurrency",
+                                             "1", "--batches", "6", "--fixed"))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["sequential"] is None and len(doc["levels"][0]["batches"]) == 12
+
+
 def test_a_client_that_fails_mid_run_keeps_the_finished_batches(server_bin, tiny_models,
                                                                    tmp_path, monkeypatch):
     from cpuspec.llama.server import Server
@@ -98,7 +120,7 @@ def test_a_signal_stops_both_servers(server_bin, tiny_models, tmp_path, sig):
     out = tmp_path / "load.json"
     cmd = [sys.executable, "-m", "cpuspec", *load_args(tiny_models, server_bin, out,
                                                        "--concurrency", "2", "--batches",
-                                                       "50")]
+                                                       "50", "--fixed")]
     log = tmp_path / "stderr.txt"
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stderr=err, text=True)
@@ -125,6 +147,12 @@ def test_a_signal_stops_both_servers(server_bin, tiny_models, tmp_path, sig):
 def test_bad_levels_are_refused_before_anything_runs(levels):
     res = CliRunner().invoke(main, ["paths", "--concurrency", levels, "--no-save"])
     assert res.exit_code == 2 and "--concurrency" in res.output, res.output
+
+
+@pytest.mark.parametrize("flag", [["--fixed"], ["--batches", "8"]])
+def test_load_flags_without_concurrency_are_refused(flag):
+    res = CliRunner().invoke(main, ["paths", *flag, "--no-save"])
+    assert res.exit_code == 2 and "go with --concurrency" in res.output, res.output
 
 
 def test_the_crossover_is_the_last_level_measured_faster_before_the_first_that_was_not():

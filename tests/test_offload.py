@@ -204,6 +204,6 @@ def test_an_old_sweep_with_skipped_gpu_points_still_renders():
     res = CliRunner().invoke(main, ["report", str(old)])
     assert res.exit_code == 0, res.output
     assert "skipped: this llama-cpp-python build has no GPU offload" not in res.output
-    assert re.search(r"T GPU, D CPU\s+-\s+skipped: this llama-cpp…\s+skipped", res.output)
+    assert re.search(r"T GPU, D CPU\s+-\s+-\s+skipped: this llama-cpp…\s+skipped", res.output)
     res = CliRunner().invoke(main, ["report", str(old), "--details"])
     assert "skipped: this llama-cpp-python build has no GPU offload" in res.output

@@ -70,7 +70,7 @@ def test_a_secret_flags_value_is_never_kept():
 @pytest.mark.parametrize("args, words", [
     (["paths", "--concurrency", ""], "--concurrency"),
     (["costs", "--sizes", ""], "name one size or more"),
-    (["costs", "--quants", "Q8_0"], "--quants goes with --sizes"),
+    (["costs", "--quants", "Q8_0"], "--quants and --acceptance go with --sizes or --pairs"),
 ])
 def test_an_empty_or_orphan_option_is_refused_not_ignored(tmp_path, args, words):
     res = run(*args, "--target" if args[0] == "paths" else "--draft", tmp_path / "none.gguf")

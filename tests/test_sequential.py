@@ -165,16 +165,12 @@ def test_the_cap_follows_the_recorded_probes_ceiling():
     accepted (its recorded probe's best is 0.74× at k = 1: capped at the first look), while
     its Q8_0 target with a Q4_0 draft can (no cap: the design keeps its looks)."""
     from cpuspec.analysis.sequential import ceiling_cap
-    from cpuspec.core.costs import ceiling_speedup
-    from cpuspec.results.records import CostProbe
 
     def probe(name):
         return json.loads((ROOT / "bench/results/epyc-family25-model17" / name)
                           .read_text())["cost_probe"]
     cap = ceiling_cap(probe("costs_q4km.json"), 8)
-    p = CostProbe.of(probe("costs_q4km.json"))
-    best = max(ceiling_speedup(p.verify_s, p.draft_s, k) for k in range(1, 9))
-    assert cap["max_units"] == 5 and best < 1 and cap["ceiling"] == pytest.approx(best, abs=1e-3)
+    assert cap == {"max_units": 5, "ceiling": 0.744, "ceiling_k": 1}
     assert ceiling_cap(probe("costs_q8_0.json"), 8) is None
 
 

@@ -61,6 +61,10 @@ def test_the_best_speedup_at_an_assumed_acceptance_stays_under_the_ceiling(path)
     (["--pairs", "qwen3-0.6b:qwen3-8b", "--acceptance", "nosuchrun"], "no results file"),
     (["--pairs", "qwen3-0.6b:qwen3-8b", "--acceptance",
       str(ROOT / "bench/results/epyc-family25-model17/costs_q4km.json")], "not a saved bench"),
+    (["--pairs", "qwen3-0.6b:qwen3-8b", "--acceptance",
+      str(ROOT / "bench/results/avx2-build/lookup_2threads.json.gz")], "of a draft model"),
+    (["--sizes", "gemma3-4b"], "gemma3-4b is Gemma 3, the pair's draft Qwen2.5"),
+    (["--pairs", "qwen3-0.6b:qwen3-8b", "--pair", "qwen2.5-coder-1.5b"], "leave --pair out"),
 ])
 def test_bad_what_if_input_is_refused_before_models_load(args, message, tmp_path):
     if "--target" in args:

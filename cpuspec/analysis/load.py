@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 
-from cpuspec.analysis.stats import percentile, ratio_stats
+from cpuspec.analysis.stats import percentile, ratio_stats, significance
 
 
 def _ratio_stats(pairs: list[tuple[float, float]]) -> dict:
@@ -40,13 +40,50 @@ def _per_mode(batches: list[dict]) -> dict:
             if drafted else None}
 
 
+def _by_mode(level: dict) -> dict[str, list[dict]]:
+    return {m: sorted((b for b in level["batches"] if b["mode"] == m and b["requests"]),
+                      key=lambda b: b["batch"]) for m in ("raw", "sd")}
+
+
+def _paired(by: dict[str, list[dict]]) -> list[tuple[dict, dict]]:
+    return [(r, s) for r in by["raw"] for s in by["sd"] if r["batch"] == s["batch"]]
+
+
+def level_look(level: dict, planned: int, seq: dict) -> dict:
+    """The sequential design's look at a level (its throughput ratios over the batch pairs so
+    far, in the order run; its unit limit the batches planned)."""
+    from cpuspec.analysis.sequential import Design, look
+    pairs = _paired(_by_mode(level))
+    return {**look([_throughput(s) / _throughput(r) for r, s in pairs], Design.of(seq, planned)),
+            "planned": planned}
+
+
+def _sequential_stats(level: dict, pairs: list, planned: int, seq: dict
+                      ) -> tuple[dict, dict, dict]:
+    """Throughput and latency at the design's stopping look: each interval at the look's
+    level 1 − α/K (Bonferroni over the looks covers every look's interval at once, whatever
+    statistic it holds), the verdict the design's."""
+    from cpuspec.analysis.sequential import Design, look
+    from cpuspec.analysis.summary import SEQUENTIAL_SIGNIFICANCE
+    res = level_look(level, planned, seq)
+    lat = look([_mean_latency(r) / _mean_latency(s) for r, s in pairs], Design.of(seq, planned))
+
+    def stats(x: dict, verdict: str | None) -> dict:
+        return {"speedup": x["ratio"], "ci": x["ci"], "units": x["units"],
+                "range": x["range"] if x["ci"] is None else None, "significance": verdict}
+    return (stats(res, SEQUENTIAL_SIGNIFICANCE.get(res["state"])),
+            stats(lat, significance(lat["ci"])),
+            {k: res[k] for k in ("state", "units", "planned", "level")})
+
+
 def summarize_load(doc: dict) -> list[dict]:
-    """One dict per level, in the order run."""
+    """One dict per level, in the order run (under the sequential design, each level's
+    intervals and verdict are its stopping look's)."""
     out = []
+    seq = (doc.get("settings") or {}).get("sequential")
     for level in doc["levels"]:
-        by = {m: sorted((b for b in level["batches"] if b["mode"] == m and b["requests"]),
-                        key=lambda b: b["batch"]) for m in ("raw", "sd")}
-        paired = [(r, s) for r in by["raw"] for s in by["sd"] if r["batch"] == s["batch"]]
+        by = _by_mode(level)
+        paired = _paired(by)
         raw_text = {q["prompt_id"]: q["text"] for b in by["raw"] for q in b["requests"]}
         sd_reqs = [q for b in by["sd"] for q in b["requests"] if q["prompt_id"] in raw_text]
         out.append({"concurrency": level["concurrency"],
@@ -58,6 +95,9 @@ def summarize_load(doc: dict) -> list[dict]:
                                              for r, s in paired]),
                     "same_output": f"{sum(q['text'] == raw_text[q['prompt_id']] for q in sd_reqs)}"
                                    f"/{len(sd_reqs)}"})
+        if seq and paired:
+            tp, lat, state = _sequential_stats(level, paired, doc["settings"]["batches"], seq)
+            out[-1] |= {"throughput": tp, "latency": lat, "sequential": state}
     return out
 
 

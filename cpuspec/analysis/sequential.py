@@ -39,6 +39,12 @@ class Design:
     alpha: float = ALPHA
     precision: float = PRECISION
 
+    @classmethod
+    def of(cls, seq: dict, max_units: int) -> "Design":
+        """The design a results file's settings.sequential records, at a unit limit."""
+        return cls(max_units=max(max_units, 1), alpha=seq.get("alpha", ALPHA),
+                   precision=seq.get("precision", PRECISION))
+
     @property
     def looks(self) -> tuple[int, ...]:
         """The looks up to the unit limit, the limit itself always one of them."""
@@ -164,6 +170,5 @@ def task_look(results: dict, task: str) -> dict | None:
         return None
     planned = sum(1 for p in results.get("prompts") or [] if p.get("task") == task)
     planned = min(planned, seq.get("max_units") or planned)   # capped by the probe's ceiling
-    design = Design(max_units=max(planned, 1), alpha=seq.get("alpha", ALPHA),
-                    precision=seq.get("precision", PRECISION))
+    design = Design.of(seq, planned)
     return {**look(task_ratios(results, task), design), "planned": planned}

@@ -47,18 +47,15 @@ def whatif_row(probe: CostProbe | dict, ks: range | None = None) -> dict:
 
 def profile_best(probe: CostProbe | dict, survival: list[float]) -> dict:
     """The best SD ×raw over k ≤ len(survival) at a measured per-position acceptance profile
-    (survival[i − 1]: the share of rounds that kept draft i; core/costs.predicted_speedup),
-    decode only: the costs this probe measured, the acceptance another pair's run measured."""
-    from cpuspec.core.costs import predicted_speedup
+    (survival[i − 1]: the share of rounds that kept draft i; core/costs.choose_k), decode
+    only: the costs this probe measured, the acceptance another pair's run measured."""
+    from cpuspec.core.costs import choose_k
     p = CostProbe.of(probe)
-    ks = [k for k in range(1, len(survival) + 1) if k + 1 in p.verify_s]
-    if not ks:
-        return {"k": 0, "speedup": 1.0, "sd_speedup": 1.0, "state": "off"}
-    by_k = {k: predicted_speedup(survival, k, p.draft_s, p.verify_s) for k in ks}
-    k_best = max(ks, key=by_k.get)
-    best = by_k[k_best]
-    return {"k": k_best if best > 1 else 0, "speedup": max(best, 1.0), "sd_speedup": best,
-            "state": whatif_state(best)}
+    _, table = choose_k(survival, p.draft_s, p.verify_s)
+    sd = max((c for c in table if c.k), key=lambda c: c.predicted_speedup, default=None)
+    best = sd.predicted_speedup if sd else 1.0
+    return {"k": sd.k if sd and best > 1 else 0, "speedup": max(best, 1.0),
+            "sd_speedup": best, "state": whatif_state(best) if sd else "off"}
 
 
 def acceptance_profiles(bench: dict) -> dict[str, list[float]]:

@@ -180,10 +180,13 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
                                "what-if's shape-true targets): add one, or leave them out")
     if sizes is not None and pairs is not None:
         raise click.UsageError("--sizes or --pairs, not both: --pairs names each target's draft")
+    if pairs is not None and pair is not None:
+        raise click.UsageError("--pairs names each target's draft: leave --pair out")
     drafts = _pair_list(pairs, target_path, draft_path) if pairs is not None else None
     if drafts is not None:
         sizes = ",".join(drafts)
-    whatif = (_size_list(sizes, target_path), _quant_list(quants)) if sizes is not None \
+    whatif = (_size_list(sizes, target_path, draft_path is None and drafts is None),
+              _quant_list(quants)) if sizes is not None \
         else None   # --sizes '' is refused there, never the plain curve
     for p in (target_path, draft_path):
         check_model_file(p)
@@ -207,8 +210,10 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     finish_outputs(sink)
 
 
-def _size_list(sizes: str, target_path) -> list[str]:
-    from cpuspec.inputs.shapes import ShapeError, shape_of
+def _size_list(sizes: str, target_path, pair_draft: bool = False) -> list[str]:
+    """--sizes' names; with the pair's draft (Qwen2.5), only Qwen2.5 targets share its
+    tokenizer: another family is refused before any file is written."""
+    from cpuspec.inputs.shapes import ShapeError, family, shape_of
     if target_path is not None:
         raise click.UsageError("--sizes measures shape-true targets: give --draft (or --pair "
                                "for its draft), not --target")
@@ -220,6 +225,12 @@ def _size_list(sizes: str, target_path) -> list[str]:
         raise click.BadParameter(str(exc), param_hint="'--sizes'")
     if not names:
         raise click.BadParameter("name one size or more", param_hint="'--sizes'")
+    other = [n for n in names if pair_draft and family(shape_of(n)) != "Qwen2.5"]
+    if other:
+        d = shape_of(other[0])
+        raise click.BadParameter(
+            f"{other[0]} is {family(d)}, the pair's draft Qwen2.5: draft and target must share "
+            f"a tokenizer; give --draft, or --pairs DRAFT:{d.name}", param_hint="'--sizes'")
     return names
 
 
@@ -260,10 +271,11 @@ def _profiles(ref: str) -> dict:
         doc = load_json(path)
     except (OutputError, OSError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="'--acceptance'")
-    if not isinstance(doc, dict) or doc.get("kind", "bench") != "bench" or not doc.get("runs") \
-            or (doc.get("settings") or {}).get("shape_true"):
-        raise click.BadParameter(f"{ref}: not a saved bench run of a real pair (its measured "
-                                 "acceptance is what --acceptance borrows)",
+    settings = doc.get("settings") if isinstance(doc, dict) else None
+    if not isinstance(settings, dict) or doc.get("kind", "bench") != "bench" or \
+            not doc.get("runs") or settings.get("drafter", "model") != "model":
+        raise click.BadParameter(f"{ref}: not a saved bench run of a draft model (its measured "
+                                 "per-position acceptance is what --acceptance borrows)",
                                  param_hint="'--acceptance'")
     try:
         profiles = acceptance_profiles(doc)
@@ -301,12 +313,13 @@ def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_p
                       k=max_n - 1, depth=depth, argv=["cpuspec", *sys.argv[1:]])
     with guarded(sink):
         try:
-            drafts = drafts and {t: real_draft(d, log) or d for t, d in drafts.items()}
+            files = drafts and {t: real_draft(d, log) or d for t, d in drafts.items()}
             doc = run_whatif(cfg, sizes, quants, reps, lambda arch: tokenizer_file(arch, log),
-                             psutil.virtual_memory().total, sink, log, drafts)
+                             psutil.virtual_memory().total, sink, log, files)
+            if drafts:   # target → the draft's shape name (its file: each row's draft)
+                doc["settings"]["pairs"] = drafts
             if profiles:
                 doc["acceptance"] = profiles
-                doc["settings"]["pairs"] = {t: str(d) for t, d in (drafts or {}).items()}
         except (ModelError, EngineError, ShapeError, ValueError) as exc:
             raise click.ClickException(str(exc))
         sink(doc)
@@ -474,8 +487,11 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
                    "among its tasks.")
 @click.option("--concurrency", metavar="1,2,4", help="Load test: llama-server, plain and with "
               "SD, with this many requests in flight (-np N), each level in turn.")
-@click.option("--batches", type=click.IntRange(1, 50), default=5, show_default=True,
-              help="With --concurrency: batches per level and server (5+: an interval).")
+@click.option("--batches", type=click.IntRange(1, 50), default=12, show_default=True,
+              help="With --concurrency: the most batches per level and server; a level stops "
+                   "at the first look (5, 8, 12 batches) that decides it (5+: an interval).")
+@click.option("--fixed", is_flag=True,
+              help="With --concurrency: run every batch of every level (the fixed design).")
 @click.option("--requests-per-client", type=click.IntRange(1, 20), default=1,
               show_default=True, help="With --concurrency: requests each client sends per "
               "batch, one after another.")
@@ -483,7 +499,7 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
 @save_options
 def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, threads,
           path_list, llama_bin, p_min, server_flags, build_native, native_rounds, prompts_file,
-          concurrency, batches, requests_per_client, json_path, save, force):
+          concurrency, batches, fixed, requests_per_client, json_path, save, force):
     """Does the speedup reach your stack? One configuration through cpuspec's loop,
     llama-cpp-python (with cpuspec.DraftModel) and llama.cpp's own programs, each SD ×raw.
 
@@ -527,7 +543,8 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
                                    prompts, max_tokens, threads, tuple(chosen), bin_dir,
                                    native_rounds, extra, p_min)
             save_doc = lambda d: sink({"schema_version": SCHEMA_VERSION, **d})  # noqa: E731
-            doc = _load_test(cfg, levels, batches, requests_per_client, save_doc) if levels \
+            doc = _load_test(cfg, levels, batches, requests_per_client, save_doc, fixed) \
+                if levels \
                 else core.measure_paths(cfg, environment(threads), log, save_doc)
         except (ModelError, EngineError, native.NativeError, ValueError) as exc:
             raise click.ClickException(str(exc))
@@ -559,10 +576,11 @@ def _check_load_flags(levels: list[int], path_list: str, prompts_file, tasks) ->
     """Flags that cannot apply are refused (exit 2), never ignored: the load test's own
     flags without --concurrency, another --paths with it."""
     ctx = click.get_current_context()
-    given = {name for name in ("batches", "requests_per_client", "path_list", "tasks")
+    given = {name for name in ("batches", "requests_per_client", "path_list", "tasks", "fixed")
              if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
-    if not levels and given & {"batches", "requests_per_client"}:
-        raise click.UsageError("--batches and --requests-per-client go with --concurrency")
+    if not levels and given & {"batches", "requests_per_client", "fixed"}:
+        raise click.UsageError("--batches, --fixed and --requests-per-client go with "
+                               "--concurrency")
     if levels and "path_list" in given and path_list.strip() != core.LLAMA_SERVER:
         raise click.UsageError("--concurrency load-tests llama-server alone: leave --paths "
                                "out (or give --paths llama-server)")
@@ -585,11 +603,15 @@ def _levels(concurrency: str | None) -> list[int]:
     return list(dict.fromkeys(levels))
 
 
-def _load_test(cfg, levels: list[int], batches: int, per_client: int, save_doc) -> dict:
-    """`paths --concurrency`: harness/load.py with the paths command's server flags."""
+def _load_test(cfg, levels: list[int], batches: int, per_client: int, save_doc,
+               fixed: bool = False) -> dict:
+    """`paths --concurrency`: harness/load.py with the paths command's server flags, each
+    level stopping under the sequential design (--fixed: every batch)."""
+    from cpuspec.analysis.sequential import ALPHA, PRECISION
     from cpuspec.harness.load import LoadConfig, measure_load
     texts, per_slot, followups = core.server_texts(cfg)
-    lcfg = LoadConfig(cfg, tuple(levels), batches, per_client)
+    lcfg = LoadConfig(cfg, tuple(levels), batches, per_client,
+                      None if fixed else {"alpha": ALPHA, "precision": PRECISION})
     doc = measure_load(lcfg, environment(cfg.threads),
                        lambda n_ctx, sd: core.server_argv(cfg, n_ctx, sd), texts, per_slot,
                        log, save_doc)

@@ -173,7 +173,8 @@ def models_path(name):
 @models.command("shape")
 @click.argument("name")
 @click.option("--quant", default="Q4_K_M", show_default=True, metavar="TYPE",
-              help="Q4_K_M (llama.cpp's mix), Q4_0 or Q8_0 (pure).")
+              help="Q4_K_M (llama.cpp's mix), Q4_0 or Q8_0 (pure under --mix pinned and pure; "
+                   "llama-quantize keeps a Q4_0's output at Q6_K).")
 @click.option("--tokenizer", "given_tokenizer", type=click.Path(exists=True, dir_okay=False,
                                                                path_type=Path),
               help="A GGUF whose tokenizer the file carries (any file with tokenizer.* "

@@ -31,8 +31,11 @@ class LoadConfig:
     levels of requests in flight."""
     server: PathsConfig              # models, k, drafter, prompts, tokens, threads, flags
     levels: tuple[int, ...]          # the concurrencies, e.g. (1, 2, 4)
-    batches: int = 5                 # per level and server: the interval's units
+    batches: int = 5                 # per level and server: the interval's units (the limit)
     requests_per_client: int = 1     # per batch
+    # the sequential design (analysis/sequential.py): a level stops once its throughput
+    # verdict is decided at a look; None: every batch runs (--fixed)
+    sequential: dict | None = None
 
 
 def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int, bool], list],
@@ -51,7 +54,8 @@ def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int,
                         "prompts": [p.prompt_id for p in sc.prompts],
                         "server_flags": redact_argv(sc.server_flags) if sc.server_flags
                         else None,
-                        "p_min": sc.p_min, "per_slot_ctx": per_slot_ctx},
+                        "p_min": sc.p_min, "per_slot_ctx": per_slot_ctx,
+                        "sequential": cfg.sequential},
            "levels": []}
     ids = [p.prompt_id for p in sc.prompts]
     for n in cfg.levels:
@@ -75,8 +79,22 @@ def measure_load(cfg: LoadConfig, environment: dict, server_args: Callable[[int,
                                  sc.max_tokens)})
                 if on_update:
                     on_update(doc)
+                if cfg.sequential and _level_decided(level, cfg, log):
+                    break
     doc["complete"] = True
     return doc
+
+
+def _level_decided(level: dict, cfg: LoadConfig, log: Callable[[str], None]) -> bool:
+    """Whether the sequential design stops this level after its latest pair of batches."""
+    from cpuspec.analysis.load import level_look
+    res = level_look(level, cfg.batches, cfg.sequential)
+    if res["state"] == "continue":
+        return False
+    log(f"load: {level['concurrency']} in flight: {res['state']} after {res['units']} of "
+        f"{cfg.batches} batches" + ("" if res["units"] == cfg.batches else
+                                    "; its other batches are not run"))
+    return True
 
 
 def client_order(ids: list[str], client: int, batch: int, n_clients: int) -> list[str]:

@@ -103,6 +103,7 @@ SHAPES = {s.name: s for s in [
           rope_base=5e5, context=131072),
     Shape("qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, head_dim=128),
     Shape("qwen3-14b", "qwen3", 5120, 40, 40, 8, 17408, 151936, head_dim=128),
+    Shape("qwen3-32b", "qwen3", 5120, 64, 64, 8, 25600, 151936, head_dim=128),
     # Qwen/Qwen3-30B-A3B config.json: 48 layers, 32/4 heads of 128, 128 experts of width 768,
     # 8 used per token, every layer MoE (intermediate_size 6144 unused)
     Shape("qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 6144, 151936, head_dim=128,

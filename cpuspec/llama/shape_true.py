@@ -116,7 +116,7 @@ def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int,
             value = list(value) + ([f"[PAD{i}]" for i in range(len(value), vocab)]
                                    if field.name.endswith("tokens") else
                                    [0.0] * pad if field.name.endswith("scores") else [5] * pad)
-            for i, text in (added or {}).items():
+            for i, text in (added or {}).items() if not field.name.endswith("scores") else ():
                 if i < vocab:
                     value[i] = text if field.name.endswith("tokens") else USER_DEFINED
         writer.add_key_value(field.name, value, vtype, sub_type=sub)
@@ -225,12 +225,7 @@ def write_head(head, quant: str, tokenizer_file: Path, memory_bytes: int,
     arch = "eagle3" if head.method == "eagle3" else "dflash"
 
     def need() -> int:
-        size = sum(nbytes(ne, types[n]) for n, ne in plan) + 64 * 2 ** 20
-        free = shutil.disk_usage(dest.parent).free
-        if size > free or size > 0.9 * memory_bytes:
-            raise ShapeError(f"{head.name} {quant} needs {size / 1e9:.2f} GB; {dest.parent} "
-                             f"has {free / 1e9:.1f} GB free")
-        return size
+        return _room(plan, types, dest.parent, memory_bytes, f"{head.name} {quant}")
 
     def kv(writer) -> None:
         writer.add_name(f"{head.name} {quant} {SHAPE_TRUE}")
@@ -247,23 +242,29 @@ def write_head(head, quant: str, tokenizer_file: Path, memory_bytes: int,
 def write_mtp_only(shape: Shape, quant: str, tokenizer_file: Path, memory_bytes: int,
                    log: Callable[[str], None] = lambda _: None, seed: int = 0) -> Path:
     """The MTP-only file of `shape` (inputs/heads.py mtp_only_tensors: the converter's --mtp
-    output, "mtp-" before the name) at `quant`, the whole model's metadata and types, written
-    once and cached: a draft for -md with --spec-type draft-mtp."""
+    output, "mtp-" before the shape's own file name) at `quant`, the whole model's metadata
+    and types, written once and cached: a draft for -md with --spec-type draft-mtp."""
     from cpuspec.inputs.heads import mtp_only_tensors
     plan = mtp_only_tensors(shape)
     types = {n: t for n, t in quant_types(shape, quant).items() if n in dict(plan)}
-    dest = models_dir() / "shape-true" / \
-        f"mtp-{shape.name}-{quant.lower()}.shape-true-v{SHAPE_FORMAT}.gguf"
-
-    def need() -> int:
-        size = sum(nbytes(ne, types[n]) for n, ne in plan) + 64 * 2 ** 20
-        free = shutil.disk_usage(dest.parent).free
-        if size > free or size > 0.9 * memory_bytes:
-            raise ShapeError(f"mtp-{shape.name} {quant} needs {size / 1e9:.2f} GB; "
-                             f"{dest.parent} has {free / 1e9:.1f} GB free")
-        return size
+    dest = shape_path(shape, quant)
+    dest = dest.with_name(f"mtp-{dest.name}")
     return _write_cached(dest, shape.arch, lambda w: _hparams(w, shape, quant, "mtp-"), plan,
-                         types, tokenizer_file, shape.vocab, need, log, seed, added_tokens(shape))
+                         types, tokenizer_file, shape.vocab,
+                         lambda: _room(plan, types, dest.parent, memory_bytes,
+                                       f"mtp-{shape.name} {quant}"),
+                         log, seed, added_tokens(shape))
+
+
+def _room(plan: list, types: dict, folder: Path, memory_bytes: int, what: str) -> int:
+    """The bytes a small file (a head, an MTP layer) needs; refused where the disk or the
+    memory could not hold it."""
+    size = sum(nbytes(ne, types[n]) for n, ne in plan) + 64 * 2 ** 20
+    free = shutil.disk_usage(folder).free
+    if size > free or size > 0.9 * memory_bytes:
+        raise ShapeError(f"{what} needs {size / 1e9:.2f} GB; {folder} has {free / 1e9:.1f} GB "
+                         "free")
+    return size
 
 
 def _add(writer, key: str, value, kind: str) -> None:
@@ -293,9 +294,10 @@ def _write_cached(dest: Path, arch: str, add_kv: Callable, plan: list, types: di
     short is written again."""
     from gguf import GGMLQuantizationType, GGUFWriter
     if dest.is_file():
-        if _complete(dest):
+        state = _cached_state(dest, plan, types)
+        if state is None:
             return dest
-        log(f"shape-true: {dest.name} is cut short; writing it again")
+        log(f"shape-true: {dest.name} {state}; writing it again")
     partial = dest.with_name(f"{dest.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     rng = np.random.default_rng(seed)
     writer = None
@@ -340,16 +342,19 @@ def _reason(exc: OSError, folder: Path) -> str:
     return "no space left on the device" if full else str(exc)
 
 
-def _complete(path: Path) -> bool:
-    """Whether a GGUF holds every byte its tensors need: a copy cut short (a crash before its
-    pages reached the disk, a copy that ran out of room) is written again, never loaded."""
+def _cached_state(path: Path, plan: list, types: dict) -> str | None:
+    """None where a cached GGUF is whole and holds exactly the tensors, shapes and types the
+    plan asks for; else what is wrong with it: a copy cut short (a crash before its pages
+    reached the disk, a copy that ran out of room), or one written under another quant rule
+    (an older cpuspec's mix under the same name), is written again, never loaded."""
     from gguf import GGUFReader
     try:
         reader = GGUFReader(path)
         end = max(t.data_offset + int(t.n_bytes) for t in reader.tensors)
-        return end <= path.stat().st_size < end + reader.alignment
+        if not end <= path.stat().st_size < end + reader.alignment:
+            return "is cut short"
+        held = {t.name: ([int(x) for x in t.shape], t.tensor_type.name) for t in reader.tensors}
     except (OSError, ValueError, IndexError):
-        return False
-
-
-
+        return "is cut short"
+    want = {n: (list(ne), types[n]) for n, ne in plan}
+    return None if held == want else "holds other tensors or types (another quant rule)"

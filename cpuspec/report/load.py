@@ -76,8 +76,7 @@ def render_load(doc: dict, source: str = "RUN") -> str:
     s = doc["settings"]
     levels = summarize_load(doc)
     head = (f"llama-server under load: {_config(s)}, {s['threads']} threads, "
-            f"{s['max_tokens']} tokens; {s['batches']} batches per level, each one unit of the "
-            "95 % interval (*: a range)")
+            f"{s['max_tokens']} tokens; {_batches_said(s, levels)}")
     rows = []
     for lv in levels:
         raw, sd = lv["raw"], lv["sd"]
@@ -98,6 +97,18 @@ def render_load(doc: dict, source: str = "RUN") -> str:
     if not doc.get("complete", True):
         lines.append("INCOMPLETE: the levels and batches that finished are shown")
     return "\n".join(lines + ["", *screen.more(source, "every request", "report")])
+
+
+def _batches_said(settings: dict, levels: list[dict]) -> str:
+    """How many batches each level ran, and which interval the table holds."""
+    if not settings.get("sequential"):
+        return (f"{settings['batches']} batches per level, each one unit of the 95 % interval "
+                "(*: a range)")
+    ran = ", ".join(f"{lv['concurrency']}: {lv['sequential']['units']}/"
+                    f"{lv['sequential']['planned']}" for lv in levels if lv.get("sequential"))
+    level = next((lv["sequential"]["level"] for lv in levels if lv.get("sequential")), 0.95)
+    return (f"each level stopped once its throughput verdict was decided (batches run: {ran}); "
+            f"its {100 * level:.1f} % interval keeps 95 % over every look (*: a range)")
 
 
 def render_load_details(doc: dict) -> str:

@@ -142,18 +142,19 @@ def render_sweep_screen(rows: list[dict], axes: list[str], devices: list[dict] |
             line.append(screen.cut(placement(r, devices).replace("target ", "T ")
                                    .replace("draft ", "D "), 22))
         if "skipped" in r:
-            out.append(line + ["-", screen.cut(r["skipped"], 24), "skipped", ""])
+            out.append(line + ["-", "-", screen.cut(r["skipped"], 24), "skipped", ""])
             continue
         ci = [r.get("sd_speedup_ci_low"), r.get("sd_speedup_ci_high")]
         rng = [r.get("sd_speedup_range_low"), r.get("sd_speedup_range_high")]
         ci, rng = (ci if None not in ci else None), (rng if None not in rng else None)
         a, need = r.get("a"), r.get("break_even_a")
         out.append(line + [
+            f"{r['prompts_run']}/{r['prompts_planned']}" if r.get("prompts_run") else "-",
             "-" if r.get("raw_tok_s") is None else f"{r['raw_tok_s']:.1f}",
             screen.speedup(r.get("sd_speedup"), ci, rng),
             screen.verdict_of(ci, rng),
             f"{a:.2f} vs {need:.1f}" if a is not None and need is not None else "-"])
-    headers = [*varying, *(["where (T/D: target/draft)"] if gpu else []), "raw t/s",
+    headers = [*varying, *(["where (T/D: target/draft)"] if gpu else []), "prompts", "raw t/s",
                "SD ×raw", "measured", "a vs 1+α+β"]
     lines = ([*screen.wrap(device_line(devices))] if gpu and device_line(devices) else []) \
         + [screen.table(headers, out)]

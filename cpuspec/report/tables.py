@@ -130,8 +130,22 @@ def sweep_figures(results: dict) -> dict:
     placed = {f"{role}_offloaded_bytes": m["offloaded_bytes"]
               for role, m in (results.get("models") or {}).items()
               if isinstance(m, dict) and isinstance(m.get("offloaded_bytes"), int)}
+    # the prompts the point ran of those planned: under the sequential design each task of
+    # each point stops on its own
+    ran = len({(r.get("task"), r.get("prompt_id")) for r in results.get("runs") or []})
     return {m: values[m] for m in SWEEP_METRICS} | placed | {
-        "verdict": ("ON" if cost.get("pays") else "OFF") if cost else None}
+        "verdict": ("ON" if cost.get("pays") else "OFF") if cost else None,
+        "prompts_run": ran, "prompts_planned": _planned(results) or ran}
+
+
+def _planned(results: dict) -> int:
+    """The prompts a point planned: each task's, down to the first look where the cost
+    probe's ceiling capped it (analysis/sequential.py ceiling_cap)."""
+    cap = ((results.get("settings") or {}).get("sequential") or {}).get("max_units")
+    tasks: dict[str, int] = {}
+    for p in results.get("prompts") or []:
+        tasks[p.get("task")] = tasks.get(p.get("task"), 0) + 1
+    return sum(min(n, cap or n) for n in tasks.values())
 
 
 def sweep_rows(doc: dict) -> list[dict]:
