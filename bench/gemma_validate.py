@@ -15,14 +15,11 @@ from pathlib import Path
 
 import psutil
 
-from cpuspec.harness.whatif import run_shape_validation
 from cpuspec.inputs.models import fetch_model
 from cpuspec.inputs.registry import load_registry
 from cpuspec.inputs.shapes import shape_of
 from cpuspec.llama.shape_true import write_shape_true
-from cpuspec.machine.hardware import detect_hardware
-from cpuspec.results.store import write_json
-from shape_true_validate import machine   # bench/ is this script's folder: on sys.path
+from shape_true_validate import machine, validate   # bench/: this script's folder, on sys.path
 
 REAL = "gemma-3-270m-q4km"
 
@@ -37,13 +34,7 @@ def main() -> None:
                         for n in ("gemma3-270m", "gemma3-1b"))
     models = {"real 270m": (real, real), "shape 270m": (shape, shape),
               "real as draft": (target_1b, real), "shape as draft": (target_1b, shape)}
-    threads = detect_hardware().physical_cores_in_affinity or 2
-
-    def save(doc):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_json(doc, out)
-    save(run_shape_validation(models, rounds, 15, 512, threads, save, print, reps=3))
-    print(f"wrote {out}")
+    validate(models, rounds, out)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,12 @@ def main() -> None:
         models[f"shape {quant}"] = tuple(write_shape_true(shape_of(size), quant, tokenizer,
                                                           memory, print)
                                          for size in ("1.5b", "0.5b"))
+    validate(models, rounds, out)
+
+
+def validate(models: dict, rounds: int, out: Path) -> None:
+    """Interleaved rounds of the cost probe over `models` (label → (target, draft)), at 2
+    threads or the cores in this process's affinity; the file rewritten after every round."""
     threads = detect_hardware().physical_cores_in_affinity or 2
 
     def save(doc):
