@@ -6,7 +6,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiny_gguf import make_weights, perturb, write_model  # noqa: E402
+from tiny_gguf import make_weights, make_wide_weights, perturb, write_model  # noqa: E402
 
 # The real-model tests keep the fetched Qwen GGUFs in the user's cpuspec cache (or
 # CPUSPEC_HOME as set before the tests), so a second run does not download 1.6 GB again; every
@@ -24,6 +24,15 @@ def tiny_models(tmp_path_factory):
     return {"target": write_model(d / "target.gguf", w, "tiny-target"),
             "draft": write_model(d / "draft.gguf", perturb(w, 2, DRAFT_NOISE), "tiny-draft"),
             "same": write_model(d / "same.gguf", w, "tiny-same")}
+
+
+@pytest.fixture(scope="session")
+def heavy_draft(tmp_path_factory):
+    """A draft of the tiny target's vocabulary that costs several target decodes (8 layers
+    with a feed-forward 16× as wide against the target's 2): its cost probe shows that no k
+    can pay, whatever the machine's noise."""
+    return write_model(tmp_path_factory.mktemp("heavy") / "heavy.gguf",
+                       make_wide_weights(2, 2048, 8), "tiny-heavy-draft")
 
 
 @pytest.fixture(autouse=True)

@@ -131,11 +131,11 @@ def test_bench_stops_a_decided_task_and_fixed_runs_every_prompt(tiny_models, tmp
                                                           for r in doc["runs"]}) == 16
 
 
-def test_a_draft_whose_probe_says_no_acceptance_pays_runs_only_the_first_look(tiny_models,
-                                                                              tmp_path):
-    """Issue 60 item 5: the tiny draft is as big as its target, so its cost probe shows that
-    even every draft accepted is slower at every k: said before the prompts, and each task
-    runs the first look's 5 prompts (of 8), whose verdict is slower."""
+def test_a_draft_whose_probe_says_no_acceptance_pays_runs_only_the_first_look(
+        tiny_models, heavy_draft, tmp_path):
+    """Issue 60 item 5: the heavy draft costs several target decodes, so its cost probe shows
+    that even every draft accepted is slower at every k: said before the prompts, and each
+    task runs the first look's 5 prompts (of 8), whose verdict is slower."""
     from click.testing import CliRunner
 
     from cpuspec.analysis.summary import summarize
@@ -144,7 +144,7 @@ def test_a_draft_whose_probe_says_no_acceptance_pays_runs_only_the_first_look(ti
     from cpuspec.results.records import CostProbe
     out = tmp_path / "seq.json"
     res = CliRunner().invoke(main, [
-        "bench", "--target", str(tiny_models["target"]), "--draft", str(tiny_models["draft"]),
+        "bench", "--target", str(tiny_models["target"]), "--draft", str(heavy_draft),
         "--threads", "1", "--max-tokens", "24", "-k", "4", "--prompts-per-task", "8",
         "--warmup", "0", "--tasks", "json,code", "--policy", "static", "--json", str(out)])
     assert res.exit_code == 0, res.output

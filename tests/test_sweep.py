@@ -69,15 +69,15 @@ def test_sweep_threads_and_k_one_table(tiny_models, tmp_path):
     assert doc["meta"]["threads"] == [1, 2]     # what the points ran with, not a placeholder
 
 
-def test_each_point_stops_on_its_own_and_the_table_says_how_many_prompts_it_ran(tiny_models,
-                                                                              tmp_path):
-    """Issue 60, sweeps: each point runs the sequential design by itself. The tiny draft is
-    as big as its target, so every point's cost probe caps it at the first look: 5 of its 8
-    prompts, and the screen's prompts column says 5/5 (planned down to the cap)."""
+def test_each_point_stops_on_its_own_and_the_table_says_how_many_prompts_it_ran(
+        tiny_models, heavy_draft, tmp_path):
+    """Issue 60, sweeps: each point runs the sequential design by itself. The heavy draft
+    costs several target decodes, so every point's cost probe caps it at the first look: 5
+    of its 8 prompts, and the screen's prompts column says 5/5 (planned down to the cap)."""
     from cpuspec.report.sweep import render_sweep_screen
     out = tmp_path / "sweep.json"
     args = ["bench", "--target", str(tiny_models["target"]), "--draft",
-            str(tiny_models["draft"]), "--max-tokens", "12", "--prompts-per-task", "8",
+            str(heavy_draft), "--max-tokens", "12", "--prompts-per-task", "8",
             "--tasks", "json", "--warmup", "0", "--policy", "static", "--draft-len", "1,2",
             "--threads", "1", "--json", str(out)]
     res = CliRunner().invoke(main, args)
