@@ -118,8 +118,13 @@ def test_fastest_raw_on_another_target_is_confirmed(tiny_models, monkeypatch):
     doc = tune.run_tune(cfg, cands, k_max=2)
     assert doc["measured"] == [] and [r["target"] for r in doc["raw_runs"]] == ["target", "same"]
     rec = doc["recommendations"]["code"]
-    assert rec["recommended"]["candidate"] == "same (SD off)"
-    conf = rec["recommended"]["confirmed"]
+    assert rec["predicted_fastest"]["candidate"] == "same (SD off)"
+    # it races raw decoding on the reference, and the fastest answer is the one measured ahead
+    race = {m["candidate"]: m for m in rec["race"]}
+    assert set(race) == {"same (SD off)", "target (SD off)"}
+    assert rec["recommended"]["candidate"] == next(n for n, m in race.items()
+                                                   if m["state"] == "leader")
+    conf = race["same (SD off)"]["confirmed"]
     st = conf["vs_reference_raw_stats"]
     assert st["units"] == 5 and st["ci"] is not None        # five confirm prompts: an interval
     assert 0.5 < conf["vs_reference_raw"] < 2.0               # the same weights: about 1
@@ -142,14 +147,22 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     rec = doc["recommendations"]["code"]
     best = rec["best_sd"]
     assert best["pays"] and best["k"] == 2
-    assert rec["recommended"]["sd"] and rec["recommended"]["k"] == 2  # beats raw (1.0)
+    assert rec["predicted_fastest"]["k"] == 2        # predicted to beat raw (1.0) ...
     run = doc["confirm_runs"][0]
-    assert len(doc["confirm_runs"]) == 1   # one run serves both: the same configuration,
-    # and its own raw runs are the reference's (the only target)
+    assert len(doc["confirm_runs"]) == 1   # one run serves both race members: SD at k = 2,
+    # and its own raw runs are raw decoding on the reference (the only target)
     assert [p["prompt_id"] for p in run["prompts"]] == ["code-2"] and run["settings"]["k"] == 2
     assert best["confirmed"]["audit"] == {"n": 1, "identical": 1,
                                           "min_margin_at_divergence": None}
-    assert rec["recommended"]["confirmed"] == best["confirmed"]
+    # ... and the fastest answer is the one measured ahead on that prompt (one prompt: no look
+    # decides, so neither stops)
+    race = {m["k"]: m for m in rec["race"]}
+    assert set(race) == {0, 2} and all(m["prompts"] == 1 for m in race.values())
+    from cpuspec.analysis.stats import e2e_tok_s
+    speed = {r["mode"]: e2e_tok_s([r]) for r in run["runs"]}
+    raw_ahead = speed["raw"] > speed["static"]
+    assert rec["recommended"]["k"] == (0 if raw_ahead else 2)
+    assert race[rec["recommended"]["k"]]["state"] == "leader"
     assert "-k 2" in best["command"] and "--tasks code" in best["command"]
 
 

@@ -30,6 +30,7 @@ from cpuspec.harness.quality import run_quality
 from cpuspec.inputs.registry import ModelError
 from cpuspec.results.schema import SCHEMA_VERSION
 from cpuspec.inputs.tasks import DEFAULT_TASKS, builtin_prompts
+from cpuspec.tune.race import RACE_SIZE
 from cpuspec.tune.search import Candidate, run_tune
 from cpuspec.report.tune import render_tune
 
@@ -708,9 +709,10 @@ def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[
                    "pick that file's tasks first, and builtin:NAME a built-in suite.")
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
               help="JSONL prompts file (as for bench).")
-@click.option("--prompts-per-task", type=click.IntRange(2, 64), default=8, show_default=True,
-              help="Prompts 1, 4, 7, ... of each task choose, the others confirm: 8 gives 3 "
-                   "and 5, the fewest a 95 % interval is printed from.")
+@click.option("--prompts-per-task", type=click.IntRange(2, 64), default=12, show_default=True,
+              help="Prompts 1, 4, 7, ... of each task choose, the others confirm: 12 gives 4 "
+                   "and 8, so the race can stop a member at 5 prompts and confirm the rest at "
+                   "8; 8 gives 3 and 5, the fewest a 95 % interval is printed from.")
 @click.option("-n", "--max-tokens", type=click.IntRange(2, 4096), default=64,
               show_default=True)
 @click.option("-t", "--threads", type=int, callback=positive)
@@ -725,25 +727,31 @@ def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[
               help="Every draft model (a model or hybrid:MODEL in --drafts) reads only the "
                    "first HEAD and last TAIL tokens of a longer prompt, as `bench "
                    "--draft-window`; lookup reads everything, as it costs nothing.")
+@click.option("--race", "race_size", type=click.IntRange(1, 8), default=RACE_SIZE,
+              show_default=True,
+              help="Per task, this many answers predicted fastest (and the one where SD pays "
+                   "most) race on the confirm prompts; one clearly slower than the leader stops "
+                   "at the next look (5, 8, 12, ... prompts).")
 @click.option("--no-confirm", is_flag=True, help="Predict only; do not confirm by a run.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
 def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_tokens, threads,
-         budget, depths, draft_window, no_confirm, json_path, save, force):
+         budget, depths, draft_window, race_size, no_confirm, json_path, save, force):
     """Find where SD pays: targets × drafters × k, predicted by the cost model, then confirmed.
 
     Each candidate's cost curve comes first (seconds): candidates whose curve cannot pay even
     with every draft accepted are skipped. A short pilot per drafter (48 tokens on the first
     choosing prompt of each task) gives an acceptance that, through each candidate's own
-    curve, ranks the rest: they run most promising first. One static run
-    at --k-max per candidate on a third of the prompts gives the costs (V(n), the draft's
-    decode) and the acceptance that predict every k. Per task it answers twice: the fastest
-    configuration against raw decoding on the first target (raw decoding on another target
-    included), and where SD pays most against raw decoding on its own target. Every answer is
-    then measured on the other prompts (SD: raw vs SD with the lossless audit; the first
-    target's raw speed on the same prompts), with 95 % intervals from 5 prompts on. Prints the
-    exact `cpuspec bench` command for each, and when nothing pays, which of a and 1 + α + β
-    is short.
+    curve, ranks the rest: they run most promising first. One static run at --k-max per
+    candidate on a third of the prompts gives the costs (V(n), the draft's decode) and the
+    acceptance that predict every k. Per task it answers twice: the fastest configuration
+    against raw decoding on the first target (raw decoding on another target included), and
+    where SD pays most against raw decoding on its own target. The --race answers predicted
+    fastest then race on the other prompts (SD: raw vs SD with the lossless audit; the first
+    target's raw speed on the same prompts): one clearly slower than the leader stops at the
+    next look, and the leader is the fastest answer, measured, with 95 % intervals (over the
+    looks) from 5 prompts on. Prints the exact `cpuspec bench` command for each, and when
+    nothing pays, which of a and 1 + α + β is short.
 
     \b
     Examples:
@@ -779,7 +787,8 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
                                  "argv": cfg.argv}}
             doc = run_tune(cfg, cands, log, k_max, not no_confirm,
                            lambda d: sink({**head, **d, "complete": False}),
-                           budget * 60 if budget else None, depths=depths)
+                           budget * 60 if budget else None, depths=depths,
+                           race_size=race_size)
         except (ModelError, EngineError, ValueError) as exc:
             raise click.ClickException(str(exc))
         doc = {**head, **doc}

@@ -145,6 +145,7 @@ def render_tune(doc: dict) -> str:
     if doc.get("ranking"):
         out += _ranking_lines(doc)
     out += _answer_tables(doc, fast, sd, ref, ppl)
+    out += _race_lines(doc, ref)
     out += _depth_lines(doc.get("depth_predictions") or {})
     if doc.get("skipped_for_budget"):
         out.append("skipped for the budget: " + "; ".join(doc["skipped_for_budget"]))
@@ -209,6 +210,42 @@ def _task_lines(task: str, r: dict, meta: dict | None) -> list[str]:
             lines.append(f"{task}: {what} confirmed on {conf['n_prompts']} prompts; its "
                          f"interval resolves differences of ±{st['resolves']:.2f}")
     return lines
+
+
+def _race_outcome(m: dict) -> str:
+    """How a race member ended: ahead, stopped behind the leader (at how many prompts, its
+    paired ratio to the leader), or still in when the prompts (or the budget) ran out."""
+    if m["state"] == "leader":
+        return "leader"
+    if m["state"] in ("slower", "no difference"):
+        v = m.get("vs_leader") or {}
+        ci = f" [{v['ci'][0]:.2f}, {v['ci'][1]:.2f}]" if v.get("ci") else ""
+        what = "slower than" if m["state"] == "slower" else "within ±5 % of"
+        return f"{what} the leader at {m['prompts']}: {v.get('ratio') or 0:.2f}×{ci}"
+    return "in to the end, not separated"
+
+
+def _race_lines(doc: dict, ref: str) -> list[str]:
+    """Each task's confirmation race: its members, what each measured, how each ended."""
+    from tabulate import tabulate
+    rows = []
+    for task, r in doc["recommendations"].items():
+        for m in r.get("race") or []:
+            c = m.get("confirmed") or {}
+            own = m["candidate"].removesuffix(" (SD off)") == ref and not m["k"]
+            rows.append([task, m["candidate"], _k_cell(m), f"{m['predicted_vs_reference_raw']:.2f}",
+                         "1 (itself)" if own else _measured(c, "vs_reference_raw"),
+                         _measured(c, "measured_speedup") if m["k"] else "-",
+                         m["prompts"], _race_outcome(m)])
+    if not rows:
+        return []
+    return ["", f"The confirmation race per task, on the other prompts (the {doc.get('race_size')} "
+            "answers predicted fastest and the one where SD pays most): a member stops at a look "
+            "(5, 8, 12, ... prompts) once its paired ratio to the leader lies below 1 or within "
+            "±5 %; intervals keep 95 % over the looks and the pairs:",
+            tabulate(rows, headers=["task", "configuration", "k", "predicted ×ref raw",
+                                    "measured ×ref raw", "measured ×raw", "prompts", "outcome"],
+                     disable_numparse=True)]
 
 
 def _ranking_lines(doc: dict) -> list[str]:

@@ -19,10 +19,13 @@
 2. Predict every (candidate, k) per task, end to end, with the same function that predicts a
    bench run (predict.predict_from_probe), against raw decoding on the same target and on the
    reference (first) target.
-3. Confirm every answer printed, on the other prompts: an SD answer by raw and static runs on
-   its target, raw decoding on another target by raw runs; the reference target's raw speed is
-   measured on the same prompts (never scaled from the choosing runs), so "× reference raw" is
-   a paired ratio with its interval (≥ 5 prompts) or range.
+3. Confirm by a race, per task, on the other prompts (tune/race.py): the answers predicted
+   fastest against the reference target's raw decoding (--race of them, SD at its k or raw
+   decoding on a target), and the one where SD pays most, run in blocks up to the sequential
+   design's looks; after each look a member clearly slower than the leader (or within ±5 % of
+   it) stops, so a budget confirms more answers. The fastest answer is the race's leader,
+   measured; each member's SD ×raw (with the lossless audit) and × reference raw are paired
+   ratios with the design's interval (≥ 5 prompts) or a range.
 4. With --depths: each paying SD answer's cost curve at every depth (that much context held
    before the prompt), and its speedup predicted there from that curve and the choosing runs'
    acceptance: where SD stops (or starts) paying as the context grows.
@@ -42,14 +45,17 @@ from cpuspec.tune.candidates import (Candidate, Option, PILOT_TOKENS, calibrate_
 from cpuspec.core.costs import round_terms
 from cpuspec.analysis.predict import gated_runs, replay_inputs
 from cpuspec.results.records import CostProbe
-from cpuspec.analysis.stats import speedup_stats
+from cpuspec.analysis.sequential import Design, look
+from cpuspec.analysis.stats import paired_units, significance, speedup_stats, unit_speedups
 from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.inputs.tasks import ALL_TASKS
+from cpuspec.tune.race import RACE_SIZE, race_design, race_members, run_race
 
 Log = Callable[[str], None]
 K_MAX = 8
-# Per task, prompts 1, 4, 7, ... choose and the others confirm: the built-in suites' 8 prompts
-# give 3 to choose on and 5 to confirm on, the fewest an interval is printed from.
+# Per task, prompts 1, 4, 7, ... choose and the others confirm: tune's default 12 prompts give
+# 4 to choose on and 8 to confirm on (the race's looks at 5 and 8); 8 give 3 and 5, the fewest
+# an interval is printed from.
 CHOOSE_EVERY = 3
 # With a budget, measuring candidates stops at this share of it: the rest confirms the answers
 # (machine C's `--budget 12` spent all of it measuring and confirmed nothing).
@@ -132,10 +138,17 @@ def raw_speeds(doc: dict) -> dict[tuple[str, str], float]:
     return {key: statistics.fmean(v) for key, v in raws.items()}
 
 
-def _confirmed(base_runs: list[dict], runs: list[dict]) -> dict:
+def _confirmed(base_runs: list[dict], runs: list[dict], design: Design | None = None) -> dict:
     """A paired ratio of end-to-end speeds on the confirm prompts, with what it could show:
-    the interval's half-width is the smallest difference from 1 it resolves."""
+    the interval's half-width is the smallest difference from 1 it resolves. With a design
+    (the race's), the interval is the design's at the look the units stopped at, none between
+    looks (a range then)."""
     s = speedup_stats(base_runs, runs)
+    if design is not None and s["units"]:
+        units = paired_units(base_runs, runs)
+        lk = look(unit_speedups(units), design)
+        s.update(ci=lk["ci"], level=design.level, range=None if lk["ci"] else lk["range"],
+                 significance=significance(lk["ci"]))
     s["resolves"] = (s["ci"][1] - s["ci"][0]) / 2 if s["ci"] else None
     return s
 
@@ -143,15 +156,18 @@ def _confirmed(base_runs: list[dict], runs: list[dict]) -> dict:
 def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _: None,
              k_max: int = K_MAX, confirm: bool = True, on_update=None,
              budget_s: float | None = None, pilot: bool = True,
-             depths: list[int] | None = None) -> dict:
+             depths: list[int] | None = None, race_size: int = RACE_SIZE) -> dict:
     """Rank, measure, predict, confirm (see the module's docstring). With budget_s, steps that
-    would start after it are skipped, and the record says which."""
+    would start after it are skipped, and the record says which. race_size: the answers
+    predicted fastest that race per task in the confirmation (tune/race.py)."""
     tune_prompts, confirm_prompts = split_prompts(cfg.prompts)
     if not tune_prompts or (confirm and not confirm_prompts):
         raise ValueError("tune needs at least 2 prompts per task (one to tune on, one to "
                          "confirm on); raise --prompts-per-task")
     t = _Search(cfg, candidates, log, k_max, confirm, on_update, budget_s, tune_prompts,
                 confirm_prompts)
+    t.race_size = race_size
+    t.doc["race_size"] = race_size
     ranking = rank_candidates(cfg, candidates, k_max, log)
     t.doc["ranking"] = [_public(r) for r in ranking]
     t.update()
@@ -203,7 +219,8 @@ class _Search:
         self.measured: list[Candidate] = []
         self.results: list[dict] = []
         self.raw_speed: dict = {}
-        self.raw_confirm: dict[str, dict] = {}   # target → its raw runs on the confirm prompts
+        self.race_raw: dict[str, list[dict]] = {}   # target → its raw runs on confirm prompts
+        self.race_size = RACE_SIZE
         self.chosen: dict[str, Option] = {}      # task → its paying best_sd, for the depths
 
     def over_budget(self, what: str, share: float = 1.0) -> bool:
@@ -298,19 +315,18 @@ class _Search:
                                "verify_s": pooled["verify_s"], "draft_s": pooled["draft_s"]}
         self.update()
 
-    def raw_runs_on(self, name: str, task: str) -> list[dict] | None:
-        """Raw decoding of target `name` on the confirm prompts of `task` (run once per
-        target); None where the budget is spent."""
-        if name not in self.raw_confirm:
-            if self.over_budget(f"raw runs of {name} on the confirm prompts"):
-                return None
-            self.log(f"tune: raw decoding of {name} on the {len(self.confirm_prompts)} confirm "
-                     "prompts")
-            self.raw_confirm[name] = run_bench(dataclasses.replace(
-                self.raw_base, target_path=self.targets[name].path,
-                prompts=self.confirm_prompts), self.log)
-            self.doc.setdefault("confirm_runs", []).append(self.raw_confirm[name])
-        return [r for r in self.raw_confirm[name]["runs"] if r["task"] == task]
+    def raw_on(self, name: str, prompts: list) -> list[dict]:
+        """Raw decoding of target `name` on `prompts`: the raw runs any race block already
+        made of it on them (an SD member's, paired with its SD runs), a raw run for the rest."""
+        have = {r["prompt_id"]: r for r in self.race_raw.get(name, [])}
+        missing = [p for p in prompts if p.prompt_id not in have]
+        if missing:
+            res = run_bench(dataclasses.replace(self.raw_base, target_path=self.targets[name].path,
+                                                prompts=missing), self.log)
+            self.doc.setdefault("confirm_runs", []).append(res)
+            self.race_raw.setdefault(name, []).extend(res["runs"])
+            have.update({r["prompt_id"]: r for r in res["runs"]})
+        return [have[p.prompt_id] for p in prompts if p.prompt_id in have]
 
     def options(self, task: str) -> tuple[list[Option], list[Option]]:
         """Every measured candidate at every k, and raw decoding on every target, each with
@@ -331,38 +347,89 @@ class _Search:
         return sd_options, raw_options
 
     def recommend(self, task: str) -> None:
-        """The task's two answers (the fastest configuration, and where SD pays most), each
-        confirmed on the other prompts."""
+        """The task's two answers (the fastest configuration, and where SD pays most): the
+        best few predicted race on the other prompts (tune/race.py), and the fastest answer is
+        the race's leader, measured; the predicted fastest stays on record."""
         sd_options, raw_options = self.options(task)
         eligible = [o for o in sd_options if o.predicted_speedup > 1 + FASTEST_SD_MARGIN] \
             + raw_options
         fastest = max(eligible, key=lambda o: o.predicted_vs_reference_raw)
-        rec = {"recommended": fastest.public(),
+        best_sd = max(sd_options, key=lambda o: o.predicted_speedup) if sd_options else None
+        rec = {"predicted_fastest": fastest.public(),
                "top": [o.public() for o in sorted(eligible, key=lambda o:
                                                   -o.predicted_vs_reference_raw)[:5]]}
-        rec["recommended"]["sd"] = fastest.k > 0
-        rec["recommended"]["command"] = command_for(self.cfg, fastest.cand, fastest.k, task,
-                                                    fastest.target, fastest.p_min)
-        best_sd = max(sd_options, key=lambda o: o.predicted_speedup) if sd_options else None
         rec["best_sd"] = self.best_sd_answer(best_sd, task)
-        to_confirm = [("best_sd", best_sd)] if rec["best_sd"]["pays"] else []
-        if fastest.k == 0:
-            if fastest.target.spec.name != self.reference:
-                to_confirm.append(("recommended", fastest))
-        elif best_sd is None or fastest.key != best_sd.key:
-            to_confirm.append(("recommended", fastest))
-        for key, option in to_confirm:
-            if not self.confirm or self.over_budget(f"confirming {task} ({key})"):
-                continue
-            self.confirm_option(rec, key, option, task)
-            if key == "best_sd" and option.k > 0 and rec["recommended"]["sd"] and \
-                    fastest.key == best_sd.key:
-                rec["recommended"]["confirmed"] = rec[key]["confirmed"]
-            self.update()
+        members = race_members(eligible, best_sd if rec["best_sd"]["pays"] else None,
+                               self.race_size) if self.confirm else []
+        raced = self.race(task, members)
+        winner = raced.pop("_leader", None) or fastest
+        rec["recommended"] = {**winner.public(), "sd": winner.k > 0,
+                              "command": command_for(self.cfg, winner.cand, winner.k, task,
+                                                     winner.target, winner.p_min)}
+        rec["race"] = [{**st["option"].public(),
+                        **{k: v for k, v in st.items() if k not in ("option", "runs", "speed")}}
+                       for st in raced.values()]
+        for key, option in (("recommended", winner), ("best_sd", best_sd)):
+            if option is not None and option.key in raced and raced[option.key]["confirmed"]:
+                rec[key]["confirmed"] = raced[option.key]["confirmed"]
         self.doc["recommendations"][task] = rec
         if best_sd is not None and rec["best_sd"]["pays"]:
             self.chosen[task] = best_sd
         self.update()
+
+    def race(self, task: str, members: list[Option]) -> dict:
+        """Run the members on the task's confirm prompts in blocks up to each look; after a
+        look, a member clearly slower than the leader, or within the precision of it, stops
+        (tune/race.py). Returns key → its record (state, prompts, confirmed), and under
+        "_leader" the option ahead."""
+        prompts = [p for p in self.confirm_prompts if p.task == task]
+        if not members or not prompts or (len(members) == 1 and members[0].k == 0 and
+                                          members[0].target.spec.name == self.reference):
+            return {}
+        design = race_design(len(prompts), len(members))
+        by_key = {m.key: {"option": m, "runs": []} for m in members}
+        self.log(f"tune: {task}: racing {len(members)} answers on up to {len(prompts)} other "
+                 f"prompts (looks at {', '.join(map(str, design.looks))})")
+
+        def measure(alive: list, start: int, stop: int) -> tuple[dict, bool]:
+            got: dict = {}
+            whole = self.race_block(task, [by_key[k] for k in alive], prompts[start:stop], got)
+            return got, whole
+        race = run_race(list(by_key), design, measure)
+        for key, s in by_key.items():
+            out = race["members"][key]
+            if "behind" in out:
+                out["behind"] = by_key[out["behind"]]["option"].candidate
+                self.log(f"tune: {task}: {s['option'].candidate} (k = {key[1]}) stopped at "
+                         f"{out['at']} prompts: {out['state']} than the leader")
+            s.update(out, speed=race["speed"][key])
+            s["prompts"] = len({r["prompt_id"] for r in s["speed"]})
+            s["confirmed"] = self.confirmed(s, task, Design(max_units=len(prompts)))
+        return {**by_key, "_leader": by_key[race["leader"]]["option"]}
+
+    def race_block(self, task: str, members: list[dict], block: list, got: dict) -> bool:
+        """One block of prompts for every member still racing, SD members first (their raw
+        runs serve raw decoding on their target), each member's runs into got; False where
+        the budget is spent."""
+        for s in sorted(members, key=lambda s: s["option"].k == 0):
+            o = s["option"]
+            if self.over_budget(f"racing {task}: {o.candidate}, k = {o.k}, from prompt "
+                                f"{block[0].prompt_id}"):
+                return False
+            if o.k == 0:
+                got[o.key] = self.raw_on(o.target.spec.name, block)
+                continue
+            gate = f", p-min {o.p_min:g}" if o.p_min else ""
+            self.log(f"tune: confirming {task}: {o.candidate}, k = {o.k}{gate} on "
+                     f"{len(block)} other prompts")
+            res = run_bench(o.cand.bench_config(self.base, prompts=block, k=o.k, p_min=o.p_min,
+                                                record_confidence=False), self.log)
+            self.doc.setdefault("confirm_runs", []).append(res)
+            s["runs"].append(res)
+            got[o.key] = [r for r in res["runs"] if r["mode"] == "static"]
+            self.race_raw.setdefault(o.cand.target.spec.name, []).extend(
+                r for r in res["runs"] if r["mode"] == "raw")
+        return True
 
     def best_sd_answer(self, best_sd: Option | None, task: str) -> dict:
         if best_sd is None:   # every candidate ruled out by its cost curve (or the budget)
@@ -378,39 +445,28 @@ class _Search:
         out["terms"] = why_terms(best_sd.results, task, best_sd.k, best_sd.p_min)
         return out
 
-    def confirm_option(self, rec: dict, key: str, option: Option, task: str) -> None:
-        """Measure an answer on the task's confirm prompts: raw decoding on another target
-        against the reference's, or raw vs SD with the lossless audit."""
-        if option.k == 0:
-            other = self.raw_runs_on(option.target.spec.name, task)
-            ref = self.raw_runs_on(self.reference, task) if other is not None else None
-            if ref is not None:
-                vs_ref = _confirmed(ref, other)
-                rec[key]["confirmed"] = {"vs_reference_raw": vs_ref["speedup"],
-                                         "vs_reference_raw_stats": vs_ref,
-                                         "n_prompts": vs_ref["units"]}
-            return
-        prompts = [p for p in self.confirm_prompts if p.task == task]
-        gate = f", p-min {option.p_min:g}" if option.p_min else ""
-        self.log(f"tune: confirming {task}: {option.candidate}, k = {option.k}{gate} on "
-                 f"{len(prompts)} other prompts")
-        res = run_bench(option.cand.bench_config(self.base, prompts=prompts, k=option.k,
-                                                 p_min=option.p_min,
-                                                 record_confidence=False), self.log)
-        self.doc.setdefault("confirm_runs", []).append(res)
-        s = summarize(res)[task]
-        raw = [r for r in res["runs"] if r["mode"] == "raw"]
-        sd = [r for r in res["runs"] if r["mode"] == "static"]
-        own = _confirmed(raw, sd)
-        ref = raw if option.cand.target.spec.name == self.reference else \
-            self.raw_runs_on(self.reference, task)
-        vs_ref = _confirmed(ref, sd) if ref is not None else None
-        rec[key]["confirmed"] = {
-            "measured_speedup": s["sd_speedup"], "measured_speedup_ci": own["ci"],
+    def confirmed(self, s: dict, task: str, design: Design) -> dict | None:
+        """What a race member measured: SD against raw on its own target (with the lossless
+        audit), and against the reference target's raw decoding on the same prompts; each
+        interval the design's at the look the member stopped at (a range between looks)."""
+        o, ids = s["option"], {r["prompt_id"] for r in s["speed"]}
+        if not ids or (o.k == 0 and o.target.spec.name == self.reference):
+            return None
+        ref = self.raw_on(self.reference, [p for p in self.confirm_prompts
+                                           if p.prompt_id in ids])
+        vs_ref = _confirmed(ref, s["speed"], design)
+        if o.k == 0:
+            return {"vs_reference_raw": vs_ref["speedup"], "vs_reference_raw_stats": vs_ref,
+                    "n_prompts": vs_ref["units"]}
+        merged = {**s["runs"][0], "runs": [r for res in s["runs"] for r in res["runs"]],
+                  "audit": [a for res in s["runs"] for a in res.get("audit", [])]}
+        sm = summarize(merged)[task]
+        own = _confirmed([r for r in merged["runs"] if r["mode"] == "raw"], s["speed"], design)
+        return {
+            "measured_speedup": own["speedup"], "measured_speedup_ci": own["ci"],
             "measured_speedup_range": own["range"], "n_prompts": own["units"],
-            "resolves": own["resolves"],
-            "predicted_on_these_prompts": s.get("predicted_speedup"),
-            "predicted_from": s.get("predicted_from"),
-            "audit": s["audit"], "raw_tok_s": s["raw_tok_s"], "sd_tok_s": s["sd_tok_s"],
-            "vs_reference_raw": vs_ref["speedup"] if vs_ref else None,
-            "vs_reference_raw_stats": vs_ref}
+            "resolves": own["resolves"], "level": own.get("level"),
+            "predicted_on_these_prompts": sm.get("predicted_speedup"),
+            "predicted_from": sm.get("predicted_from"),
+            "audit": sm["audit"], "raw_tok_s": sm["raw_tok_s"], "sd_tok_s": sm["sd_tok_s"],
+            "vs_reference_raw": vs_ref["speedup"], "vs_reference_raw_stats": vs_ref}

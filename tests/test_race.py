@@ -1,0 +1,148 @@
+"""tune's confirmation race (issue 60): members predicted fastest run in blocks up to the
+sequential design's looks, and one clearly behind the leader stops; the rule keeps its error
+rate with the leader chosen from the data, it stops a clear loser at the first look, and in
+tune it runs for real on tiny models."""
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cpuspec.analysis.sequential import Design
+from cpuspec.results.store import load_json
+from cpuspec.tune.race import race_design, race_members, run_race
+from test_sequential import recorded_spreads
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def simulated_race(offsets: list[float], sd: float, design: Design, rng) -> dict:
+    """One race of members whose true log speeds differ by `offsets`; each prompt has a speed
+    of its own (shared by every member, as a prompt's length is) and each member's run on it a
+    noise of its own, so that a pair's log ratio has the recorded spread sd."""
+    prompt = rng.normal(0.0, 0.5, size=design.max_units)
+    noise = rng.normal(0.0, sd / math.sqrt(2), size=(len(offsets), design.max_units))
+
+    def measure(alive, start, stop):
+        return {k: [{"prompt_id": f"p{i}", "n_tokens": 64,
+                     "e2e_s": 64 / math.exp(5 + offsets[k] + prompt[i] + noise[k, i])}
+                    for i in range(start, stop)] for k in alive}, True
+    return run_race(list(range(len(offsets))), race_design(design.max_units, len(offsets)),
+                    measure)
+
+
+@pytest.mark.parametrize("max_units", [8, 16])
+def test_a_member_as_fast_as_the_best_is_stopped_as_slower_at_most_alpha_over_two(max_units):
+    """Two members equally fast and best, two behind: across the recorded spreads, either best
+    one stopped as "slower" than the leader happens in ≤ 2.5 % of 1000 races (+ two Monte
+    Carlo standard errors)."""
+    rng = np.random.default_rng(max_units)
+    design = Design(max_units=max_units)
+    for sd in recorded_spreads():
+        wrong = sum(any(r["members"][k]["state"] == "slower" for k in (0, 1))
+                    for r in (simulated_race([0.0, 0.0, -0.05, -0.3], sd, design, rng)
+                              for _ in range(1000)))
+        assert wrong / 1000 <= 0.025 + 0.01, (sd, wrong)
+
+
+def test_the_error_bound_can_fail_without_the_split():
+    """The same race with each look at 95 % and no split over pairs or looks stops a best
+    member as slower far more often than 2.5 %."""
+    rng = np.random.default_rng(3)
+    naive = Design(max_units=16, alpha=0.05 * 4)   # 4 looks: 1 − α/K = 0.95 per look
+    wrong = 0
+    for _ in range(1000):
+        prompt = rng.normal(0.0, 0.5, size=16)
+        noise = rng.normal(0.0, 0.09, size=(4, 16))
+
+        def measure(alive, start, stop):
+            return {k: [{"prompt_id": f"p{i}", "n_tokens": 64,
+                         "e2e_s": 64 / math.exp(5 + prompt[i] + noise[k, i])}
+                        for i in range(start, stop)] for k in alive}, True
+        res = run_race([0, 1, 2, 3], naive, measure)
+        wrong += any(m["state"] == "slower" for m in res["members"].values())
+    assert wrong / 1000 > 0.025 + 0.01, wrong
+
+
+def test_a_clear_loser_stops_at_the_first_look_and_the_winner_runs_on():
+    """A member 0.7× the others stops at 5 prompts in most races (median recorded spread);
+    the leader is never it."""
+    rng = np.random.default_rng(11)
+    design = Design(max_units=16)
+    sd = recorded_spreads()[1]
+    races = [simulated_race([0.0, -0.02, math.log(0.7)], sd, design, rng) for _ in range(300)]
+    stopped = sum(r["members"][2].get("at") == 5 for r in races)
+    assert stopped / 300 >= 0.8, stopped
+    assert all(r["leader"] != 2 for r in races)
+
+
+def test_a_recorded_slower_sd_run_loses_the_race_to_raw_at_the_first_look():
+    """Machine B″'s recorded Q4_0 pair (k 3): per task, raw decoding and SD race on the
+    recorded runs in their order; where the full run's 8-prompt interval says SD is slower,
+    the race stops SD at 5 prompts and raw leads."""
+    from cpuspec.analysis.summary import summarize
+    doc = load_json(ROOT / "bench/results/epyc-family25-model17/bench_q4_0_k3.json.gz")
+    verdicts = summarize(doc)
+    checked = 0
+    for task in dict.fromkeys(r["task"] for r in doc["runs"]):
+        runs = {m: [r for r in doc["runs"] if r["task"] == task and r["mode"] == m]
+                for m in ("raw", "static")}
+        order = list(dict.fromkeys(r["prompt_id"] for r in runs["raw"]))
+
+        def measure(alive, start, stop):
+            ids = set(order[start:stop])
+            return {m: [r for r in runs[m] if r["prompt_id"] in ids] for m in alive}, True
+        res = run_race(["raw", "static"], race_design(len(order), 2), measure)
+        if verdicts[task]["sd_significance"] == "slower":
+            assert res["leader"] == "raw" and res["members"]["static"]["at"] == 5, task
+            checked += 1
+    assert checked >= 1
+
+
+class _Opt:
+    def __init__(self, name, k, vs_ref, own=1.0):
+        self.candidate, self.k, self.p_min = name, k, 0.0
+        self.predicted_vs_reference_raw, self.predicted_speedup = vs_ref, own
+
+    @property
+    def key(self):
+        return self.candidate, self.k, self.p_min
+
+
+def test_members_are_the_fastest_few_and_where_sd_pays_most():
+    a, b, c, d = _Opt("a", 3, 1.3), _Opt("a", 4, 1.2), _Opt("t (SD off)", 0, 1.0), \
+        _Opt("b", 2, 0.9, own=1.6)
+    assert [m.key for m in race_members([c, a, b, a], d, 2)] == [a.key, b.key, d.key]
+    assert [m.key for m in race_members([c, a, b], _Opt("b", 2, 0.9, own=0.95), 2)] == \
+        [a.key, b.key]          # SD that does not pay is no member of its own right
+
+
+def test_tune_races_and_stops_a_heavy_draft_at_the_first_look(tiny_models, heavy_draft,
+                                                               monkeypatch):
+    """Two drafts forced to look as if they paid at k = 2: the tiny same-size draft and one
+    that costs several target decodes. On 8 confirm prompts (looks at 5 and 8) the heavy
+    draft stops at 5, behind the leader, and the fastest answer is the race's leader."""
+    from cpuspec.harness.bench import BenchConfig
+    from cpuspec.inputs.models import local_model
+    from cpuspec.inputs.tasks import builtin_prompts
+    from cpuspec.report.tune import render_tune
+    from cpuspec.tune import search as tune
+    from test_tune import force_paying_at_k2
+    force_paying_at_k2(monkeypatch)
+    t = local_model(tiny_models["target"])
+    cands = [tune.Candidate(t, local_model(tiny_models["draft"])),
+             tune.Candidate(t, local_model(heavy_draft))]
+    cfg = BenchConfig(prompts=builtin_prompts(["code"], 12), threads=1, max_tokens=16)
+    doc = tune.run_tune(cfg, cands, k_max=2, pilot=False)
+    rec = doc["recommendations"]["code"]
+    race = {(m["candidate"], m["k"]): m for m in rec["race"]}
+    heavy = race[(cands[1].name, 2)]
+    assert heavy["state"] == "slower" and heavy["prompts"] == 5 and heavy["at"] == 5
+    assert heavy["confirmed"]["n_prompts"] == 5 and heavy["confirmed"]["measured_speedup_ci"]
+    assert heavy["confirmed"]["audit"]["n"] == 5        # its lossless audit, on what it ran
+    leader = [m for m in rec["race"] if m["state"] == "leader"]
+    assert len(leader) == 1 and (leader[0]["candidate"], leader[0]["k"]) == \
+        (rec["recommended"]["candidate"], rec["recommended"]["k"])
+    assert ("target (SD off)", 0) in race and max(m["prompts"] for m in rec["race"]) in (5, 8)
+    out = render_tune(doc)
+    assert "The confirmation race" in out and "slower than the leader at 5" in out
