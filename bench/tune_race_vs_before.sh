@@ -21,6 +21,7 @@ for run in before race; do
   (cd "$src" && "$here/.venv/bin/python" -m cpuspec tune "${args[@]}" --json "$OUT/$run.json" \
     > "$OUT/$run.txt" 2> "$OUT/$run.log")
   echo "$run: $(( $(date +%s) - start )) s" | tee -a "$OUT/wall_times.txt"
+  gzip -9nf "$OUT/$run.json"   # results over 64 KB are kept gzipped
 done
-.venv/bin/python bench/tune_confirmed.py "$OUT/before.json" "$OUT/race.json" \
+.venv/bin/python bench/tune_confirmed.py "$OUT/before.json.gz" "$OUT/race.json.gz" \
   | tee "$OUT/confirmed.txt"

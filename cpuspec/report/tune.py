@@ -222,7 +222,8 @@ def _race_outcome(m: dict) -> str:
         ci = f" [{v['ci'][0]:.2f}, {v['ci'][1]:.2f}]" if v.get("ci") else ""
         what = "slower than" if m["state"] == "slower" else "within ±5 % of"
         return f"{what} the leader at {m['prompts']}: {v.get('ratio') or 0:.2f}×{ci}"
-    return "in to the end, not separated"
+    return "cut short by the budget" if m["state"] == "cut short" else \
+        "in to the last prompt, not separated"
 
 
 def _race_lines(doc: dict, ref: str) -> list[str]:
@@ -242,7 +243,8 @@ def _race_lines(doc: dict, ref: str) -> list[str]:
     return ["", f"The confirmation race per task, on the other prompts (the {doc.get('race_size')} "
             "answers predicted fastest and the one where SD pays most): a member stops at a look "
             "(5, 8, 12, ... prompts) once its paired ratio to the leader lies below 1 or within "
-            "±5 %; intervals keep 95 % over the looks and the pairs:",
+            "±5 % (α split over the looks and the pairs); each member's intervals keep 95 % over "
+            "the looks and the members:",
             tabulate(rows, headers=["task", "configuration", "k", "predicted ×ref raw",
                                     "measured ×ref raw", "measured ×raw", "prompts", "outcome"],
                      disable_numparse=True)]

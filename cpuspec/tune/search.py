@@ -45,7 +45,7 @@ from cpuspec.tune.candidates import (Candidate, Option, PILOT_TOKENS, calibrate_
 from cpuspec.core.costs import round_terms
 from cpuspec.analysis.predict import gated_runs, replay_inputs
 from cpuspec.results.records import CostProbe
-from cpuspec.analysis.sequential import Design, look
+from cpuspec.analysis.sequential import ALPHA, Design, look
 from cpuspec.analysis.stats import paired_units, significance, speedup_stats, unit_speedups
 from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.inputs.tasks import ALL_TASKS
@@ -315,17 +315,21 @@ class _Search:
                                "verify_s": pooled["verify_s"], "draft_s": pooled["draft_s"]}
         self.update()
 
-    def raw_on(self, name: str, prompts: list) -> list[dict]:
-        """Raw decoding of target `name` on `prompts`: the raw runs any race block already
-        made of it on them (an SD member's, paired with its SD runs), a raw run for the rest."""
-        have = {r["prompt_id"]: r for r in self.race_raw.get(name, [])}
+    def raw_on(self, name: str, prompts: list, budget: str = "") -> list[dict]:
+        """Raw decoding of target `name` on `prompts`: the raw runs a race block already made
+        of it on them (the first SD member's, paired with its SD runs), a raw run for the
+        rest; with `budget` (what it is for), none where the budget is spent."""
+        have: dict = {}
+        for r in self.race_raw.get(name, []):
+            have.setdefault(r["prompt_id"], r)
         missing = [p for p in prompts if p.prompt_id not in have]
-        if missing:
+        if missing and not (budget and self.over_budget(budget)):
             res = run_bench(dataclasses.replace(self.raw_base, target_path=self.targets[name].path,
                                                 prompts=missing), self.log)
             self.doc.setdefault("confirm_runs", []).append(res)
             self.race_raw.setdefault(name, []).extend(res["runs"])
-            have.update({r["prompt_id"]: r for r in res["runs"]})
+            for r in res["runs"]:
+                have.setdefault(r["prompt_id"], r)
         return [have[p.prompt_id] for p in prompts if p.prompt_id in have]
 
     def options(self, task: str) -> tuple[list[Option], list[Option]]:
@@ -359,8 +363,9 @@ class _Search:
                "top": [o.public() for o in sorted(eligible, key=lambda o:
                                                   -o.predicted_vs_reference_raw)[:5]]}
         rec["best_sd"] = self.best_sd_answer(best_sd, task)
+        yardstick = next((o for o in raw_options if o.target.spec.name == self.reference), None)
         members = race_members(eligible, best_sd if rec["best_sd"]["pays"] else None,
-                               self.race_size) if self.confirm else []
+                               self.race_size, yardstick) if self.confirm else []
         raced = self.race(task, members)
         winner = raced.pop("_leader", None) or fastest
         rec["recommended"] = {**winner.public(), "sd": winner.k > 0,
@@ -396,16 +401,22 @@ class _Search:
             whole = self.race_block(task, [by_key[k] for k in alive], prompts[start:stop], got)
             return got, whole
         race = run_race(list(by_key), design, measure)
+        # each member's own figures: α split over the members as well as the looks, so the
+        # leader's (picked from the same data) keeps its level too
+        own = Design(max_units=len(prompts), alpha=ALPHA / len(members))
         for key, s in by_key.items():
             out = race["members"][key]
             if "behind" in out:
                 out["behind"] = by_key[out["behind"]]["option"].candidate
-                self.log(f"tune: {task}: {s['option'].candidate} (k = {key[1]}) stopped at "
-                         f"{out['at']} prompts: {out['state']} than the leader")
+                how = "slower than" if out["state"] == "slower" else "within ±5 % of"
+                gate = f", p-min {key[2]:g}" if key[2] else ""
+                self.log(f"tune: {task}: {s['option'].candidate} (k = {key[1]}{gate}) stopped "
+                         f"at {out['at']} prompts: {how} the leader")
             s.update(out, speed=race["speed"][key])
             s["prompts"] = len({r["prompt_id"] for r in s["speed"]})
-            s["confirmed"] = self.confirmed(s, task, Design(max_units=len(prompts)))
-        return {**by_key, "_leader": by_key[race["leader"]]["option"]}
+            s["confirmed"] = self.confirmed(s, task, own)
+        lead = race["leader"]
+        return {**by_key, "_leader": by_key[lead]["option"] if lead is not None else None}
 
     def race_block(self, task: str, members: list[dict], block: list, got: dict) -> bool:
         """One block of prompts for every member still racing, SD members first (their raw
@@ -447,21 +458,26 @@ class _Search:
 
     def confirmed(self, s: dict, task: str, design: Design) -> dict | None:
         """What a race member measured: SD against raw on its own target (with the lossless
-        audit), and against the reference target's raw decoding on the same prompts; each
-        interval the design's at the look the member stopped at (a range between looks)."""
+        audit), and against the reference target's raw decoding on the same prompts (its own
+        raw runs where its target is the reference); each interval the design's at the look
+        the member stopped at (a range between looks); none against the reference where the
+        budget left its raw runs unmeasured."""
         o, ids = s["option"], {r["prompt_id"] for r in s["speed"]}
         if not ids or (o.k == 0 and o.target.spec.name == self.reference):
             return None
-        ref = self.raw_on(self.reference, [p for p in self.confirm_prompts
-                                           if p.prompt_id in ids])
-        vs_ref = _confirmed(ref, s["speed"], design)
+        runs = [r for res in s["runs"] for r in res["runs"]]
+        raw = [r for r in runs if r["mode"] == "raw"]
+        ref = raw if o.k and o.cand.target.spec.name == self.reference else self.raw_on(
+            self.reference, [p for p in self.confirm_prompts if p.prompt_id in ids],
+            f"raw runs of {self.reference} beside {o.candidate} ({task})")
+        vs_ref = _confirmed(ref, s["speed"], design) if ref else None
         if o.k == 0:
-            return {"vs_reference_raw": vs_ref["speedup"], "vs_reference_raw_stats": vs_ref,
-                    "n_prompts": vs_ref["units"]}
-        merged = {**s["runs"][0], "runs": [r for res in s["runs"] for r in res["runs"]],
+            return vs_ref and {"vs_reference_raw": vs_ref["speedup"],
+                               "vs_reference_raw_stats": vs_ref, "n_prompts": vs_ref["units"]}
+        merged = {**s["runs"][0], "runs": runs,
                   "audit": [a for res in s["runs"] for a in res.get("audit", [])]}
         sm = summarize(merged)[task]
-        own = _confirmed([r for r in merged["runs"] if r["mode"] == "raw"], s["speed"], design)
+        own = _confirmed(raw, s["speed"], design)
         return {
             "measured_speedup": own["speedup"], "measured_speedup_ci": own["ci"],
             "measured_speedup_range": own["range"], "n_prompts": own["units"],
@@ -469,4 +485,4 @@ class _Search:
             "predicted_on_these_prompts": sm.get("predicted_speedup"),
             "predicted_from": sm.get("predicted_from"),
             "audit": sm["audit"], "raw_tok_s": sm["raw_tok_s"], "sd_tok_s": sm["sd_tok_s"],
-            "vs_reference_raw": vs_ref["speedup"], "vs_reference_raw_stats": vs_ref}
+            "vs_reference_raw": vs_ref and vs_ref["speedup"], "vs_reference_raw_stats": vs_ref}
