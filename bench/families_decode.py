@@ -3,6 +3,7 @@ decodes without NaN or Inf (the suite checks tiny widths; this checks the publis
 Each file is written if missing (its family's tokenizer, cli/models.py tokenizer_file), loaded,
 fed a short prompt and 8 greedy tokens; the logits of every step must be finite. Prints one
 line per file and a closing count; exit 1 if any file fails.
+gpt-oss is written as its published MXFP4_MOE file, every other model at Q4_K_M.
 Usage: python bench/families_decode.py [NAME ...]   (default: the families what-if's files)"""
 import sys
 import time
@@ -11,7 +12,7 @@ import numpy as np
 import psutil
 
 from cpuspec.cli.models import tokenizer_file
-from cpuspec.inputs.shapes import shape_of
+from cpuspec.inputs.shapes import MXFP4_ONLY, shape_of
 from cpuspec.llama.shape_true import write_shape_true
 
 DEFAULT = ["qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-30b-a3b", "qwen3.5-0.8b",
@@ -22,7 +23,8 @@ DEFAULT = ["qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-30b-a3b", "
 def check(name: str) -> bool:
     from llama_cpp import Llama
     shape = shape_of(name)
-    path = write_shape_true(shape, "Q4_K_M", tokenizer_file(shape.arch, print),
+    quant = "MXFP4_MOE" if shape.arch == MXFP4_ONLY else "Q4_K_M"
+    path = write_shape_true(shape, quant, tokenizer_file(shape.arch, print),
                             psutil.virtual_memory().total, print)
     t0 = time.perf_counter()
     m = Llama(str(path), n_ctx=128, n_threads=2, logits_all=True, verbose=False)

@@ -172,26 +172,30 @@ def models_path(name):
 
 @models.command("shape")
 @click.argument("name")
-@click.option("--quant", default="Q4_K_M", show_default=True, metavar="TYPE",
+@click.option("--quant", metavar="TYPE",
               help="Q4_K_M (llama.cpp's mix), Q4_0 or Q8_0 (pure under --mix pinned and pure; "
-                   "llama-quantize keeps a Q4_0's output at Q6_K).")
+                   "llama-quantize keeps a Q4_0's output at Q6_K); gpt-oss: MXFP4_MOE, its "
+                   "published form (MXFP4 experts, the rest Q8_0) [default: Q4_K_M; gpt-oss "
+                   "MXFP4_MOE].")
 @click.option("--tokenizer", "given_tokenizer", type=click.Path(exists=True, dir_okay=False,
                                                                path_type=Path),
               help="A GGUF whose tokenizer the file carries (any file with tokenizer.* "
               "fields, such as llama.cpp's models/ggml-vocab-qwen2.gguf); default: the pinned "
               "Qwen2.5 0.5B (a Gemma 3: the real Gemma 3 270M; a Llama 3: the vendored "
-              "llama.cpp's ggml-vocab-llama-bpe.gguf), fetched if missing.")
+              "llama.cpp's ggml-vocab-llama-bpe.gguf; gpt-oss: its ggml-vocab-gpt-2.gguf, a "
+              "stand-in padded to 201088 tokens), fetched if missing.")
 @click.option("--mix", type=click.Choice(["llama-quantize", "pinned", "pure"]),
               help="How the quant types are chosen: llama-quantize (current llama.cpp's "
                    "rule), pinned (the rule of the pinned Qwen2.5 files), pure (every matrix "
                    "the base type) [default: pinned for Qwen2.5 and Qwen3, llama-quantize for "
                    "the rest].")
 def models_shape(name, quant, given_tokenizer, mix):
-    """Write a shape-true GGUF: a real Qwen, Gemma 3 or Llama 3 architecture, random weights.
+    """Write a shape-true GGUF: a real Qwen, Gemma 3, Llama 3 or gpt-oss architecture, random
+    weights.
 
     NAME is 0.5b, 1.5b, 3b, 7b, 14b, 32b (Qwen2.5), qwen3-0.6b ... qwen3-14b, qwen3-30b-a3b,
-    qwen3.5-0.8b, gemma3-270m ... gemma3-27b or llama3.2-1b, llama3.2-3b, llama3.1-8b,
-    llama3.1-70b (a bad name lists them all). The file has
+    qwen3.5-0.8b, gemma3-270m ... gemma3-27b, llama3.2-1b, llama3.2-3b, llama3.1-8b,
+    llama3.1-70b or gpt-oss-20b, gpt-oss-120b (a bad name lists them all). The file has
     the published config's shapes and llama.cpp's per-tensor quant types, so it decodes and
     verifies at that model's speed on this CPU (the cost side of SD), but its outputs are
     noise: it is labelled "shape-true (random weights)" everywhere and bench refuses it for
@@ -207,14 +211,17 @@ def models_shape(name, quant, given_tokenizer, mix):
 
     import psutil
 
-    from cpuspec.inputs.shapes import ShapeError, quant_types, shape_of
+    from cpuspec.inputs.shapes import MXFP4_ONLY, ShapeError, quant_types, shape_of
     from cpuspec.llama.shape_true import write_shape_true
     with guarded():   # Ctrl-C and SIGTERM: the .partial file removed, exit 130
         try:
             shape = dataclasses.replace(shape_of(name), mix=mix)
-            quant_types(shape, quant.upper())   # a bad quant is said before any fetch
+            if shape.arch == MXFP4_ONLY and mix:
+                raise ShapeError("gpt-oss has one quant rule (MXFP4_MOE): leave --mix out")
+            quant = (quant or ("MXFP4_MOE" if shape.arch == MXFP4_ONLY else "Q4_K_M")).upper()
+            quant_types(shape, quant)   # a bad quant is said before any fetch
             tokenizer = given_tokenizer or tokenizer_file(shape.arch, log)
-            path = write_shape_true(shape, quant.upper(), tokenizer,
+            path = write_shape_true(shape, quant, tokenizer,
                                     psutil.virtual_memory().total, log)
         except (ShapeError, ModelError) as exc:
             raise click.ClickException(str(exc))
@@ -225,7 +232,10 @@ def models_shape(name, quant, given_tokenizer, mix):
 # Gemma 3 270M's; a Llama 3's, the vendored llama.cpp's Llama 3 vocabulary
 SHAPE_TOKENIZER = "qwen2.5-coder-0.5b-q4km"
 FAMILY_TOKENIZER = {"gemma3": "gemma-3-270m-q4km"}
-VENDORED_VOCAB = {"llama": "llama-bpe"}
+# gpt-oss's o200k tokenizer is out of reach here (no vocabulary of it is vendored, the hub is
+# closed): its shape-true files carry GPT-2's byte-level BPE padded to 201088 tokens, a
+# stand-in that gives the real embedding and output shapes (costs only; labelled so)
+VENDORED_VOCAB = {"llama": "llama-bpe", "gpt-oss": "gpt-2"}
 
 
 # shapes with a real file registered here: a what-if pair's draft is the real one

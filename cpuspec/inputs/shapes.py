@@ -48,7 +48,9 @@ class Shape:
     experts_used: int = 0
     expert_ff: int = 0
     router: str = "random"
-    swa: int = 0         # gemma3: the sliding window of its local layers (5 of every 6)
+    swa: int = 0         # gemma3: the sliding window of its local layers (5 of every 6);
+    #                      gpt-oss: of every other layer
+    yarn: tuple[float, int] | None = None   # gpt-oss: YaRN's factor and original context
     mix: str | None = None   # the quant mix (MIXES); None: the architecture's (default_mix)
 
     def is_recurrent(self, i: int) -> bool:
@@ -71,11 +73,15 @@ class Shape:
         return total
 
     def active_params(self) -> int:
-        """Weights one token reads: an MoE's used experts only."""
-        if not self.experts:
-            return self.params()
-        per_expert = 3 * self.hidden * self.expert_ff
-        return self.params() - self.layers * per_expert * (self.experts - self.experts_used)
+        """Weights one token reads: an MoE's used experts only, and one row of an embedding
+        table that is not also the output (a tied one is read whole, as the output)."""
+        out = self.params()
+        if has_output(self):
+            out -= self.hidden * (self.vocab - 1)
+        if self.experts:
+            out -= self.layers * 3 * self.hidden * self.expert_ff * (
+                self.experts - self.experts_used)
+        return out
 
 
 SHAPES = {s.name: s for s in [
@@ -129,13 +135,25 @@ SHAPES = {s.name: s for s in [
           ("gemma3-4b", 2560, 34, 8, 4, 10240, 262208, 256, 1024, 131072),
           ("gemma3-12b", 3840, 48, 16, 8, 15360, 262208, 256, 1024, 131072),
           ("gemma3-27b", 5376, 62, 32, 16, 21504, 262208, 128, 1024, 131072)]],
+    # openai/gpt-oss-20b and -120b config.json: 2880 wide, 24 / 36 layers, 64/8 heads of 64,
+    # 32 / 128 experts of width 2880 (intermediate_size), 4 used per token, vocabulary 201088,
+    # rope_theta 150000 with YaRN (factor 32 over 4096), sliding window 128 on every other
+    # layer; biases on q/k/v/o, the router and the experts, a sink per head; the published
+    # GGUF's MXFP4 experts (src/models/openai-moe.cpp reads them)
+    *[Shape(n, "gpt-oss", 2880, layers, 64, 8, 2880, 201088, head_dim=64, eps=1e-5,
+            rope_base=150000, context=131072, experts=experts, experts_used=4,
+            expert_ff=2880, router="spread", swa=128, yarn=(32.0, 4096))
+      for n, layers, experts in [("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128)]],
 ]}
 SIZE_ALIASES = {"0.5b": "qwen2.5-0.5b", "1.5b": "qwen2.5-1.5b", "3b": "qwen2.5-3b",
                 "7b": "qwen2.5-7b", "14b": "qwen2.5-14b", "32b": "qwen2.5-32b"}
-QUANTS = ("Q4_K_M", "Q4_0", "Q8_0")
+QUANTS = ("Q4_K_M", "Q4_0", "Q8_0", "MXFP4_MOE")
+# gpt-oss is published in one form: llama-quantize's MXFP4_MOE (experts MXFP4, every other
+# matrix Q8_0), the only quant its shape-true files take; the other models take the rest
+MXFP4_ONLY = "gpt-oss"
 # elements per block, bytes per block (ggml-common.h)
 BLOCKS = {"F32": (1, 4), "F16": (1, 2), "I64": (1, 8), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q8_0": (32, 34),
-          "Q4_K": (256, 144), "Q6_K": (256, 210)}
+          "Q4_K": (256, 144), "Q6_K": (256, 210), "MXFP4": (32, 17)}
 # llama.cpp's tensor_type_fallback: a row that does not hold whole k-quant blocks
 FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
 
@@ -170,7 +188,7 @@ class ShapeError(ValueError):
 
 
 FAMILIES = {"qwen2": "Qwen2.5", "qwen3": "Qwen3", "qwen3moe": "Qwen3", "qwen35": "Qwen3.5",
-            "gemma3": "Gemma 3", "llama": "Llama 3"}
+            "gemma3": "Gemma 3", "llama": "Llama 3", "gpt-oss": "gpt-oss"}
 
 
 def family(shape: Shape) -> str:
@@ -203,6 +221,8 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
         return _qwen35_tensors(shape)
     if shape.arch == "gemma3":
         return _gemma3_tensors(shape)
+    if shape.arch == "gpt-oss":
+        return _gpt_oss_tensors(shape)
     e, q, kv = shape.hidden, shape.heads * shape.hd, shape.kv_heads * shape.hd
     # Llama 3's rope scaling: one rope_freqs.weight (n_rot / 2 factors), as the converter
     # writes it (src/models/llama.cpp reads it for layer 0, the rest share it)
@@ -280,6 +300,35 @@ def _gemma3_tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
+def _gpt_oss_tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
+    """gpt-oss as src/models/openai-moe.cpp requests it: untied output, a norm before and
+    after attention, q/k/v/o with biases, a sink per head, a biased router and biased experts
+    (gate, up, down)."""
+    e, q, kv = shape.hidden, shape.heads * shape.hd, shape.kv_heads * shape.hd
+    n, f = shape.experts, shape.expert_ff
+    out = [("token_embd.weight", (e, shape.vocab)), ("output_norm.weight", (e,)),
+           ("output.weight", (e, shape.vocab))]
+    layer = [("attn_norm.weight", (e,)), ("post_attention_norm.weight", (e,)),
+             ("attn_q.weight", (e, q)), ("attn_q.bias", (q,)), ("attn_k.weight", (e, kv)),
+             ("attn_k.bias", (kv,)), ("attn_v.weight", (e, kv)), ("attn_v.bias", (kv,)),
+             ("attn_output.weight", (q, e)), ("attn_output.bias", (e,)),
+             ("attn_sinks.weight", (shape.heads,)),
+             ("ffn_gate_inp.weight", (e, n)), ("ffn_gate_inp.bias", (n,)),
+             ("ffn_gate_exps.weight", (e, f, n)), ("ffn_gate_exps.bias", (f, n)),
+             ("ffn_up_exps.weight", (e, f, n)), ("ffn_up_exps.bias", (f, n)),
+             ("ffn_down_exps.weight", (f, e, n)), ("ffn_down_exps.bias", (e, n))]
+    for i in range(shape.layers):
+        out += [(f"blk.{i}.{name}", ne) for name, ne in layer]
+    return out
+
+
+def _mxfp4_moe(plan: list) -> dict[str, str]:
+    """llama-quantize's MXFP4_MOE (llama-quant.cpp): the experts (3-D) MXFP4, every other
+    matrix Q8_0, the output and embedding included; 1-D tensors, biases and the router F32."""
+    return {n: "F32" if len(ne) == 1 or n.endswith(".bias") or "ffn_gate_inp" in n
+            else "MXFP4" if len(ne) == 3 else _fit("Q8_0", ne[0]) for n, ne in plan}
+
+
 def _layer_order(name: str) -> tuple[int, str]:
     """Current llama.cpp's quantizer visits layers by number (blk.2 before blk.10)."""
     parts = name.split(".")
@@ -300,7 +349,12 @@ def quant_types(shape: Shape, quant: str) -> dict[str, str]:
     mix = mix_of(shape)
     if mix not in MIXES:
         raise ShapeError(f"no mix {mix!r}: one of {', '.join(MIXES)}")
+    if (shape.arch == MXFP4_ONLY) != (quant == "MXFP4_MOE"):
+        raise ShapeError(f"{shape.name}: gpt-oss is written as its published MXFP4_MOE file, "
+                         "every other model as Q4_K_M, Q4_0 or Q8_0")
     plan = tensors(shape)
+    if quant == "MXFP4_MOE":
+        return _mxfp4_moe(plan)
     # 1-D tensors, the delta-net's conv kernels and the MoE router (llama-quantize never
     # quantizes them)
     types = {n: "F32" for n, ne in plan

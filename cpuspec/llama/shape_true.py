@@ -21,7 +21,7 @@ from cpuspec.inputs.shapes import (BLOCKS, HEADER_BYTES, SHAPE_KEY, SHAPE_TRUE, 
                                    quant_types, tensors)
 from cpuspec.inputs.models import PARTIAL_SUFFIX, clean_stale_downloads
 
-FILE_TYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15}
+FILE_TYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15, "MXFP4_MOE": 38}
 WEIGHT_SPREAD = 0.02   # the standard deviation of a dequantized weight (a trained model's order)
 # 2: every page random (1 tiled a pool of blocks, which a host can merge: not shape-true)
 SHAPE_FORMAT = 3   # 3: Qwen3 files carry Qwen3's added tokens; heads (issue 58)
@@ -43,6 +43,8 @@ def _scale(b: np.ndarray, kind: str, rng: np.random.Generator) -> None:
     elif kind == "Q4_K":    # d·sc·q − dmin·m, 6-bit sc and m, q in 0..15
         b[:, 0:2] = _fp16(WEIGHT_SPREAD / 150)
         b[:, 2:4] = _fp16(WEIGHT_SPREAD / 150)
+    elif kind == "MXFP4":   # 2^(e − 128)·v, v an E2M1 value (±0..12): spread ≈ 5.85 d
+        b[:, 0] = 120       # d = 2^-8: spread ≈ 0.023
     elif kind == "Q6_K":    # d·scale·(q − 32): int8 scales kept in 1..16
         b[:, 192:208] = rng.integers(1, 17, size=(len(b), 16), dtype=np.uint8)
         b[:, 208:210] = _fp16(WEIGHT_SPREAD / (8.5 * 18.5))
@@ -61,7 +63,8 @@ def _data(name: str, ne: tuple[int, ...], kind: str, rng: np.random.Generator,
     pool of blocks (identical pages) decoded 1.4× faster than the real file at Q8_0 on a VM
     whose host merges identical pages, so random data must fill each tensor whole
     (docs/shape-true.md)."""
-    if kind == "F32" and len(ne) > 1:   # a small matrix kept in F32 (a head's conf_proj)
+    if kind == "F32" and len(ne) > 1 and not name.endswith(".bias"):
+        # a small matrix kept in F32 (a head's conf_proj, an MoE's router)
         if zero:   # a router of zeros: every token to the same experts
             return np.zeros(ne[::-1], dtype=np.float32)
         return (rng.standard_normal(ne[::-1]) * WEIGHT_SPREAD).astype(np.float32)
@@ -77,7 +80,9 @@ def _data(name: str, ne: tuple[int, ...], kind: str, rng: np.random.Generator,
     b = np.frombuffer(bytearray(rng.bytes(n_blocks * size)), dtype=np.uint8)
     b = b.reshape(n_blocks, size)
     _scale(b, kind, rng)
-    if zero:   # weights of 0 from random pages: the scales 0, the quants left random
+    if zero and kind == "MXFP4":   # its E8M0 scale has no 0: the values 0 (nibbles 0 and 8,
+        b[:, 1:] &= 0x88           # +0 and −0), the pages still random
+    elif zero:   # weights of 0 from random pages: the scales 0, the quants left random
         b[:, ZERO_SCALES[kind]] = 0
     return b.reshape(-1)
 
@@ -100,6 +105,7 @@ def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int,
     vocabulary as convert_hf_to_gguf pads it ([PADi], type UNUSED), with the family's own
     added tokens (`added`: id → text) in their places."""
     from gguf import GGUFReader, GGUFValueType
+    writer.add_string("cpuspec.tokenizer_from", tokenizer_file.name)   # gpt-oss: a stand-in
     reader = GGUFReader(tokenizer_file)
     for field in reader.fields.values():
         if not field.name.startswith("tokenizer."):
@@ -141,6 +147,10 @@ def _hparams(writer, shape: Shape, quant: str, prefix: str = "") -> None:
         _linear_hparams(writer, shape)
     if shape.swa:
         writer.add_uint32(f"{a}.attention.sliding_window", shape.swa)
+    if shape.yarn:
+        writer.add_string(f"{a}.rope.scaling.type", "yarn")
+        writer.add_float32(f"{a}.rope.scaling.factor", shape.yarn[0])
+        writer.add_uint32(f"{a}.rope.scaling.original_context_length", shape.yarn[1])
     if shape.experts:
         writer.add_uint32(f"{a}.expert_count", shape.experts)
         writer.add_uint32(f"{a}.expert_used_count", shape.experts_used)
