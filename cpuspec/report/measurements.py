@@ -113,7 +113,9 @@ def render_whatif(doc: dict) -> str:
                 "within error": f"~{b['sd_speedup']:.2f} (k {b['k']})"}[b["state"]]
 
     def name(r: dict) -> list[str]:
-        return [r["size"], r["quant"]] + ([_short((r.get("draft") or {}).get("file"))]
+        own = (r.get("draft") or {}).get("file")
+        itself = own is not None and own == (r.get("target") or {}).get("file")
+        return [r["size"], r["quant"]] + (["itself" if itself else _short(own)]
                                           if per_row else [])
     draft = "per row" if per_row else \
         ((doc.get("models") or {}).get("draft") or {}).get("file", "?")
