@@ -105,3 +105,14 @@ def test_gpt_oss_has_the_published_shapes_and_takes_only_its_quant():
         quant_types(s20, "Q4_K_M")
     with pytest.raises(ShapeError, match="MXFP4_MOE"):
         quant_types(SHAPES["qwen3-8b"], "MXFP4_MOE")
+
+
+def test_gpt_oss_with_the_pairs_qwen_draft_is_refused_with_the_way_that_works():
+    """gpt-oss has no smaller sibling and shares no vocabulary: `costs --sizes gpt-oss-20b`
+    (the default pair's Qwen2.5 draft) is refused before any file is written, naming the run
+    that works (itself as the draft, for its verify curve)."""
+    from click.testing import CliRunner
+    from cpuspec.cli.main import main
+    res = CliRunner().invoke(main, ["costs", "--sizes", "gpt-oss-20b"])
+    assert res.exit_code == 2 and "--pairs gpt-oss-20b:gpt-oss-20b" in res.output
+    assert "Traceback" not in res.output

@@ -229,8 +229,9 @@ def _size_list(sizes: str, target_path, pair_draft: bool = False) -> list[str]:
     other = [n for n in names if pair_draft and family(shape_of(n)) != "Qwen2.5"]
     if other:
         d = shape_of(other[0])
-        how = "give --draft (no smaller gpt-oss exists: its decode stands in for a draft's)" \
-            if d.arch == "gpt-oss" else f"give --draft, or --pairs DRAFT:{d.name}"
+        how = f"no smaller gpt-oss exists: --pairs {d.name}:{d.name} probes it with itself " \
+            "(its verify curve)" if d.arch == "gpt-oss" else \
+            f"give --draft, or --pairs DRAFT:{d.name}"
         raise click.BadParameter(
             f"{other[0]} is {family(d)}, the pair's draft Qwen2.5: draft and target must share "
             f"a tokenizer; {how}", param_hint="'--sizes'")
