@@ -12,7 +12,7 @@ import numpy as np
 import psutil
 
 from cpuspec.cli.models import tokenizer_file
-from cpuspec.inputs.shapes import MXFP4_ONLY, shape_of
+from cpuspec.inputs.shapes import only_quant, shape_of
 from cpuspec.llama.shape_true import write_shape_true
 
 DEFAULT = ["qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-30b-a3b", "qwen3.5-0.8b",
@@ -23,7 +23,7 @@ DEFAULT = ["qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-30b-a3b", "
 def check(name: str) -> bool:
     from llama_cpp import Llama
     shape = shape_of(name)
-    quant = "MXFP4_MOE" if shape.arch == MXFP4_ONLY else "Q4_K_M"
+    quant = only_quant(shape) or "Q4_K_M"
     path = write_shape_true(shape, quant, tokenizer_file(shape.arch, print),
                             psutil.virtual_memory().total, print)
     t0 = time.perf_counter()

@@ -211,14 +211,14 @@ def models_shape(name, quant, given_tokenizer, mix):
 
     import psutil
 
-    from cpuspec.inputs.shapes import MXFP4_ONLY, ShapeError, quant_types, shape_of
+    from cpuspec.inputs.shapes import ShapeError, only_quant, quant_types, shape_of
     from cpuspec.llama.shape_true import write_shape_true
     with guarded():   # Ctrl-C and SIGTERM: the .partial file removed, exit 130
         try:
             shape = dataclasses.replace(shape_of(name), mix=mix)
-            if shape.arch == MXFP4_ONLY and mix:
+            if only_quant(shape) and mix:
                 raise ShapeError("gpt-oss has one quant rule (MXFP4_MOE): leave --mix out")
-            quant = (quant or ("MXFP4_MOE" if shape.arch == MXFP4_ONLY else "Q4_K_M")).upper()
+            quant = (quant or only_quant(shape) or "Q4_K_M").upper()
             quant_types(shape, quant)   # a bad quant is said before any fetch
             tokenizer = given_tokenizer or tokenizer_file(shape.arch, log)
             path = write_shape_true(shape, quant, tokenizer,

@@ -11,7 +11,7 @@ from typing import Callable
 from cpuspec.harness.bench import BenchConfig, Log
 from cpuspec.harness.measure import probe_costs
 from cpuspec.harness.probe import run_costs
-from cpuspec.inputs.shapes import MXFP4_ONLY, SHAPE_TRUE, ShapeError, shape_of
+from cpuspec.inputs.shapes import SHAPE_TRUE, ShapeError, only_quant, shape_of
 
 
 def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
@@ -38,7 +38,8 @@ def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
         shape = shape_of(name)
         return write_shape_true(shape, quant, tokenizer(shape.arch), memory_bytes, log)
     for size in sizes:   # gpt-oss in its one published form, whatever --quants says
-        for quant in (["MXFP4_MOE"] if shape_of(size).arch == MXFP4_ONLY else quants):
+        only = only_quant(shape_of(size))
+        for quant in ([only] if only else quants):
             try:
                 files[size, quant] = written(size, quant)
                 d = (drafts or {}).get(size)

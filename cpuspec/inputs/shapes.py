@@ -151,6 +151,11 @@ QUANTS = ("Q4_K_M", "Q4_0", "Q8_0", "MXFP4_MOE")
 # gpt-oss is published in one form: llama-quantize's MXFP4_MOE (experts MXFP4, every other
 # matrix Q8_0), the only quant its shape-true files take; the other models take the rest
 MXFP4_ONLY = "gpt-oss"
+
+
+def only_quant(shape: "Shape") -> str | None:
+    """The one quant a shape is written in (gpt-oss: MXFP4_MOE), None where it takes any."""
+    return "MXFP4_MOE" if shape.arch == MXFP4_ONLY else None
 # elements per block, bytes per block (ggml-common.h)
 BLOCKS = {"F32": (1, 4), "F16": (1, 2), "I64": (1, 8), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q8_0": (32, 34),
           "Q4_K": (256, 144), "Q6_K": (256, 210), "MXFP4": (32, 17)}

@@ -212,16 +212,19 @@ def _task_lines(task: str, r: dict, meta: dict | None) -> list[str]:
     return lines
 
 
+# how a race member that stopped stands to the leader (tune/search.py logs it the same way)
+STOPPED = {"slower": "slower than", "no difference": "within ±5 % of"}
+
+
 def _race_outcome(m: dict) -> str:
     """How a race member ended: ahead, stopped behind the leader (at how many prompts, its
     paired ratio to the leader), or still in when the prompts (or the budget) ran out."""
     if m["state"] == "leader":
         return "leader"
-    if m["state"] in ("slower", "no difference"):
+    if m["state"] in STOPPED:
         v = m.get("vs_leader") or {}
         ci = f" [{v['ci'][0]:.2f}, {v['ci'][1]:.2f}]" if v.get("ci") else ""
-        what = "slower than" if m["state"] == "slower" else "within ±5 % of"
-        return f"{what} the leader at {m['prompts']}: {v.get('ratio') or 0:.2f}×{ci}"
+        return f"{STOPPED[m['state']]} the leader at {m['prompts']}: {v.get('ratio') or 0:.2f}×{ci}"
     return "cut short by the budget" if m["state"] == "cut short" else \
         "in to the last prompt, not separated"
 

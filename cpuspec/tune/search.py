@@ -50,6 +50,7 @@ from cpuspec.analysis.stats import paired_units, significance, speedup_stats, un
 from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.inputs.tasks import ALL_TASKS
 from cpuspec.tune.race import RACE_SIZE, race_design, race_members, run_race
+from cpuspec.report.tune import STOPPED
 
 Log = Callable[[str], None]
 K_MAX = 8
@@ -145,8 +146,7 @@ def _confirmed(base_runs: list[dict], runs: list[dict], design: Design | None = 
     looks (a range then)."""
     s = speedup_stats(base_runs, runs)
     if design is not None and s["units"]:
-        units = paired_units(base_runs, runs)
-        lk = look(unit_speedups(units), design)
+        lk = look(unit_speedups(paired_units(base_runs, runs)), design)
         s.update(ci=lk["ci"], level=design.level, range=None if lk["ci"] else lk["range"],
                  significance=significance(lk["ci"]))
     s["resolves"] = (s["ci"][1] - s["ci"][0]) / 2 if s["ci"] else None
@@ -165,9 +165,7 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
         raise ValueError("tune needs at least 2 prompts per task (one to tune on, one to "
                          "confirm on); raise --prompts-per-task")
     t = _Search(cfg, candidates, log, k_max, confirm, on_update, budget_s, tune_prompts,
-                confirm_prompts)
-    t.race_size = race_size
-    t.doc["race_size"] = race_size
+                confirm_prompts, race_size)
     ranking = rank_candidates(cfg, candidates, k_max, log)
     t.doc["ranking"] = [_public(r) for r in ranking]
     t.update()
@@ -198,7 +196,7 @@ class _Search:
 
     def __init__(self, cfg: BenchConfig, candidates: list[Candidate], log: Log, k_max: int,
                  confirm: bool, on_update, budget_s: float | None, tune_prompts: list,
-                 confirm_prompts: list):
+                 confirm_prompts: list, race_size: int = RACE_SIZE):
         self.cfg, self.candidates, self.log, self.k_max = cfg, candidates, log, k_max
         self.confirm, self.on_update, self.budget_s = confirm, on_update, budget_s
         self.tune_prompts, self.confirm_prompts = tune_prompts, confirm_prompts
@@ -208,7 +206,7 @@ class _Search:
                           "tune_prompts": [p.prompt_id for p in tune_prompts],
                           "confirm_prompts": [p.prompt_id for p in confirm_prompts],
                           "ranking": [], "measured": [], "raw_runs": [], "recommendations": {},
-                          "skipped_for_budget": []}
+                          "skipped_for_budget": [], "race_size": race_size}
         # static runs; a draft model's keep their draft confidences, which price every p-min
         self.base = dataclasses.replace(cfg, policies=["static"], warmup=1,
                                         record_confidence=True)
@@ -220,7 +218,7 @@ class _Search:
         self.results: list[dict] = []
         self.raw_speed: dict = {}
         self.race_raw: dict[str, list[dict]] = {}   # target → its raw runs on confirm prompts
-        self.race_size = RACE_SIZE
+        self.race_size = race_size
         self.chosen: dict[str, Option] = {}      # task → its paying best_sd, for the depths
 
     def over_budget(self, what: str, share: float = 1.0) -> bool:
@@ -388,19 +386,15 @@ class _Search:
         (tune/race.py). Returns key → its record (state, prompts, confirmed), and under
         "_leader" the option ahead."""
         prompts = [p for p in self.confirm_prompts if p.task == task]
-        if not members or not prompts or (len(members) == 1 and members[0].k == 0 and
-                                          members[0].target.spec.name == self.reference):
+        if not members or not prompts:
             return {}
         design = race_design(len(prompts), len(members))
         by_key = {m.key: {"option": m, "runs": []} for m in members}
         self.log(f"tune: {task}: racing {len(members)} answers on up to {len(prompts)} other "
                  f"prompts (looks at {', '.join(map(str, design.looks))})")
 
-        def measure(alive: list, start: int, stop: int) -> tuple[dict, bool]:
-            got: dict = {}
-            whole = self.race_block(task, [by_key[k] for k in alive], prompts[start:stop], got)
-            return got, whole
-        race = run_race(list(by_key), design, measure)
+        race = run_race(list(by_key), design, lambda alive, start, stop: self.race_block(
+            task, [by_key[k] for k in alive], prompts[start:stop]))
         # each member's own figures: α split over the members as well as the looks, so the
         # leader's (picked from the same data) keeps its level too
         own = Design(max_units=len(prompts), alpha=ALPHA / len(members))
@@ -408,25 +402,25 @@ class _Search:
             out = race["members"][key]
             if "behind" in out:
                 out["behind"] = by_key[out["behind"]]["option"].candidate
-                how = "slower than" if out["state"] == "slower" else "within ±5 % of"
                 gate = f", p-min {key[2]:g}" if key[2] else ""
                 self.log(f"tune: {task}: {s['option'].candidate} (k = {key[1]}{gate}) stopped "
-                         f"at {out['at']} prompts: {how} the leader")
+                         f"at {out['at']} prompts: {STOPPED[out['state']]} the leader")
             s.update(out, speed=race["speed"][key])
             s["prompts"] = len({r["prompt_id"] for r in s["speed"]})
             s["confirmed"] = self.confirmed(s, task, own)
         lead = race["leader"]
         return {**by_key, "_leader": by_key[lead]["option"] if lead is not None else None}
 
-    def race_block(self, task: str, members: list[dict], block: list, got: dict) -> bool:
+    def race_block(self, task: str, members: list[dict], block: list) -> tuple[dict, bool]:
         """One block of prompts for every member still racing, SD members first (their raw
-        runs serve raw decoding on their target), each member's runs into got; False where
-        the budget is spent."""
+        runs serve raw decoding on their target): each member's runs of it, and False where
+        the budget stopped the block (run_race's measure)."""
+        got: dict = {}
         for s in sorted(members, key=lambda s: s["option"].k == 0):
             o = s["option"]
             if self.over_budget(f"racing {task}: {o.candidate}, k = {o.k}, from prompt "
                                 f"{block[0].prompt_id}"):
-                return False
+                return got, False
             if o.k == 0:
                 got[o.key] = self.raw_on(o.target.spec.name, block)
                 continue
@@ -440,7 +434,7 @@ class _Search:
             got[o.key] = [r for r in res["runs"] if r["mode"] == "static"]
             self.race_raw.setdefault(o.cand.target.spec.name, []).extend(
                 r for r in res["runs"] if r["mode"] == "raw")
-        return True
+        return got, True
 
     def best_sd_answer(self, best_sd: Option | None, task: str) -> dict:
         if best_sd is None:   # every candidate ruled out by its cost curve (or the budget)
