@@ -153,6 +153,12 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     assert len(doc["confirm_runs"]) == 1   # one run serves both race members: SD at k = 2,
     # and its own raw runs are raw decoding on the reference (the only target)
     assert [p["prompt_id"] for p in run["prompts"]] == ["code-2"] and run["settings"]["k"] == 2
+    # it spends its time on the prompt: the choosing run's cost probes, not two of its own
+    chosen = doc["measured"][0]["results"]
+    assert run["cost_probes_from"] == "tune's choosing run of target + draft"
+    assert (run["cost_probe"], run["cost_probe_end"]) == (chosen["cost_probe"],
+                                                          chosen["cost_probe_end"])
+    assert "quality" not in run and "quality" in chosen
     assert best["confirmed"]["audit"] == {"n": 1, "identical": 1,
                                           "min_margin_at_divergence": None}
     # ... and the fastest answer is the one measured ahead on that prompt (one prompt: no look
@@ -418,3 +424,31 @@ def test_calibrated_depth_predictions_come_closer_to_the_measured_depths():
                                                                - measured) / 2
     assert (depths["code"]["crossover"], depths["code"]["crossover_depth"]) == \
         ("stops paying", 4096)
+
+
+def test_a_run_reuses_probes_that_cover_its_k_and_probes_afresh_otherwise(tiny_models):
+    """BenchConfig.probes: an earlier run's cost probes that reach k + 1 stand in for this
+    run's (none measured: the log says where they came from); ones that stop short of k + 1
+    cannot price that k, so the run measures its own."""
+    import dataclasses
+
+    from cpuspec.harness.bench import BenchConfig, run_bench
+    from cpuspec.tune.search import reused_probes
+    base = BenchConfig(prompts=builtin_prompts(["code"], 1), threads=1, max_tokens=8,
+                       target_path=tiny_models["target"], draft_path=tiny_models["draft"],
+                       policies=["static"], warmup=0, quality=False, k=2)
+    first = run_bench(base)
+    logs: list[str] = []
+    again = run_bench(dataclasses.replace(base, probes=reused_probes(first, "the first")),
+                      logs.append)
+    assert again["cost_probes_from"] == "tune's choosing run of the first"
+    assert (again["cost_probe"], again["cost_probe_end"]) == (first["cost_probe"],
+                                                              first["cost_probe_end"])
+    assert not any(line.startswith(("cost probe:", "cost probe again")) for line in logs), logs
+    assert {r["mode"] for r in again["runs"]} == {"raw", "static"}
+    logs.clear()
+    deeper = run_bench(dataclasses.replace(base, k=20, probes=reused_probes(first, "the first")),
+                       logs.append)
+    assert "cost_probes_from" not in deeper and "21" in deeper["cost_probe"]["verify_s"]
+    assert "21" not in first["cost_probe"]["verify_s"]
+    assert sum(line.startswith(("cost probe:", "cost probe again")) for line in logs) == 2, logs

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import functools
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -82,6 +83,10 @@ class BenchConfig:
     # the sequential design (analysis/sequential.py): {"alpha", "precision"}; each task stops
     # at the first look that decides it. None: every prompt runs (--fixed)
     sequential: dict | None = None
+    # cost probes an earlier run of the same models on this machine measured, reused instead of
+    # two of this run's own (tune's race: each member's choosing run): {"cost_probe",
+    # "cost_probe_end", "from": which run}. None: this run probes before and after its prompts
+    probes: dict | None = None
 
 
 def resolve_models(cfg: BenchConfig, log: Log
@@ -349,18 +354,15 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
         gen = Generator(cfg, target, draft, None)
         gen.owner, gen.draft_async = owner, draft_session
         _warm_up(cfg, gen, target_m, encoded, log)
-        curve = max(cfg.k + 1, CURVE_N)
-        log(f"cost probe: prefills, target decode of 1..{curve} tokens, draft decode")
-        probe_tokens = encoded[0]   # the second probe reads these too (not a second turn)
-        gen.probe = results["cost_probe"] = probe_costs(target, draft_model, probe_tokens,
-                                                        curve - 1)
+        probe = functools.partial(_cost_probe, cfg, target, draft_model, encoded[0], results,
+                                  log)
+        gen.probe = probe("cost_probe")
         _ceiling_first(cfg, results, log)
         _answer_first_turns(cfg, target_m, target, encoded, reuse, results, log)
         _measure_all(cfg, gen, target, draft, target_m, encoded, reuse, results, log,
                      on_update)
         # the probe again: the machine drifts over a run (issue 57), so the prediction has a band
-        log("cost probe again, after the prompts (the prediction's band)")   # summary.py
-        results["cost_probe_end"] = probe_costs(target, draft_model, probe_tokens, curve - 1)
+        probe("cost_probe_end")
         # The quality proxy beside the speed: a faster quant is a win only if this holds up.
         if cfg.quality:
             results["quality"] = target_perplexity(target_m, cfg.threads)
@@ -371,6 +373,28 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                 "cpu_s_by_affinity": census_delta(census, thread_census())}
     results["complete"] = True   # no summary is stored: every reader computes it (summary.py)
     return results
+
+
+def _cost_probe(cfg: BenchConfig, target, draft_model, tokens: list[int], results: dict,
+                log: Log, key: str) -> dict | None:
+    """results[key]: the cost probe (prefills, V(1..n), the draft's decode) before the prompts
+    ("cost_probe") or after them ("cost_probe_end", the prediction's band; summary.py). The
+    second reads the same tokens as the first (not a second turn). Where cfg.probes cover
+    k + 1, both are the earlier run's and this run measures none."""
+    curve = max(cfg.k + 1, CURVE_N)
+    given = cfg.probes or {}
+    if str(cfg.k + 1) in (given.get("cost_probe") or {}).get("verify_s", {}):
+        if key == "cost_probe":
+            log(f"cost probes: reused from {given['from']} (not measured again)")
+            results["cost_probes_from"] = given["from"]
+        if given.get(key):
+            results[key] = given[key]
+    else:
+        log(f"cost probe: prefills, target decode of 1..{curve} tokens, draft decode"
+            if key == "cost_probe" else
+            "cost probe again, after the prompts (the prediction's band)")
+        results[key] = probe_costs(target, draft_model, tokens, curve - 1)
+    return results.get(key)
 
 
 def _ceiling_first(cfg: BenchConfig, results: dict, log: Log) -> None:

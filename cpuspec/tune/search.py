@@ -139,6 +139,15 @@ def raw_speeds(doc: dict) -> dict[tuple[str, str], float]:
     return {key: statistics.fmean(v) for key, v in raws.items()}
 
 
+def reused_probes(results: dict | None, what: str) -> dict | None:
+    """The cost probes a choosing run measured, for a confirm run to reuse (BenchConfig.probes):
+    it spends its time on prompts, not on probing the same models again minutes later."""
+    if not results or not results.get("cost_probe"):
+        return None
+    return {"cost_probe": results["cost_probe"], "cost_probe_end": results.get("cost_probe_end"),
+            "from": f"tune's choosing run of {what}"}
+
+
 def _confirmed(base_runs: list[dict], runs: list[dict], design: Design | None = None) -> dict:
     """A paired ratio of end-to-end speeds on the confirm prompts, with what it could show:
     the interval's half-width is the smallest difference from 1 it resolves. With a design
@@ -322,13 +331,21 @@ class _Search:
             have.setdefault(r["prompt_id"], r)
         missing = [p for p in prompts if p.prompt_id not in have]
         if missing and not (budget and self.over_budget(budget)):
-            res = run_bench(dataclasses.replace(self.raw_base, target_path=self.targets[name].path,
-                                                prompts=missing), self.log)
+            res = run_bench(dataclasses.replace(
+                self.raw_base, target_path=self.targets[name].path, prompts=missing,
+                quality=False, probes=reused_probes(self.choosing_run(name), name)), self.log)
             self.doc.setdefault("confirm_runs", []).append(res)
             self.race_raw.setdefault(name, []).extend(res["runs"])
             for r in res["runs"]:
                 have.setdefault(r["prompt_id"], r)
         return [have[p.prompt_id] for p in prompts if p.prompt_id in have]
+
+    def choosing_run(self, name: str) -> dict | None:
+        """A choosing run on target `name` (a candidate's, else its own raw run)."""
+        return next(iter([m["results"] for c, m in zip(self.measured, self.doc["measured"])
+                          if c.target.spec.name == name] +
+                         [r["results"] for r in self.doc["raw_runs"] if r["target"] == name]),
+                    None)
 
     def options(self, task: str) -> tuple[list[Option], list[Option]]:
         """Every measured candidate at every k, and raw decoding on every target, each with
@@ -427,8 +444,9 @@ class _Search:
             gate = f", p-min {o.p_min:g}" if o.p_min else ""
             self.log(f"tune: confirming {task}: {o.candidate}, k = {o.k}{gate} on "
                      f"{len(block)} other prompts")
-            res = run_bench(o.cand.bench_config(self.base, prompts=block, k=o.k, p_min=o.p_min,
-                                                record_confidence=False), self.log)
+            res = run_bench(o.cand.bench_config(
+                self.base, prompts=block, k=o.k, p_min=o.p_min, record_confidence=False,
+                quality=False, probes=reused_probes(o.results, o.candidate)), self.log)
             self.doc.setdefault("confirm_runs", []).append(res)
             s["runs"].append(res)
             got[o.key] = [r for r in res["runs"] if r["mode"] == "static"]
