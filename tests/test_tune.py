@@ -129,6 +129,10 @@ def test_fastest_raw_on_another_target_is_confirmed(tiny_models, monkeypatch):
     st = conf["vs_reference_raw_stats"]
     assert st["units"] == 5 and st["ci"] is not None        # five confirm prompts: an interval
     assert 0.5 < conf["vs_reference_raw"] < 2.0               # the same weights: about 1
+    # the race's raw runs price nothing: no cost probe measured, none borrowed
+    assert doc["confirm_runs"] and all("cost_probe" not in r and "quality" not in r and
+                                       r["cost_probes_from"].startswith("none")
+                                       for r in doc["confirm_runs"])
     assert rec["best_sd"]["ruled_out_by_cost_curve"] and not rec["best_sd"]["pays"]
     from cpuspec.report.tune import render_tune
     out = render_tune(doc)
@@ -155,9 +159,8 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     assert [p["prompt_id"] for p in run["prompts"]] == ["code-2"] and run["settings"]["k"] == 2
     # it spends its time on the prompt: the choosing run's cost probes, not two of its own
     chosen = doc["measured"][0]["results"]
-    assert run["cost_probes_from"] == "tune's choosing run of target + draft"
-    assert (run["cost_probe"], run["cost_probe_end"]) == (chosen["cost_probe"],
-                                                          chosen["cost_probe_end"])
+    assert run["cost_probes_from"] == "reused from tune's choosing run of target + draft"
+    assert run["cost_probe"] == chosen["cost_probe"] and "cost_probe_end" not in run
     assert "quality" not in run and "quality" in chosen
     assert best["confirmed"]["audit"] == {"n": 1, "identical": 1,
                                           "min_margin_at_divergence": None}
@@ -441,9 +444,12 @@ def test_a_run_reuses_probes_that_cover_its_k_and_probes_afresh_otherwise(tiny_m
     logs: list[str] = []
     again = run_bench(dataclasses.replace(base, probes=reused_probes(first, "the first")),
                       logs.append)
-    assert again["cost_probes_from"] == "tune's choosing run of the first"
-    assert (again["cost_probe"], again["cost_probe_end"]) == (first["cost_probe"],
-                                                              first["cost_probe_end"])
+    assert again["cost_probes_from"] == "reused from tune's choosing run of the first"
+    assert again["cost_probe"] == first["cost_probe"] and "cost_probe_end" not in again
+    # the prediction stands on the reused probe; a drift band would be another run's: none
+    from cpuspec.analysis.summary import summarize
+    assert summarize(again)["code"]["predicted_speedup"] > 0
+    assert not summarize(again)["code"].get("predicted_band")
     assert not any(line.startswith(("cost probe:", "cost probe again")) for line in logs), logs
     assert {r["mode"] for r in again["runs"]} == {"raw", "static"}
     logs.clear()

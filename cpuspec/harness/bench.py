@@ -83,9 +83,10 @@ class BenchConfig:
     # the sequential design (analysis/sequential.py): {"alpha", "precision"}; each task stops
     # at the first look that decides it. None: every prompt runs (--fixed)
     sequential: dict | None = None
-    # cost probes an earlier run of the same models on this machine measured, reused instead of
-    # two of this run's own (tune's race: each member's choosing run): {"cost_probe",
-    # "cost_probe_end", "from": which run}. None: this run probes before and after its prompts
+    # cost probes an earlier run of the same models and drafter on this machine measured,
+    # reused instead of this run's own (tune's race: each member's choosing run): {"cost_probe",
+    # "cost_probe_end" (optional), "from": what they are}; without "cost_probe", none (tune's raw
+    # runs on confirm prompts price nothing). None: this run probes before and after its prompts
     probes: dict | None = None
 
 
@@ -379,21 +380,24 @@ def _cost_probe(cfg: BenchConfig, target, draft_model, tokens: list[int], result
                 log: Log, key: str) -> dict | None:
     """results[key]: the cost probe (prefills, V(1..n), the draft's decode) before the prompts
     ("cost_probe") or after them ("cost_probe_end", the prediction's band; summary.py). The
-    second reads the same tokens as the first (not a second turn). Where cfg.probes cover
-    k + 1, both are the earlier run's and this run measures none."""
+    second reads the same tokens as the first (not a second turn). With cfg.probes this run
+    measures none: it records what cfg.probes holds under `key` (nothing where it holds
+    nothing: a raw run that prices nothing); an earlier probe short of k + 1 cannot price
+    this k, so the run measures its own."""
     curve = max(cfg.k + 1, CURVE_N)
-    given = cfg.probes or {}
-    if str(cfg.k + 1) in (given.get("cost_probe") or {}).get("verify_s", {}):
-        if key == "cost_probe":
-            log(f"cost probes: reused from {given['from']} (not measured again)")
-            results["cost_probes_from"] = given["from"]
-        if given.get(key):
-            results[key] = given[key]
-    else:
+    given = cfg.probes
+    if given is None or (given.get("cost_probe") and
+                         str(cfg.k + 1) not in given["cost_probe"]["verify_s"]):
         log(f"cost probe: prefills, target decode of 1..{curve} tokens, draft decode"
             if key == "cost_probe" else
             "cost probe again, after the prompts (the prediction's band)")
         results[key] = probe_costs(target, draft_model, tokens, curve - 1)
+        return results[key]
+    if key == "cost_probe":
+        log(f"cost probes: {given['from']} (none measured)")
+        results["cost_probes_from"] = given["from"]
+    if given.get(key):
+        results[key] = given[key]
     return results.get(key)
 
 

@@ -139,13 +139,18 @@ def raw_speeds(doc: dict) -> dict[tuple[str, str], float]:
     return {key: statistics.fmean(v) for key, v in raws.items()}
 
 
-def reused_probes(results: dict | None, what: str) -> dict | None:
-    """The cost probes a choosing run measured, for a confirm run to reuse (BenchConfig.probes):
-    it spends its time on prompts, not on probing the same models again minutes later."""
-    if not results or not results.get("cost_probe"):
-        return None
-    return {"cost_probe": results["cost_probe"], "cost_probe_end": results.get("cost_probe_end"),
-            "from": f"tune's choosing run of {what}"}
+def reused_probes(results: dict, what: str) -> dict | None:
+    """The cost probe a choosing run measured first, for a confirm run of the same candidate
+    to reuse (BenchConfig.probes): it spends its time on prompts, not on probing the same
+    models again minutes later. Its end probe is not carried: a band of the drift over
+    another run is not this run's (summary.py)."""
+    return {"cost_probe": results["cost_probe"],
+            "from": f"reused from tune's choosing run of {what}"} \
+        if results.get("cost_probe") else None
+
+
+# tune's raw runs on confirm prompts: raw decoding prices nothing, so no probe is measured
+NO_PROBES = {"from": "none: raw decoding only (tune's race prices nothing from this run)"}
 
 
 def _confirmed(base_runs: list[dict], runs: list[dict], design: Design | None = None) -> dict:
@@ -333,19 +338,12 @@ class _Search:
         if missing and not (budget and self.over_budget(budget)):
             res = run_bench(dataclasses.replace(
                 self.raw_base, target_path=self.targets[name].path, prompts=missing,
-                quality=False, probes=reused_probes(self.choosing_run(name), name)), self.log)
+                quality=False, probes=NO_PROBES), self.log)
             self.doc.setdefault("confirm_runs", []).append(res)
             self.race_raw.setdefault(name, []).extend(res["runs"])
             for r in res["runs"]:
                 have.setdefault(r["prompt_id"], r)
         return [have[p.prompt_id] for p in prompts if p.prompt_id in have]
-
-    def choosing_run(self, name: str) -> dict | None:
-        """A choosing run on target `name` (a candidate's, else its own raw run)."""
-        return next(iter([m["results"] for c, m in zip(self.measured, self.doc["measured"])
-                          if c.target.spec.name == name] +
-                         [r["results"] for r in self.doc["raw_runs"] if r["target"] == name]),
-                    None)
 
     def options(self, task: str) -> tuple[list[Option], list[Option]]:
         """Every measured candidate at every k, and raw decoding on every target, each with
