@@ -33,8 +33,10 @@ def confirmed(doc: dict) -> dict[str, list[str]]:
         seen = {}
         for a in answers:
             if _has_interval(a.get("confirmed")):
+                gate = f" p-min {a['p_min']:g}" if a.get("p_min") else ""
+                n = a["confirmed"].get("n_prompts")
                 seen[(a["candidate"], a["k"], a.get("p_min", 0))] = \
-                    f"{a['candidate']} k={a['k']} ({a['confirmed'].get('n_prompts')} prompts)"
+                    f"{a['candidate']} k={a['k']}{gate} ({n} prompts)"
         out[task] = list(seen.values())
     return out
 
