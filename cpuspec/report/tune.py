@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from cpuspec.analysis.sequential import PRECISION
 from cpuspec.core.commands import SERVER, invocations
 from cpuspec.report import screen
 from cpuspec.report.load import load_note
@@ -213,7 +214,8 @@ def _task_lines(task: str, r: dict, meta: dict | None) -> list[str]:
 
 
 # how a race member that stopped stands to the leader (tune/search.py logs it the same way)
-STOPPED = {"slower": "slower than", "no difference": "within ±5 % of"}
+WITHIN = f"±{PRECISION * 100:g} %"   # the design's precision (analysis/sequential.py)
+STOPPED = {"slower": "slower than", "no difference": f"within {WITHIN} of"}
 
 
 def _race_outcome(m: dict) -> str:
@@ -246,8 +248,8 @@ def _race_lines(doc: dict, ref: str) -> list[str]:
     return ["", f"The confirmation race per task, on the other prompts (the {doc.get('race_size')} "
             "answers predicted fastest and the one where SD pays most): a member stops at a look "
             "(5, 8, 12, ... prompts) once its paired ratio to the leader lies below 1 or within "
-            "±5 % (α split over the looks and the pairs); each member's intervals keep 95 % over "
-            "the looks and the members:",
+            f"{WITHIN} (α split over the looks and the pairs); each member's intervals keep 95 % "
+            "over the looks and the members:",
             tabulate(rows, headers=["task", "configuration", "k", "predicted ×ref raw",
                                     "measured ×ref raw", "measured ×raw", "prompts", "outcome"],
                      disable_numparse=True)]
