@@ -69,6 +69,33 @@ def test_sweep_threads_and_k_one_table(tiny_models, tmp_path):
     assert doc["meta"]["threads"] == [1, 2]     # what the points ran with, not a placeholder
 
 
+def test_points_on_one_loaded_pair_share_the_perplexity_and_the_probe_their_threads_allow(
+        tiny_models, tmp_path):
+    """Issue 60, sweeps: a point's perplexity and cost probe are measured once per loaded pair
+    (the probe once per threads and CPUs: it times decodes), not by every point; a point
+    that reuses them says where they came from and has no drift band of its own."""
+    out = tmp_path / "sweep.json"
+    res = CliRunner().invoke(main, tiny(tiny_models, "--threads", "1,2", "--draft-len", "1,2",
+                                        "--json", str(out)))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    p = {(r["threads"], r["k"]): pt for r, pt in zip(doc["rows"], doc["points"])}
+    for threads in (1, 2):
+        first, second = p[(threads, 1)], p[(threads, 2)]
+        assert "cost_probes_from" not in first and first.get("cost_probe_end")
+        assert second["cost_probe"] == first["cost_probe"] and "cost_probe_end" not in second
+        assert second["cost_probes_from"] == \
+            f"sweep point threads={threads}, k=1 (the same loaded pair, threads and CPUs)"
+    assert p[(2, 1)]["cost_probe"] != p[(1, 1)]["cost_probe"]   # its own threads: measured
+    ppl = p[(1, 1)]["quality"]["target_perplexity"]
+    assert "from" not in p[(1, 1)]["quality"]
+    for key in ((1, 2), (2, 1), (2, 2)):
+        assert p[key]["quality"]["target_perplexity"] == ppl
+        assert p[key]["quality"]["from"] == "sweep point threads=1, k=1 (the same loaded target)"
+    assert res.output.count("cost probe: prefills") == 2, res.output
+    assert res.output.count("(none measured)") == 2
+
+
 def test_each_point_stops_on_its_own_and_the_table_says_how_many_prompts_it_ran(
         tiny_models, heavy_draft, tmp_path):
     """Issue 60, sweeps: each point runs the sequential design by itself. The heavy draft

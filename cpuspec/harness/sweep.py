@@ -202,14 +202,55 @@ def run_sweep(base: BenchConfig, points: list[Point],
                                p.draft_gpu_layers)):
         group = list(group)
         load_cfg = dataclasses.replace(base, n_gpu_layers=ngl, draft_gpu_layers=dgl)
+        shared: dict = {}   # what this loaded pair's points measured once (Shared)
         with load_pair(load_cfg, log, quantized(fetched, tq, dq, log)) as loaded:
             for p in group:
-                cfg = point_cfg(load_cfg, p)
+                cfg = reuse_shared(point_cfg(load_cfg, p), shared)
                 # A point without pinning runs where the sweep started, not on the CPUs of
                 # the pinned point before it.
                 pinner.pin(cfg.cpus or initial_cpus)
                 log(f"measuring point {p.label(varying)}")
-                on_point(p, run_bench(cfg, log, loaded))
+                results = run_bench(cfg, log, loaded)
+                on_point(p, keep_shared(cfg, results, shared, p.label(varying)))
+
+
+# What the points on one loaded pair share instead of measuring it again (issue 60: at B‴'s
+# speeds two cost probes and a perplexity took ~40 s of a point, more than 5 prompts):
+# * the target's perplexity: the same weights give the same text the same score, whatever a
+#   point's k, threads or CPUs; the first point measures it, the others carry it ("from");
+# * the cost probe: it times decodes, which change with the threads, the CPUs and the depth,
+#   not with k or p-min; the first point of each (threads, CPUs, depth) measures its probes
+#   before and after its prompts, the next ones reuse its first (BenchConfig.probes: no end
+#   probe, so no drift band, as tune's race; a k past the probe's curve probes afresh).
+def _probe_key(cfg: BenchConfig) -> tuple:
+    return cfg.threads, tuple(cfg.cpus or ()), cfg.depth
+
+
+def reuse_shared(cfg: BenchConfig, shared: dict) -> BenchConfig:
+    """The point's configuration taking what an earlier point on this pair measured."""
+    if cfg.quality and "quality" in shared:
+        cfg = dataclasses.replace(cfg, quality=False)
+    if cfg.probes is None and _probe_key(cfg) in shared:
+        cfg = dataclasses.replace(cfg, probes=shared[_probe_key(cfg)])
+    return cfg
+
+
+def keep_shared(cfg: BenchConfig, results: dict, shared: dict, label: str) -> dict:
+    """After a point: what it measured that the next points may share, and what it shares
+    recorded in its results (a perplexity it did not measure carries where it came from)."""
+    if "quality" in results and "quality" not in shared:
+        shared["quality"] = {**results["quality"],
+                             "from": f"sweep point {label} (the same loaded target)"}
+    elif "quality" in shared and "quality" not in results and not cfg.quality:
+        results["quality"] = shared["quality"]
+    probe = results.get("cost_probe")
+    if probe and "cost_probes_from" not in results:   # measured by this point: the widest
+        known = shared.get(_probe_key(cfg), {}).get("cost_probe", {})  # curve serves the rest
+        if len(probe.get("verify_s", ())) > len(known.get("verify_s", ())):
+            shared[_probe_key(cfg)] = {
+                "cost_probe": probe,
+                "from": f"sweep point {label} (the same loaded pair, threads and CPUs)"}
+    return results
 
 
 
