@@ -72,7 +72,7 @@ def test_sweep_threads_and_k_one_table(tiny_models, tmp_path):
 def test_points_on_one_loaded_pair_share_the_perplexity_and_the_probe_their_threads_allow(
         tiny_models, tmp_path):
     """Issue 60, sweeps: a point's perplexity and cost probe are measured once per loaded pair
-    (the probe once per threads and CPUs: it times decodes), not by every point; a point
+    (the probe once per threads, CPUs and depth: it times decodes), not by every point; a point
     that reuses them says where they came from and has no drift band of its own."""
     out = tmp_path / "sweep.json"
     res = CliRunner().invoke(main, tiny(tiny_models, "--threads", "1,2", "--draft-len", "1,2",
@@ -85,7 +85,8 @@ def test_points_on_one_loaded_pair_share_the_perplexity_and_the_probe_their_thre
         assert "cost_probes_from" not in first and first.get("cost_probe_end")
         assert second["cost_probe"] == first["cost_probe"] and "cost_probe_end" not in second
         assert second["cost_probes_from"] == \
-            f"sweep point threads={threads}, k=1 (the same loaded pair, threads and CPUs)"
+            f"sweep point threads={threads}, k=1 (the same loaded pair, threads, CPUs and "
+            "depth)"
     assert p[(2, 1)]["cost_probe"] != p[(1, 1)]["cost_probe"]   # its own threads: measured
     ppl = p[(1, 1)]["quality"]["target_perplexity"]
     assert "from" not in p[(1, 1)]["quality"]
@@ -94,6 +95,28 @@ def test_points_on_one_loaded_pair_share_the_perplexity_and_the_probe_their_thre
         assert p[key]["quality"]["from"] == "sweep point threads=1, k=1 (the same loaded target)"
     assert res.output.count("cost probe: prefills") == 2, res.output
     assert res.output.count("(none measured)") == 2
+
+
+def test_a_depth_probes_on_its_own_and_a_k_past_the_curve_probes_afresh_then_serves_on(
+        tiny_models, tmp_path):
+    """The shared probe's key holds the depth (a held context changes what a decode costs),
+    and a k the first probe's curve does not reach (k + 1 = 21 > 16) measures its own, which
+    the next point at that k (another p-min) then reuses."""
+    out = tmp_path / "sweep.json"
+    res = CliRunner().invoke(main, tiny(tiny_models, "--threads", "1", "--draft-len", "1,20",
+                                        "--depth", "0,64", "--p-min", "0,0.5",
+                                        "--policy", "static", "--json", str(out)))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    got = {(r["k"], r["depth"], r["p_min"]): p.get("cost_probes_from")
+           for r, p in zip(doc["rows"], doc["points"])}
+    measured = {key for key, origin in got.items() if origin is None}
+    assert measured == {(1, 0, 0.0), (1, 64, 0.0), (20, 0, 0.0), (20, 64, 0.0)}, got
+    assert got[(1, 64, 0.5)].startswith("sweep point threads=1, k=1, depth=64, p_min=0.0 ")
+    assert got[(20, 0, 0.5)].startswith(
+        "sweep point threads=1, k=20, depth=0, p_min=0.0 ")
+    points = {(r["k"], r["depth"], r["p_min"]): p for r, p in zip(doc["rows"], doc["points"])}
+    assert "21" in points[(20, 0, 0.5)]["cost_probe"]["verify_s"]
 
 
 def test_each_point_stops_on_its_own_and_the_table_says_how_many_prompts_it_ran(
@@ -116,6 +139,15 @@ def test_each_point_stops_on_its_own_and_the_table_says_how_many_prompts_it_ran(
     assert [(r["prompts_run"], r["prompts_planned"]) for r in rows] == [(5, 5), (5, 5)]
     screen = render_sweep_screen(rows, doc["axes"], None)
     assert "prompts" in screen.splitlines()[0] and screen.count("5/5") == 2
+    # a point of one task is that task: its stopping look's interval and the design's verdict
+    # (the pooled row has none), in the screen and in the table the sweep prints at its end
+    assert [r["decision"] for r in rows] == ["slower", "slower"]
+    assert all(r["sd_speedup_ci_high"] < 1 and r["level"] == 0.95 for r in rows)  # capped: 1 look
+    assert all("slower" in l.split() for l in screen.splitlines()[2:4]), screen
+    assert "stopping look's (95.0 %)" in " ".join(screen.split())
+    table = res.output[res.output.index("| k "):]
+    assert table.count("| 5/5 ") == 2 and table.count("| slower ") == 2, table
+    assert "stopping look's (95.0 %)" in table
 
 
 @pytest.mark.parametrize("flags", [["--n-gpu-layers", "0,99"], ["-ngl", "99"],

@@ -202,7 +202,7 @@ def run_sweep(base: BenchConfig, points: list[Point],
                                p.draft_gpu_layers)):
         group = list(group)
         load_cfg = dataclasses.replace(base, n_gpu_layers=ngl, draft_gpu_layers=dgl)
-        shared: dict = {}   # what this loaded pair's points measured once (Shared)
+        shared: dict = {}   # what this loaded pair's points measured once (below)
         with load_pair(load_cfg, log, quantized(fetched, tq, dq, log)) as loaded:
             for p in group:
                 cfg = reuse_shared(point_cfg(load_cfg, p), shared)
@@ -249,7 +249,7 @@ def keep_shared(cfg: BenchConfig, results: dict, shared: dict, label: str) -> di
         if len(probe.get("verify_s", ())) > len(known.get("verify_s", ())):
             shared[_probe_key(cfg)] = {
                 "cost_probe": probe,
-                "from": f"sweep point {label} (the same loaded pair, threads and CPUs)"}
+                "from": f"sweep point {label} (the same loaded pair, threads, CPUs and depth)"}
     return results
 
 

@@ -87,12 +87,14 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
     gpu = any(r["n_gpu_layers"] or r["draft_gpu_layers"] for r in rows)
     cpu_raw = {same_point(r): r.get("raw_tok_s")
                for r in rows if not r["n_gpu_layers"] and not r["draft_gpu_layers"]}
-    headers = list(axes) + (["placement"] if gpu else []) \
+    counted = any(r.get("prompts_run") for r in rows)
+    headers = list(axes) + (["placement"] if gpu else []) + (["prompts"] if counted else []) \
         + [fields[m].header for m in shown] + ["measured", "cost model"] \
         + (["raw ×CPU"] if gpu else [])
     out = []
     for r in rows:
-        line = [r[a] for a in axes] + ([placement(r, devices)] if gpu else [])
+        line = [r[a] for a in axes] + ([placement(r, devices)] if gpu else []) \
+            + ([_prompts(r)] if counted else [])
         if "skipped" in r:
             out.append(line + [r["skipped"]] + [""] * (len(headers) - len(line) - 1))
             continue
@@ -108,8 +110,8 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
                 line.append("-" if r.get(m) is None else format(r[m], fields[m].fmt))
         ci = [r.get("sd_speedup_ci_low"), r.get("sd_speedup_ci_high")]
         rng = [r.get("sd_speedup_range_low"), r.get("sd_speedup_range_high")]
-        line.append(screen.verdict_of(ci if None not in ci else None,
-                                      rng if None not in rng else None))
+        line.append(r.get("decision") or screen.verdict_of(ci if None not in ci else None,
+                                                           rng if None not in rng else None))
         line.append(r.get("verdict") or "-")   # the cost model's: a > 1 + α + β
         if gpu:
             base = cpu_raw.get(same_point(r))
@@ -117,7 +119,25 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
         out.append(line)
     table = tabulate(out, headers=headers, tablefmt=tablefmt, disable_numparse=True)
     above = device_line(devices) if gpu else None
+    below = design_line(rows)
+    table = f"{table}\n{below}" if below else table
     return f"{above}\n\n{table}" if above else table
+
+
+def _prompts(r: dict) -> str:
+    return f"{r['prompts_run']}/{r['prompts_planned']}" if r.get("prompts_run") else "-"
+
+
+def design_line(rows: list[dict]) -> str | None:
+    """Under the sequential design, what a point's interval and verdict are (its stopping
+    look's, not a fixed 95 % interval); None for a sweep of the fixed design."""
+    levels = {r["level"] for r in rows if r.get("level")}
+    if not levels:
+        return None
+    said = ", ".join(f"{100 * lv:.1f} %" for lv in sorted(levels))
+    return (f"each point stopped once decided (prompts: run/planned); its interval is its "
+            f"stopping look's ({said}), which keeps 95 % over every look; a point of several "
+            f"tasks has no interval, and its verdict is theirs where they agree")
 
 
 def sweep_csv(rows: list[dict]) -> str:
@@ -149,10 +169,10 @@ def render_sweep_screen(rows: list[dict], axes: list[str], devices: list[dict] |
         ci, rng = (ci if None not in ci else None), (rng if None not in rng else None)
         a, need = r.get("a"), r.get("break_even_a")
         out.append(line + [
-            f"{r['prompts_run']}/{r['prompts_planned']}" if r.get("prompts_run") else "-",
+            _prompts(r),
             "-" if r.get("raw_tok_s") is None else f"{r['raw_tok_s']:.1f}",
             screen.speedup(r.get("sd_speedup"), ci, rng),
-            screen.verdict_of(ci, rng),
+            r.get("decision") or screen.verdict_of(ci, rng),
             f"{a:.2f} vs {need:.1f}" if a is not None and need is not None else "-"])
     headers = [*varying, *(["where (T/D: target/draft)"] if gpu else []), "prompts", "raw t/s",
                "SD ×raw", "measured", "a vs 1+α+β"]
@@ -163,6 +183,8 @@ def render_sweep_screen(rows: list[dict], axes: list[str], devices: list[dict] |
     line = headline(rows, devices)
     if line:
         lines += screen.wrap(line.splitlines()[0], "  ")
+    if design_line(rows):
+        lines += screen.wrap(design_line(rows))
     return "\n".join(lines + ["", *screen.more(source, "every metric of every point")])
 
 

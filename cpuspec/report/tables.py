@@ -122,9 +122,18 @@ IN_SPEEDUP_CELL = ("sd_speedup_ci", "sd_speedup_range", "sd_speedup_units")
 
 
 def sweep_figures(results: dict) -> dict:
-    """A sweep point's overall figures, from its raw runs (computed on read, as for a bench)."""
-    s = summarize(results)[OVERALL]
+    """A sweep point's overall figures, from its raw runs (computed on read, as for a bench).
+    A point of one task is that task (the same runs); under the sequential design its interval
+    is then the stopping look's, and `decision` is the design's verdict (a point of several
+    tasks: theirs where they agree; its pooled row has no interval: no design covers it)."""
+    summary = summarize(results)
+    tasks = [t for t in summary if t != OVERALL]
+    s = summary[tasks[0]] if len(tasks) == 1 else summary[OVERALL]
     values = table_rows({OVERALL: s})[0]
+    states = {summary[t]["sequential"]["state"] for t in tasks if "sequential" in summary[t]}
+    state = states.pop() if len(states) == 1 else "differs by task"
+    design = {"decision": {"continue": "cut short"}.get(state, state),
+              "level": summary[tasks[0]]["sequential"].get("level")} if states else {}
     cost = s.get("cost", {})
     # where llama.cpp put each model's weights (its load log; files since 2026-12-04)
     placed = {f"{role}_offloaded_bytes": m["offloaded_bytes"]
@@ -135,7 +144,7 @@ def sweep_figures(results: dict) -> dict:
     ran = len({(r.get("task"), r.get("prompt_id")) for r in results.get("runs") or []})
     return {m: values[m] for m in SWEEP_METRICS} | placed | {
         "verdict": ("ON" if cost.get("pays") else "OFF") if cost else None,
-        "prompts_run": ran, "prompts_planned": _planned(results) or ran}
+        "prompts_run": ran, "prompts_planned": _planned(results) or ran} | design
 
 
 def _planned(results: dict) -> int:
