@@ -84,9 +84,9 @@ def test_points_on_one_loaded_pair_share_the_perplexity_and_the_probe_their_thre
         first, second = p[(threads, 1)], p[(threads, 2)]
         assert "cost_probes_from" not in first and first.get("cost_probe_end")
         assert second["cost_probe"] == first["cost_probe"] and "cost_probe_end" not in second
-        assert second["cost_probes_from"] == \
+        assert second["cost_probes_from"] == (
             f"sweep point threads={threads}, k=1 (the same loaded pair, threads, CPUs and "
-            "depth)"
+            "depth)")
     assert p[(2, 1)]["cost_probe"] != p[(1, 1)]["cost_probe"]   # its own threads: measured
     ppl = p[(1, 1)]["quality"]["target_perplexity"]
     assert "from" not in p[(1, 1)]["quality"]
@@ -105,7 +105,8 @@ def test_a_depth_probes_on_its_own_and_a_k_past_the_curve_probes_afresh_then_ser
     out = tmp_path / "sweep.json"
     res = CliRunner().invoke(main, tiny(tiny_models, "--threads", "1", "--draft-len", "1,20",
                                         "--depth", "0,64", "--p-min", "0,0.5",
-                                        "--policy", "static", "--json", str(out)))
+                                        "--policy", "static", "--max-tokens", "24",
+                                        "--json", str(out)))
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     got = {(r["k"], r["depth"], r["p_min"]): p.get("cost_probes_from")

@@ -131,7 +131,7 @@ def sweep_figures(results: dict) -> dict:
     s = summary[tasks[0]] if len(tasks) == 1 else summary[OVERALL]
     values = table_rows({OVERALL: s})[0]
     states = {summary[t]["sequential"]["state"] for t in tasks if "sequential" in summary[t]}
-    state = states.pop() if len(states) == 1 else "differs by task"
+    state = next(iter(states)) if len(states) == 1 else "differs by task"
     design = {"decision": {"continue": "cut short"}.get(state, state),
               "level": summary[tasks[0]]["sequential"].get("level")} if states else {}
     cost = s.get("cost", {})
