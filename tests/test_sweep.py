@@ -145,10 +145,33 @@ def test_each_point_stops_on_its_own_and_the_table_says_how_many_prompts_it_ran(
     assert [r["decision"] for r in rows] == ["slower", "slower"]
     assert all(r["sd_speedup_ci_high"] < 1 and r["level"] == 0.95 for r in rows)  # capped: 1 look
     assert all("slower" in l.split() for l in screen.splitlines()[2:4]), screen
-    assert "stopping look's (95.0 %)" in " ".join(screen.split())
+    assert "stopping look's (95.0\xa0%)" in screen   # on one line, whatever the wrap
     table = res.output[res.output.index("| k "):]
     assert table.count("| 5/5 ") == 2 and table.count("| slower ") == 2, table
-    assert "stopping look's (95.0 %)" in table
+    assert "SD ×raw e2e [interval]" in table and "95% CI]" not in table.split("adapt")[0]
+    assert "\n\neach point stopped at its first deciding look" in table   # not a table row
+    assert "stopping look's (95.0\xa0%)" in table
+
+
+def test_a_point_of_several_tasks_has_their_verdict_where_they_agree_and_no_interval(
+        tiny_models, heavy_draft, tmp_path):
+    """Under the sequential design a point's tasks stop on their own, so its pooled row has no
+    interval; its verdict is theirs where they agree, and the table says why it has none."""
+    from cpuspec.report.sweep import render_sweep
+    out = tmp_path / "sweep.json"
+    args = ["bench", "--target", str(tiny_models["target"]), "--draft",
+            str(heavy_draft), "--max-tokens", "12", "--prompts-per-task", "8",
+            "--tasks", "json,code", "--warmup", "0", "--policy", "static",
+            "--draft-len", "1,2", "--threads", "1", "--json", str(out)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    rows = sweep_rows(json.loads(out.read_text()))
+    assert [r["decision"] for r in rows] == ["slower", "slower"]
+    assert all(r["sd_speedup_ci_low"] is None and "level" not in r for r in rows)
+    assert all((r["prompts_run"], r["prompts_planned"]) == (10, 10) for r in rows)
+    table = render_sweep(rows, ["k"])
+    assert table.count("| slower ") == 2 and "(95" not in table
+    assert "a point of several tasks has no interval" in table
 
 
 @pytest.mark.parametrize("flags", [["--n-gpu-layers", "0,99"], ["-ngl", "99"],

@@ -367,7 +367,7 @@ def _speedup_figure(plt, d: dict):
         ax.bar(x, s["speedup"], width, yerr=err, capsize=3, label=s["name"])
         ax.set_xticks(np.arange(len(s["tasks"])) + 0.4 - width / 2, s["tasks"])
     ax.axhline(d["reference"], color="k", lw=1, ls="--")
-    ax.set_ylabel("SD ÷ raw, end to end (95 % CI)")
+    ax.set_ylabel("SD ÷ raw, end to end, with its interval")   # 95 %, or the sequential design's look's
     ax.set_title("Does speculative decoding pay, per task?")
     ax.legend(fontsize=7)
     return fig
@@ -443,7 +443,7 @@ def _depth_figure(plt, d: dict):
         err = np.array([[v - lo, hi - v] if lo is not None and hi is not None else [0, 0]
                         for v, lo, hi in zip(y, ln["low"], ln["high"])]).T
         bars = ax.errorbar(x, y, yerr=err, marker="o", capsize=3,
-                           label=f"{line_name}: measured (95 % CI)")
+                           label=f"{line_name}: measured (its interval)")
         if any(p is not None for p in ln["predicted"]):
             ax.plot(x, [np.nan if p is None else p for p in ln["predicted"]], ls=":",
                     marker="x", color=bars[0].get_color(),

@@ -132,8 +132,9 @@ def sweep_figures(results: dict) -> dict:
     values = table_rows({OVERALL: s})[0]
     states = {summary[t]["sequential"]["state"] for t in tasks if "sequential" in summary[t]}
     state = next(iter(states)) if len(states) == 1 else "differs by task"
-    design = {"decision": {"continue": "cut short"}.get(state, state),
-              "level": summary[tasks[0]]["sequential"].get("level")} if states else {}
+    design = {"decision": {"continue": "cut short"}.get(state, state)} if states else {}
+    if states and len(tasks) == 1:   # the level of the one interval a point shows
+        design["level"] = summary[tasks[0]]["sequential"].get("level")
     cost = s.get("cost", {})
     # where llama.cpp put each model's weights (its load log; files since 2026-12-04)
     placed = {f"{role}_offloaded_bytes": m["offloaded_bytes"]
