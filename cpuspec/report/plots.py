@@ -367,7 +367,8 @@ def _speedup_figure(plt, d: dict):
         ax.bar(x, s["speedup"], width, yerr=err, capsize=3, label=s["name"])
         ax.set_xticks(np.arange(len(s["tasks"])) + 0.4 - width / 2, s["tasks"])
     ax.axhline(d["reference"], color="k", lw=1, ls="--")
-    ax.set_ylabel("SD ÷ raw, end to end, with its interval")   # 95 %, or the sequential design's look's
+    # the interval: 95 %, or the sequential design's stopping look's (summary.py)
+    ax.set_ylabel("SD ÷ raw, end to end, with its interval")
     ax.set_title("Does speculative decoding pay, per task?")
     ax.legend(fontsize=7)
     return fig
