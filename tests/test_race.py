@@ -183,3 +183,21 @@ def test_a_race_cut_inside_its_first_block_has_no_leader():
     half = run_race(["a", "b"], race_design(8, 2), lambda alive, s, e: (
         {"a": [{"prompt_id": "p0", "n_tokens": 64, "e2e_s": 1.0}]}, False))
     assert half["leader"] is None and half["members"]["a"]["state"] == "cut short"
+
+
+def test_the_screen_does_not_serve_an_sd_answer_that_raw_decoding_beats():
+    """The recorded race on machine B‴: SD pays on the Q8_0 target against its own raw (json
+    1.33× [1.04, 1.71]), but raw decoding on the Q4_0 target is faster than any SD answer. The
+    one-screen report used to end with "Next: serve it" for the Q8_0 pair; it names the
+    fastest per task instead, and serves nothing it beat."""
+    from cpuspec.cli.main import main
+    from click.testing import CliRunner
+    race = ROOT / "bench/results/epyc-family25-model17/tune_race_r2/race.json.gz"
+    out = CliRunner().invoke(main, ["report", str(race)]).output
+    flat = " ".join(out.split())
+    assert "Fastest per task (tune's answer; ×raw on qwen2.5-coder-1.5b-q4km): json: " \
+           "qwen2.5-coder-1.5b-q4_0 (SD off), 1.06 [1.04, 1.09]; code: " \
+           "qwen2.5-coder-1.5b-q4_0 (SD off), 1.15 [1.10, 1.20]" in flat, out
+    assert "serve it" not in out and "llama-server" not in out
+    assert "Next: run the fastest per task (json, code)" in flat
+    assert max(len(line) for line in out.splitlines()) <= 100

@@ -56,6 +56,10 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
     rows, server = [], None
     answers = {task: (r.get("best_sd") or r) if "recommended" in r else r
                for task, r in doc["recommendations"].items()}
+    # where another configuration is faster than the SD answer (raw decoding on a faster quant,
+    # another draft or k), the SD answer is not the one to serve
+    faster_elsewhere = {task: r["recommended"] for task, r in doc["recommendations"].items()
+                        if r.get("recommended") and not _same(r["recommended"], answers[task])}
     names, prefix = screen.short_names([b["candidate"] for b in answers.values()])
     for (task, best), name in zip(answers.items(), names):
         c, t = best.get("confirmed") or {}, best.get("terms") or {}
@@ -69,13 +73,22 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
         rows.append([screen.cut(task, 12), screen.cut(name, 36), _k_cell(best),
                      screen.speedup(c.get("measured_speedup"), ci, rng), verdict,
                      f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
-        if verdict == "faster" and server is None and config_of(best["command"]):
+        if verdict == "faster" and server is None and task not in faster_elsewhere \
+                and config_of(best["command"]):
             server = (task, config_of(best["command"]), _probe_of(doc, best["candidate"]))
     lines = [*screen.wrap("cpuspec tune: where SD pays most per task, measured ×raw on prompts "
                           "the search did not choose on (95 % interval; *: a range)"
                           + (f"; models {prefix}…" if prefix else "")), "",
              screen.table(["task", "target + draft", "k", "measured ×raw", "verdict",
-                           "a vs 1+α+β"], rows), ""]
+                           "a vs 1+α+β"], rows)]
+    if faster_elsewhere:
+        ref = doc.get("reference_target") or doc["candidates"][0].split(" + ")[0]
+        lines += screen.wrap(
+            f"Fastest per task (tune's answer; ×raw on {ref}): " + "; ".join(
+                f"{task}: {rec['candidate']}" + (f" (k = {_k_cell(rec)})" if rec.get("k") else "")
+                + f", {_measured(rec.get('confirmed') or {}, 'vs_reference_raw')}"
+                for task, rec in faster_elsewhere.items()), "  ")
+    lines.append("")
     lines += screen.more(source, "the ranking, the fastest per task, predictions, every "
                                  "command")
     if server:
@@ -88,10 +101,18 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
                              doc.get("meta"), c["p_min"], probe, short=True)
         lines += screen.wrap(f"Next: serve it ({task}; k = {c['k']}; {note}; {share}):",
                              "  ") + screen.command(argv)
+    elif faster_elsewhere:
+        lines += screen.wrap(f"Next: run the fastest per task ({', '.join(faster_elsewhere)}), "
+                             "above: its commands are in cpuspec report RUN --details")
     else:
         lines += screen.wrap("Next: no answer was measured faster on 5 or more prompts; "
                              "cpuspec costs shows which term of the rule is short")
     return "\n".join(lines)
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Two answers are one configuration: the same candidate, k and p-min."""
+    return all(a.get(f) == b.get(f) for f in ("candidate", "k", "p_min"))
 
 
 def _measured(c: dict, key: str) -> str:
