@@ -56,10 +56,11 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
     rows, server = [], None
     answers = {task: (r.get("best_sd") or r) if "recommended" in r else r
                for task, r in doc["recommendations"].items()}
-    # where another configuration is faster than the SD answer (raw decoding on a faster quant,
-    # another draft or k), the SD answer is not the one to serve
-    faster_elsewhere = {task: r["recommended"] for task, r in doc["recommendations"].items()
-                        if r.get("recommended") and not _same(r["recommended"], answers[task])}
+    # an SD answer that tune's race stopped as slower than another answer (raw decoding on a
+    # faster quant, another draft or k) is not the one to serve
+    beaten = {task: m for task, r in doc["recommendations"].items()
+              for m in (r.get("race") or []) if isinstance(m, dict)
+              and m.get("state") == "slower" and _same(m, answers[task])}
     names, prefix = screen.short_names([b["candidate"] for b in answers.values()])
     for (task, best), name in zip(answers.items(), names):
         c, t = best.get("confirmed") or {}, best.get("terms") or {}
@@ -73,7 +74,7 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
         rows.append([screen.cut(task, 12), screen.cut(name, 36), _k_cell(best),
                      screen.speedup(c.get("measured_speedup"), ci, rng), verdict,
                      f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
-        if verdict == "faster" and server is None and task not in faster_elsewhere \
+        if verdict == "faster" and server is None and task not in beaten \
                 and config_of(best["command"]):
             server = (task, config_of(best["command"]), _probe_of(doc, best["candidate"]))
     lines = [*screen.wrap("cpuspec tune: where SD pays most per task, measured ×raw on prompts "
@@ -81,13 +82,9 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
                           + (f"; models {prefix}…" if prefix else "")), "",
              screen.table(["task", "target + draft", "k", "measured ×raw", "verdict",
                            "a vs 1+α+β"], rows)]
-    if faster_elsewhere:
-        ref = doc.get("reference_target") or doc["candidates"][0].split(" + ")[0]
-        lines += screen.wrap(
-            f"Fastest per task (tune's answer; ×raw on {ref}): " + "; ".join(
-                f"{task}: {rec['candidate']}" + (f" (k = {_k_cell(rec)})" if rec.get("k") else "")
-                + f", {_measured(rec.get('confirmed') or {}, 'vs_reference_raw')}"
-                for task, rec in faster_elsewhere.items()), "  ")
+    if beaten:
+        lines += screen.wrap("Beaten in tune's race, ×the winner on the same prompts: " + "; ".join(
+            f"{task} by {m['behind']}, {_vs_winner(m)}" for task, m in beaten.items()), "  ")
     lines.append("")
     lines += screen.more(source, "the ranking, the fastest per task, predictions, every "
                                  "command")
@@ -101,9 +98,9 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
                              doc.get("meta"), c["p_min"], probe, short=True)
         lines += screen.wrap(f"Next: serve it ({task}; k = {c['k']}; {note}; {share}):",
                              "  ") + screen.command(argv)
-    elif faster_elsewhere:
-        lines += screen.wrap(f"Next: run the fastest per task ({', '.join(faster_elsewhere)}), "
-                             "above: its commands are in cpuspec report RUN --details")
+    elif beaten:
+        lines += screen.wrap(f"Next: run what beat the SD answer ({', '.join(beaten)}); its "
+                             "command: cpuspec report RUN --details")
     else:
         lines += screen.wrap("Next: no answer was measured faster on 5 or more prompts; "
                              "cpuspec costs shows which term of the rule is short")
@@ -113,6 +110,13 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
 def _same(a: dict, b: dict) -> bool:
     """Two answers are one configuration: the same candidate, k and p-min."""
     return all(a.get(f) == b.get(f) for f in ("candidate", "k", "p_min"))
+
+
+def _vs_winner(m: dict) -> str:
+    """A race member stopped as slower: its ratio to the leader, interval, prompts."""
+    v = m.get("vs_leader") or {}
+    ci = f" [{v['ci'][0]:.2f}, {v['ci'][1]:.2f}]" if v.get("ci") else ""
+    return f"{v.get('ratio') or 0:.2f}×{ci} at {m.get('at') or m.get('prompts')} prompts"
 
 
 def _measured(c: dict, key: str) -> str:
