@@ -83,8 +83,9 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
              screen.table(["task", "target + draft", "k", "measured ×raw", "verdict",
                            "a vs 1+α+β"], rows)]
     if beaten:
-        lines += screen.wrap("Beaten in tune's race, ×the winner on the same prompts: " + "; ".join(
-            f"{task} by {m['behind']}, {_vs_winner(m)}" for task, m in beaten.items()), "  ")
+        lines += screen.wrap("Beaten in tune's race, ×the winner on the same prompts: "
+                             + "; ".join(f"{task} by {m['behind']}, {_vs_winner(m)}"
+                                         for task, m in beaten.items()), "  ")
     lines.append("")
     lines += screen.more(source, "the ranking, the fastest per task, predictions, every "
                                  "command")
@@ -99,8 +100,8 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
         lines += screen.wrap(f"Next: serve it ({task}; k = {c['k']}; {note}; {share}):",
                              "  ") + screen.command(argv)
     elif beaten:
-        lines += screen.wrap(f"Next: run what beat the SD answer ({', '.join(beaten)}); its "
-                             "command: cpuspec report RUN --details")
+        lines += screen.wrap(f"Next: run what beat the SD answer ({', '.join(beaten)}); the "
+                             "commands: cpuspec report RUN --details")
     else:
         lines += screen.wrap("Next: no answer was measured faster on 5 or more prompts; "
                              "cpuspec costs shows which term of the rule is short")
