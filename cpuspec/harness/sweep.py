@@ -241,7 +241,7 @@ def keep_shared(cfg: BenchConfig, results: dict, shared: dict, label: str) -> di
     if "quality" in results and "quality" not in shared:
         shared["quality"] = {**results["quality"],
                              "from": f"sweep point {label} (the same loaded target)"}
-    elif "quality" in shared and "quality" not in results and not cfg.quality:
+    elif "quality" in shared and "quality" not in results:
         results["quality"] = shared["quality"]
     probe = results.get("cost_probe")
     if probe and "cost_probes_from" not in results:   # measured by this point: the widest

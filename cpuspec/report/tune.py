@@ -113,11 +113,16 @@ def _same(a: dict, b: dict) -> bool:
     return all(a.get(f) == b.get(f) for f in ("candidate", "k", "p_min"))
 
 
-def _vs_winner(m: dict) -> str:
-    """A race member stopped as slower: its ratio to the leader, interval, prompts."""
+def _vs_leader(m: dict) -> str:
+    """A stopped race member's paired ratio to the leader, with its interval."""
     v = m.get("vs_leader") or {}
     ci = f" [{v['ci'][0]:.2f}, {v['ci'][1]:.2f}]" if v.get("ci") else ""
-    return f"{v.get('ratio') or 0:.2f}×{ci} at {m.get('at') or m.get('prompts')} prompts"
+    return f"{v.get('ratio') or 0:.2f}×{ci}"
+
+
+def _vs_winner(m: dict) -> str:
+    """A race member stopped as slower: its ratio to the leader, interval, prompts."""
+    return f"{_vs_leader(m)} at {m.get('at') or m.get('prompts')} prompts"
 
 
 def _measured(c: dict, key: str) -> str:
@@ -250,9 +255,7 @@ def _race_outcome(m: dict) -> str:
     if m["state"] == "leader":
         return "leader"
     if m["state"] in STOPPED:
-        v = m.get("vs_leader") or {}
-        ci = f" [{v['ci'][0]:.2f}, {v['ci'][1]:.2f}]" if v.get("ci") else ""
-        return f"{STOPPED[m['state']]} the leader at {m['prompts']}: {v.get('ratio') or 0:.2f}×{ci}"
+        return f"{STOPPED[m['state']]} the leader at {m['prompts']}: {_vs_leader(m)}"
     return "cut short by the budget" if m["state"] == "cut short" else \
         "in to the last prompt, not separated"
 
