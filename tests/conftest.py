@@ -16,6 +16,17 @@ TARGET_SEED = 1
 DRAFT_NOISE = 0.1  # the draft agrees often, not always: zero, partial and full rounds all occur
 
 
+def pytest_configure(config):
+    """On a CPU with AMX, before any test loads llama.cpp: the installed build must survive a
+    batched decode, as `cpuspec bench` makes sure (a child-process probe; where it dies, one
+    rebuild with cpuspec's patch). Elsewhere this reads /proc/cpuinfo and returns."""
+    from cpuspec.llama import build, native
+    try:
+        build.check_build(lambda m: print(m, file=sys.stderr), native.sdist_dir)
+    except (build.BuildCrash, build.BuildError) as exc:
+        pytest.exit(str(exc), returncode=2)
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     """Paths of tiny GGUF models: target, a noisy draft, an exact copy, another family."""

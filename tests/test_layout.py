@@ -24,7 +24,7 @@ PACKAGES = {
 # run a model.
 MAY_IMPORT = {
     "core": {"core", "results"},
-    "results": {"results", "core", "inputs"},
+    "results": {"results", "core", "inputs", "machine"},   # machine: the matrix engine record
     "machine": {"machine"},
     "inputs": {"inputs", "machine", "llama"},
     "llama": {"llama", "core", "machine", "inputs"},

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cpuspec.llama.probe_model import byte_vocab
+
 N_EMBD = 64
 N_HEAD = 4
 N_HEAD_KV = 2
@@ -18,28 +20,8 @@ N_LAYER = 2
 N_CTX_TRAIN = 1024
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte → printable-unicode map."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
-
-
 def vocab() -> tuple[list[str], list[int], list[str]]:
-    import gguf
-    byte_tokens = [bytes_to_unicode()[b] for b in range(256)]
-    merged = byte_tokens[ord(" ")] + byte_tokens[ord("t")]
-    tokens = byte_tokens + [merged, "<|end|>"]
-    types = [gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL]
-    merges = [f"{byte_tokens[ord(' ')]} {byte_tokens[ord('t')]}"]
-    return tokens, types, merges
+    return byte_vocab()
 
 
 EOS_ID = 257

@@ -14,9 +14,9 @@ from typing import Any
 
 from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.analysis.whatif import ASSUMED_P, whatif_row
-from cpuspec.results.records import Machine
+from cpuspec.results.records import Machine, engine_of_build
 
-DATASET_SCHEMA = 2
+DATASET_SCHEMA = 3
 
 
 def _method_of_drafter(drafter: str | None) -> str | None:
@@ -40,8 +40,24 @@ def _to_2(table):
     return table.add_column(at, "method", col)
 
 
+def _to_3(table):
+    """Schema 2 → 3: `matrix_engine` and `matrix_engine_used` (issue 68), from each row's
+    llama_system_info where its build ran an engine; unknown (null) otherwise."""
+    import pyarrow as pa
+    if "matrix_engine" in table.column_names:
+        return table
+    infos = table.column("llama_system_info").to_pylist() \
+        if "llama_system_info" in table.column_names else [None] * table.num_rows
+    pairs = [engine_of_build(i) for i in infos]
+    at = table.column_names.index("device") + 1 if "device" in table.column_names \
+        else table.num_columns
+    table = table.add_column(at, "matrix_engine", pa.array([p[0] for p in pairs], pa.string()))
+    return table.add_column(at + 1, "matrix_engine_used",
+                            pa.array([p[1] for p in pairs], pa.int64()))
+
+
 # version → function(Arrow table) → the table at version + 1
-MIGRATIONS: dict = {1: _to_2}
+MIGRATIONS: dict = {1: _to_2, 2: _to_3}
 # every column, in order, with its Arrow type name (results/parquet.py maps them)
 COLUMNS: list[tuple[str, str]] = [
     ("dataset_schema", "int"), ("row_id", "str"), ("run_id", "str"), ("kind", "str"),
@@ -52,7 +68,7 @@ COLUMNS: list[tuple[str, str]] = [
     ("threads", "int"), ("logical_cpus", "int"), ("p_cpus", "int"), ("e_cpus", "int"),
     ("memory_gib", "float"), ("bandwidth_gbps", "float"), ("os", "str"),
     ("llama_cpp_python", "str"), ("llama_system_info", "str"), ("backend", "str"),
-    ("device", "str"),
+    ("device", "str"), ("matrix_engine", "str"), ("matrix_engine_used", "int"),
     # the models
     ("target_sha256", "str"), ("target_quant", "str"), ("target_params", "int"),
     ("target_label", "str"), ("draft_sha256", "str"), ("draft_quant", "str"),
@@ -128,12 +144,24 @@ def machine_columns(doc: dict) -> dict:
            "llama_cpp_python": meta.get("llama_cpp_python_version"),
            "llama_system_info": meta.get("llama_system_info"),
            "backend": " ".join(m.backend) or "CPU",
-           "device": (gpu or {}).get("description") or "CPU"}
+           "device": (gpu or {}).get("description") or "CPU",
+           **_matrix_columns(m)}
     key = json.dumps([out[k] for k in ("cpu_vendor", "cpu_name", "cpu_family", "cpu_model",
                                        "cpu_stepping", "isa", "memory_gib", "backend",
                                        "logical_cpus")])
     out["machine_fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:16]
     return out
+
+
+def _matrix_columns(m: Machine) -> dict:
+    """The CPU's matrix engine ("none" where it has none) and whether the build ran it; a run
+    recorded before engines were, as a schema-2 row migrates (its build's system info)."""
+    if m.matrix_engine is None:
+        name, used = engine_of_build(m.system_info)
+        return {"matrix_engine": name, "matrix_engine_used": used}
+    used = m.matrix_used
+    return {"matrix_engine": m.matrix_engine.name or "none",
+            "matrix_engine_used": None if used is None else int(used)}
 
 
 def _int(x: Any) -> int | None:

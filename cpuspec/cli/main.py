@@ -16,6 +16,7 @@ from cpuspec.cli.models import models
 from cpuspec.cli.results import advise, compare, plot, report, runs
 from cpuspec.cli.dataset import export, leaderboard, publish
 from cpuspec.cli.heads import heads
+from cpuspec.cli.engine import RUNS_MODELS, check_llama_build, rebuild
 from cpuspec.cli.help import SectionedCommand
 from cpuspec.cli.bench_report import print_bench
 from cpuspec.cli.checks import check_bench_flags, check_depths, check_gate, check_size
@@ -40,7 +41,8 @@ from cpuspec.inputs.tasks import ALL_TASKS, DEFAULT_TASKS
 @click.version_option(__version__, prog_name="cpuspec")
 @click.option("-v", "--verbose", is_flag=True, help="One line per prompt on stderr instead of "
               "a progress bar (the bar shows only on a terminal).")
-def main(verbose) -> None:
+@click.pass_context
+def main(ctx, verbose) -> None:
     """Does speculative decoding pay off on this CPU? Measure it.
 
     \b
@@ -50,6 +52,8 @@ def main(verbose) -> None:
       cpuspec models list
     """
     configure_log(verbose)
+    if ctx.invoked_subcommand in RUNS_MODELS and not {"-h", "--help"} & set(sys.argv):
+        check_llama_build(log)
 
 
 BENCH_SECTIONS = {
@@ -328,7 +332,7 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
     finish_outputs(sink)
 
 for _command in (hw, contention, costs, paths, quality, tune, models, advise, report, compare,
-                 plot, runs, export, publish, leaderboard, heads):
+                 plot, runs, export, publish, leaderboard, heads, rebuild):
     main.add_command(_command)
 
 

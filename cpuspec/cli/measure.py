@@ -22,6 +22,7 @@ from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
 from cpuspec.harness.contention import ContentionConfig, run_contention
 from cpuspec.report.measurements import render_contention, render_costs_file, render_quality
 from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
+from cpuspec.machine.matrix import build_uses, describe
 from cpuspec.machine.hardware import HardwareError, default_threads, detect_hardware, select_cpus
 from cpuspec.report.load import render_load
 from cpuspec.report.paths import render_paths_screen
@@ -35,20 +36,36 @@ from cpuspec.tune.search import Candidate, run_tune
 from cpuspec.report.tune import render_tune
 
 
+# What the matrix engine changes for SD, by whether the build uses it (None: no ggml kernels).
+MATRIX_CONSEQUENCE = {
+    "none": "(a batched verify runs on the vector units: `cpuspec costs` measures its price)",
+    True: "(a batched verify runs on the tile unit: β is small; `cpuspec costs` measures it)",
+    False: "(this build leaves it off, so a batched verify costs as without it: "
+           "`cpuspec rebuild`, with CMAKE_ARGS unset, builds llama-cpp-python with it)",
+    None: "(ggml's CPU kernels do not use it: a BLAS build may)",
+}
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def hw(as_json):
-    """Show the CPU: cores, SMT, affinity, P-/E-cores, memory, governor and turbo.
+    """Show the CPU: cores, SMT, affinity, P-/E-cores, memory, governor, turbo and its matrix
+    engine (Intel AMX, Arm SME, Apple's), and whether this llama.cpp build uses it.
 
     \b
     Examples:
       cpuspec hw
       taskset -c 0-3 cpuspec hw --json
     """
-    from cpuspec.llama.engine import ggml_devices
+    from cpuspec.llama.build import known_result
+    from cpuspec.llama.engine import ggml_devices, system_info
     info, devices = detect_hardware(), ggml_devices()
+    uses = build_uses(info.matrix_engine, system_info())
     if as_json:
-        click.echo(json.dumps({**info.to_dict(), "ggml_devices": devices}, indent=1))
+        engine = {**info.matrix_engine.to_dict(), "used_by_build": uses,
+                  "probe": known_result()}
+        click.echo(json.dumps({**info.to_dict(), "matrix_engine": engine,
+                               "ggml_devices": devices}, indent=1))
         return
     kinds = "; ".join(f"{k}: {','.join(map(str, v))}" for k, v in info.cores_by_kind.items())
     mem = f"{info.memory_total_bytes / 2**30:.1f} GiB" if info.memory_total_bytes else "?"
@@ -60,8 +77,10 @@ def hw(as_json):
                          f"({info.physical_cores_in_affinity} physical cores)"),
             ("hybrid", info.hybrid), ("cores by kind", kinds), ("memory", mem),
             ("governor", info.governor or "not readable"),
-            ("turbo", info.turbo or "not readable")]:
+            ("turbo", info.turbo or "not readable"),
+            ("matrix engine", describe(info.matrix_engine, uses))]:
         click.echo(f"{label:>15}: {value}")
+    click.echo(f"{'':>15}  {MATRIX_CONSEQUENCE[uses if info.matrix_engine.name else 'none']}")
     for i, d in enumerate(devices):   # what -ngl/-ngld offload to
         mem = f", {d['memory_total_bytes'] / 2**30:.1f} GiB" if d["memory_total_bytes"] else ""
         click.echo(f"{'ggml device ' + str(i):>15}: {d['name']} ({d['type']}{mem}): "

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from cpuspec.llama.build import PATCHES, apply_patches, patches_applied
 from cpuspec.machine.interrupt import ChildTimeout, start_child, wait_child
 from cpuspec.core.commands import (CLI, SERVER, invocations, python_snippet, shell,  # noqa: F401
                        spec_flags)
@@ -71,12 +72,18 @@ def find_bin_dir(explicit: Path | None = None, need: Sequence[str] = MEASURED) -
 
 def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) -> Path:
     """Build llama.cpp's programs from the sdist of the installed llama-cpp-python (pip
-    download, cmake; CPU backend, no curl), with $CMAKE_ARGS as pip's build of
-    llama-cpp-python takes them (the same flags for both). About 15 minutes on 2 cores, once."""
+    download, cmake; CPU backend, no curl) with cpuspec's ggml patches (llama/build.py), with
+    $CMAKE_ARGS as pip's build of llama-cpp-python takes them (the same flags for both).
+    About 15 minutes on 2 cores, once."""
     bin_dir = build_dir()
-    if all((bin_dir / t).is_file() for t in targets):
+    root = bin_dir.parent.parent
+    src = root / f"llama_cpp_python-{vendored_version()}"
+    if all((bin_dir / t).is_file() for t in targets) and patches_applied(src) == set(PATCHES):
         return bin_dir
-    root, src = bin_dir.parent.parent, sdist_dir(log)
+    src = sdist_dir(log)
+    # cpuspec's ggml patches (the AMX tile fix): an older build without them is rebuilt, and
+    # cmake recompiles only what they touch
+    apply_patches(src, log)
     log("native: cmake configure and build (CPU backend; once, ~15 min on 2 cores)")
     _run(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(root / "build"),
                   "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",

@@ -13,6 +13,8 @@ import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cpuspec.machine.matrix import MatrixEngine, matrix_engine
+
 ROOT = Path("/")
 # Cores whose max frequencies differ by less than this fraction are one class (frequency
 # tables of one core type differ by a bin or two at most).
@@ -51,10 +53,13 @@ class HardwareInfo:
     # family/model/stepping, or ARM implementer/part. Two VMs with the same name can be
     # different generations (and SD can pay on one and not the other).
     cpu_id: str | None = None
+    # The matrix engine inside the CPU (Intel AMX, Arm SME, Apple's): machine/matrix.py.
+    matrix_engine: MatrixEngine | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["cores"] = [asdict(c) for c in self.cores]
+        d["matrix_engine"] = self.matrix_engine.to_dict() if self.matrix_engine else None
         return d
 
 
@@ -212,7 +217,7 @@ def detect_hardware(root: Path = ROOT, affinity: list[int] | None = None) -> Har
                                                      if set(c.cpus) & set(aff)),
         hybrid=hybrid, cores_by_kind=kinds, memory_total_bytes=memory_total_bytes(),
         governor=gov, turbo=turbo, machine=platform.machine(), cores=cores,
-        cpu_id=cpu_id(root))
+        cpu_id=cpu_id(root), matrix_engine=matrix_engine(root))
 
 
 def physical_cores(cpus: list[int], root: Path = ROOT) -> int:

@@ -51,12 +51,19 @@ def _die_with_parent():
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def start_child(argv, **kwargs):
+def _die_with_parent_no_core():
+    _die_with_parent()
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def start_child(argv, core_dump: bool = True, **kwargs):
     """Start a program in a process group of its own (the terminal's Ctrl-C reaches us only),
     so that wait_child can stop it with everything it started (a shell script's children
-    too); on Linux it is also killed if we are (SIGKILL gives us no chance to)."""
-    return subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with_parent,
-                            **kwargs)
+    too); on Linux it is also killed if we are (SIGKILL gives us no chance to). core_dump=False
+    for a child expected to crash: it leaves no core file behind."""
+    return subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with_parent
+                            if core_dump else _die_with_parent_no_core, **kwargs)
 
 
 def wait_child(proc, poll_s: float = 0.1, timeout_s: float | None = None) -> int:

@@ -159,6 +159,7 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
              + (f" on CPUs {','.join(map(str, m.cpus))}" if m.cpus else "")
              + (f"; cores {m.cores}" if m.cores else "")
              + f"; llama-cpp-python {m.llama_cpp_python}; {m.started_at}"
+             + (f"; matrix engine {m.matrix_phrase()}" if m.matrix_engine else "")
              + incomplete_note(r)
              for i, (n, m, r) in enumerate(zip(names, machines, runs))]
     lines.append(tabulate(table, headers=headers, tablefmt="github" if fmt == "markdown"

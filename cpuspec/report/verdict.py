@@ -13,6 +13,7 @@ from cpuspec.report.screen import WIDTH, command, cut, table as _table, wrap
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import MIN_CI_UNITS
 from cpuspec.analysis.summary import OVERALL
+from cpuspec.results.records import Machine
 
 TASK_WIDTH = 14   # longer task names (a prompts file's) are cut in the table
 VERDICT = {"faster": "faster", "slower": "slower", "not significant": "no difference"}
@@ -206,6 +207,16 @@ def _band_lines(summary: dict) -> list[str]:
                  "the prompts: " + ", ".join(cells))
 
 
+def matrix_notice(results: dict) -> str | None:
+    """One line where the run's CPU has a matrix engine that its llama.cpp build left off."""
+    m = Machine.of(results)
+    if m.matrix_used is not False:
+        return None
+    return (f"NOTE: this CPU has {m.matrix_engine.name} and this llama.cpp build does not use "
+            f"it, so every batched verify cost more than it needs to: `cpuspec rebuild` "
+            f"(CMAKE_ARGS unset) builds llama-cpp-python with it.")
+
+
 def render_verdict(results: dict, summary: dict, advice: dict | None,
                    source: str | None = None, warning: str | None = None) -> str:
     """The first screen (see the module's docstring). source: the run's file or id, for the
@@ -221,7 +232,9 @@ def render_verdict(results: dict, summary: dict, advice: dict | None,
     lines += _band_lines(summary)
     advice_lines, on = _advice_lines(summary, advice, settings["k"])
     ref = source or "RUN"
-    lines += ["", "Advice:", *advice_lines, *(_wrap(warning) if warning else []), ""]
+    notice = matrix_notice(results)
+    lines += ["", "Advice:", *advice_lines, *(_wrap(warning) if warning else []),
+              *(_wrap(notice) if notice else []), ""]
     k = max(set(on.values()), key=list(on.values()).count) if on else None
     head = f"More on this run (RUN = {ref}):"
     lines += [head] if len(head) <= WIDTH else ["More on this run:", f"  RUN = {ref}"]

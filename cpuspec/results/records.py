@@ -13,6 +13,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from cpuspec.results.schema import ResultsError
+from cpuspec.machine.matrix import (MatrixEngine, build_uses, describe,  # noqa: F401
+                                     engine_of_build)
 
 
 class RecordError(ResultsError):
@@ -116,8 +118,8 @@ class CostProbe:
 
 
 # ISA flags worth naming, and backends, as llama.cpp's system info spells them.
-ISA_FLAGS = ("NEON", "ARM_FMA", "SVE", "AVX", "AVX2", "AVX_VNNI", "AVX512", "AVX512_VNNI",
-             "AVX512_BF16", "AMX_INT8", "F16C", "FMA")
+ISA_FLAGS = ("NEON", "ARM_FMA", "SVE", "SME", "AVX", "AVX2", "AVX_VNNI", "AVX512",
+             "AVX512_VNNI", "AVX512_BF16", "AMX_INT8", "F16C", "FMA")
 BACKENDS = ("CUDA", "METAL", "VULKAN", "SYCL", "HIP", "BLAS", "OPENMP", "REPACK")
 
 
@@ -141,6 +143,16 @@ class Machine:
     llama_cpp_python: str | None
     started_at: str | None
     system_info: str = ""
+    # the CPU's matrix engine (None: a record from before it was recorded)
+    matrix_engine: MatrixEngine | None = None
+
+    @property
+    def matrix_used(self) -> bool | None:
+        """Whether the build ran the CPU's matrix engine (None: no engine, or not known)."""
+        return build_uses(self.matrix_engine, self.system_info)
+
+    def matrix_phrase(self) -> str:
+        return describe(self.matrix_engine, self.matrix_used)
 
     @classmethod
     def of(cls, results: dict) -> "Machine":
@@ -158,13 +170,18 @@ class Machine:
                    threads=threads, cpus=settings.get("cpus"),
                    cores=" ".join(f"{k}:{len(v)}" for k, v in kinds.items()),
                    llama_cpp_python=meta.get("llama_cpp_python_version"),
-                   started_at=meta.get("started_at"), system_info=info)
+                   started_at=meta.get("started_at"), system_info=info,
+                   matrix_engine=MatrixEngine.from_dict(hw.get("matrix_engine")))
 
     def label(self) -> str:
         isa = "AVX512" if "AVX512" in self.isa else "AVX2" if "AVX2" in self.isa else \
             "NEON" if "NEON" in self.isa else "/".join(self.isa[:2]) or "?"
         if "AVX_VNNI" in self.isa:  # AMD shipped it from Zen 5 on: it tells two EPYC VMs apart
             isa += "+AVX_VNNI"
+        used = self.matrix_used
+        if used is not None:        # one build with the CPU's matrix engine, one without
+            isa += f"+{self.matrix_engine.name.split()[-1]}" if used else \
+                f", {self.matrix_engine.name.split()[-1]} off"
         cpu = f"{self.cpu} ({self.cpu_id})" if self.cpu_id else self.cpu
         return f"{cpu} [{isa}]" + (f" {self.threads}t" if self.threads else "")
 
@@ -176,7 +193,9 @@ class Machine:
         return {"cpu": self.cpu, "cpu_id": self.cpu_id, "isa": self.isa,
                 "backend": self.backend, "threads": self.threads, "cpus": self.cpus,
                 "cores": self.cores, "llama_cpp_python": self.llama_cpp_python,
-                "started_at": self.started_at}
+                "started_at": self.started_at,
+                "matrix_engine": self.matrix_engine.to_dict() if self.matrix_engine else None,
+                "matrix_engine_used": self.matrix_used}
 
 
 # --- noise: what else ran while a window was measured ---------------------------------------

@@ -1,0 +1,341 @@
+"""The matrix engine in the CPU (issue 68): detection, ggml's AMX tile fix (the patch, what the
+compiled ldtilecfg loads), the child-process probe, the crash path, the rebuild, and the
+records. What needs an AMX CPU is skipped elsewhere (the installed build's tile config)."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cpuspec.cli import engine as cli_engine
+from cpuspec.cli.main import main
+from cpuspec.llama import build, native
+from cpuspec.llama.tilecfg import read_tile_configs
+from cpuspec.machine.matrix import MatrixEngine, build_uses, matrix_engine
+from cpuspec.results.records import Machine
+
+from conftest import REAL_MODELS_HOME
+
+REPO = Path(__file__).resolve().parent.parent
+E_RUN = REPO / "bench/results/xeon-family6-model167/bench_newcomer.json.gz"
+MMQ = Path("vendor/llama.cpp/ggml/src/ggml-cpu/amx/mmq.cpp")
+# The tile configuration ggml's AMX kernels need, from the table in mmq.cpp's comment ("A used
+# TMM2-TMM3, B used TMM0-TMM1, C used TMM4-TMM7"; A 16 rows × 32 bytes, B 8 × 64, C 16 × 64),
+# palette 1; tiles 8-15 unused.
+EXPECTED_ROWS = [8, 8, 16, 16, 16, 16, 16, 16] + [0] * 8
+EXPECTED_COLSB = [64, 64, 32, 32, 64, 64, 64, 64] + [0] * 8
+SEGFAULT = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
+XEON_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep avx512f avx512_vnni amx_bf16 "
+              "avx512_fp16 amx_tile amx_int8 arch_capabilities")
+
+
+def write_cpuinfo(root: Path, text: str) -> Path:
+    (root / "proc").mkdir(parents=True)
+    (root / "proc/cpuinfo").write_text(text)
+    return root
+
+
+def test_the_engine_is_read_from_the_cpus_own_flags(tmp_path):
+    xeon = write_cpuinfo(tmp_path / "xeon", f"processor\t: 0\nvendor_id\t: GenuineIntel\n"
+                                            f"cpu family\t: 6\nmodel\t\t: 143\n"
+                                            f"flags\t\t: {XEON_FLAGS}\n\n")
+    assert matrix_engine(xeon, "Linux", "x86_64") == MatrixEngine(
+        "Intel AMX", ("amx_tile", "amx_int8", "amx_bf16"))
+    zen4 = write_cpuinfo(tmp_path / "zen4", "processor\t: 0\nflags\t\t: fpu avx512f "
+                                            "avx512_vnni avx512_bf16\n\n")
+    assert matrix_engine(zen4, "Linux", "x86_64").name is None
+    arm = write_cpuinfo(tmp_path / "arm", "processor\t: 0\nFeatures\t: fp asimd sve sme "
+                                          "sme2\nCPU implementer\t: 0x41\n\n")
+    assert matrix_engine(arm, "Linux", "aarch64") == MatrixEngine("Arm SME", ("sme", "sme2"))
+    mac = tmp_path / "mac"
+    mac.mkdir()
+    assert matrix_engine(mac, "Darwin", "arm64").name == "Apple AMX"
+
+
+def test_whether_a_build_uses_it_comes_from_its_system_info():
+    from cpuspec.llama.engine import system_info
+    here = system_info()      # this machine's build
+    amx = MatrixEngine("Intel AMX", ("amx_tile", "amx_int8"))
+    assert build_uses(amx, here) is ("AMX_INT8 = 1" in here)
+    # ggml prints a compiled-in feature as "NAME = 1 |" and leaves the others out
+    assert build_uses(amx, here.replace("AVX512 = 1 |", "AVX512 = 1 | AMX_INT8 = 1 |")) is True
+    assert build_uses(MatrixEngine(None), here) is None
+    assert build_uses(MatrixEngine("Apple AMX", ("apple-silicon",)), here) is None
+
+
+def test_hw_says_which_engine_and_whether_the_build_uses_it():
+    runner = CliRunner()
+    data = json.loads(runner.invoke(main, ["hw", "--json"]).output)
+    engine = data["matrix_engine"]
+    assert engine["name"] == matrix_engine().name
+    assert engine["features"] == list(matrix_engine().features)
+    assert set(engine) >= {"used_by_build", "probe"}
+    text = runner.invoke(main, ["hw"]).output
+    line = next(ln for ln in text.splitlines() if "matrix engine:" in ln)
+    assert (matrix_engine().name or "none") in line
+
+
+# --- the patch and what the compiler makes of it --------------------------------------------
+
+@pytest.fixture(scope="session")
+def sdist():
+    """The installed llama-cpp-python's sdist, unpacked (pip download, cached beside the
+    real-model files, as `cpuspec paths --build-native` caches it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CPUSPEC_HOME", REAL_MODELS_HOME)
+        return native.sdist_dir(lambda m: None)
+
+
+def ggml_copy(sdist: Path, dest: Path) -> Path:
+    """vendor/llama.cpp/ggml of the sdist, copied (headers and the CPU backend's sources)."""
+    src = sdist / "vendor/llama.cpp/ggml"
+    shutil.copytree(src / "include", dest / "vendor/llama.cpp/ggml/include")
+    shutil.copytree(src / "src", dest / "vendor/llama.cpp/ggml/src",
+                    ignore=shutil.ignore_patterns("ggml-cuda", "ggml-vulkan", "ggml-sycl",
+                                                  "ggml-metal", "ggml-cann", "ggml-musa",
+                                                  "ggml-hip", "ggml-opencl", "ggml-webgpu"))
+    return dest
+
+
+def test_the_patch_applies_once_and_knows_a_source_that_has_it(sdist, tmp_path):
+    root = ggml_copy(sdist, tmp_path / "a")
+    said: list[str] = []
+    assert build.apply_patches(root, said.append) == ["ggml-amx-tile-config.patch"]
+    text = (root / MMQ).read_text()
+    assert "static const tile_config_t tc" in text and "ARCH_REQ_XCOMP_PERM" in text
+    assert build.apply_patches(root, said.append) == []            # once
+    assert (root / MMQ).read_text() == text
+    # a source that already has the fix (no mark of ours): passed over, said so
+    other = tmp_path / "b" / MMQ
+    other.parent.mkdir(parents=True)
+    other.write_text(text)
+    assert build.apply_patches(tmp_path / "b", said.append) == []
+    assert any("already in" in s for s in said)
+    # another llama.cpp, where the hunk is not found: refused with the reason
+    third = tmp_path / "c" / MMQ
+    third.parent.mkdir(parents=True)
+    third.write_text("// another mmq.cpp\n")
+    with pytest.raises(build.BuildError, match="does not apply"):
+        build.apply_patches(tmp_path / "c", said.append)
+
+
+def compile_mmq(ggml_root: Path, out: Path) -> Path:
+    """mmq.cpp compiled as llama.cpp's -march=native compiles it on an AMX Xeon: GCC with
+    Sapphire Rapids' ISA, -O3 (Release)."""
+    g = ggml_root / "vendor/llama.cpp/ggml"
+    subprocess.run(["g++", "-std=c++17", "-O3", "-DNDEBUG", "-march=sapphirerapids", "-fPIC",
+                    f"-I{g / 'include'}", f"-I{g / 'src'}", f"-I{g / 'src/ggml-cpu'}", "-c",
+                    str(g / "src/ggml-cpu/amx/mmq.cpp"), "-o", str(out)], check=True,
+                   capture_output=True)
+    return out
+
+
+def sapphire_rapids_gxx() -> bool:
+    if platform.machine() != "x86_64" or not shutil.which("g++") or not shutil.which("objdump"):
+        return False
+    probe = subprocess.run(["g++", "-march=sapphirerapids", "-x", "c++", "-E", "-"],
+                           input="", capture_output=True, text=True)
+    return probe.returncode == 0
+
+
+needs_gxx = pytest.mark.skipif(not sapphire_rapids_gxx(),
+                               reason="needs x86-64 g++ with -march=sapphirerapids and objdump")
+
+
+def configured_as_ggml_needs(read) -> bool:
+    return (read.palette == 1 and [read.rows(t) for t in range(16)] == EXPECTED_ROWS
+            and [read.colsb(t) for t in range(16)] == EXPECTED_COLSB)
+
+
+@needs_gxx
+def test_the_patched_tile_configuration_survives_the_compiler(sdist, tmp_path):
+    """The ldtilecfg in the patched, compiled mmq.cpp loads the configuration the kernels
+    need. Without the patch, GCC 12 drops the stores of rows and column widths (the bug):
+    where this compiler does, the same reading shows it, so the check can fail."""
+    patched = ggml_copy(sdist, tmp_path / "patched")
+    build.apply_patches(patched, lambda m: None)
+    reads = read_tile_configs(compile_mmq(patched, tmp_path / "patched.o"))
+    assert reads, "no ldtilecfg in the patched object"
+    assert all(configured_as_ggml_needs(r) for r in reads), reads
+    assert all(r.source.startswith("constant") for r in reads)
+
+    unpatched = read_tile_configs(compile_mmq(ggml_copy(sdist, tmp_path / "orig"),
+                                              tmp_path / "orig.o"))
+    assert unpatched and all(r.source.startswith("stack") for r in unpatched)
+    if all(configured_as_ggml_needs(r) for r in unpatched):
+        pytest.skip("this compiler keeps the unpatched stores (GCC 12 drops them)")
+    assert [unpatched[0].rows(t) for t in range(8)] == [0] * 8   # the bug: no tile configured
+
+
+def test_the_installed_builds_tile_configuration_is_sound():
+    """Where the installed llama-cpp-python has AMX kernels (built on an AMX CPU), every
+    ldtilecfg in its libggml-cpu loads the configuration the kernels need."""
+    lib = build.installed_library_dir()
+    libs = sorted(lib.glob("libggml-cpu*.so*")) if lib else []
+    if not libs or not shutil.which("objdump"):
+        pytest.skip("no libggml-cpu or no objdump")
+    reads = [r for f in libs for r in read_tile_configs(f)]
+    if not reads:
+        pytest.skip("this build has no AMX kernels (no ldtilecfg): built on a CPU without AMX")
+    assert all(configured_as_ggml_needs(r) for r in reads), reads
+
+
+# --- the probe, the crash path, the rebuild --------------------------------------------------
+
+def test_the_probe_decodes_a_batch_through_this_build_in_a_child():
+    result = build.probe()
+    assert result.ok, result.stderr_tail
+    assert "CPU :" in result.system_info and result.buffers
+    assert result.uses_amx is build_uses(MatrixEngine("Intel AMX"), result.system_info) or \
+        not result.uses_amx
+
+
+def test_a_crashing_child_is_reported_by_signal_and_leaves_no_core(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = build.probe(SEGFAULT)
+    assert not result.ok and result.signal_name == "SIGSEGV"
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.fixture
+def amx_cpu(monkeypatch):
+    """This CPU, as the build check sees it, has AMX (the flags only: nothing runs on it)."""
+    monkeypatch.setattr(build, "matrix_engine",
+                        lambda: MatrixEngine("Intel AMX", ("amx_tile", "amx_int8")))
+
+
+def test_on_a_cpu_without_an_engine_nothing_is_probed(monkeypatch):
+    monkeypatch.setattr(build, "matrix_engine", lambda: MatrixEngine(None))
+    monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
+    assert build.check_build(print, native.sdist_dir) == "no engine"
+
+
+def test_a_build_that_dies_gets_one_line_and_exit_2_never_a_traceback(amx_cpu, monkeypatch,
+                                                                      tiny_models):
+    monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
+    monkeypatch.setenv(build.REBUILD_ENV, "0")
+    res = CliRunner().invoke(main, ["bench", "--target", str(tiny_models["target"]),
+                                    "--draft", str(tiny_models["draft"])])
+    assert res.exit_code == 2
+    assert res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "SIGSEGV" in lines[0] and "`cpuspec rebuild`" in lines[0]
+    assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
+    assert build.known_result() is None          # a crash is never remembered as sound
+
+
+def test_a_build_that_dies_is_rebuilt_once_then_remembered(amx_cpu, monkeypatch):
+    monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
+    rebuilt: list[Path] = []
+
+    def fake_rebuild(log, src):     # pip's 5-10 minute build, replaced: the build now works
+        rebuilt.append(src)
+        monkeypatch.setattr(build, "PROBE_ARGV", [sys.executable, "-m",
+                                                  "cpuspec.llama.probe_child"])
+        return 1.0
+    monkeypatch.setattr(build, "rebuild", fake_rebuild)
+    said: list[str] = []
+    assert build.check_build(said.append, lambda log: Path("/sdist")) == "rebuilt"
+    assert rebuilt == [Path("/sdist")]
+    assert "SIGSEGV" in said[0] and "5-10 minutes" in said[0]
+    assert build.known_result()["ok"] and build.known_result()["rebuilt_by_cpuspec"]
+    monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)       # not probed again
+    assert build.check_build(said.append, lambda log: Path("/sdist")) == "known"
+
+
+def test_a_rebuild_that_still_dies_gives_one_line_and_exit_2(amx_cpu, monkeypatch, capsys):
+    monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
+    monkeypatch.setattr(build, "rebuild", lambda log, src: 1.0)
+    with pytest.raises(SystemExit) as exc:
+        cli_engine.check_llama_build(lambda m: None)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "still dies (SIGSEGV)" in err[0]
+
+
+def test_a_failed_pip_build_is_an_error_with_its_output(tmp_path):
+    src = tmp_path / "sdist"
+    (src / MMQ).parent.mkdir(parents=True)
+    with pytest.raises(build.BuildError, match="does not apply"):
+        build.rebuild(lambda m: None, src)          # an sdist the patch does not fit
+    (src / build.APPLIED_MARK).write_text("\n".join(build.PATCHES))    # patched before
+    with pytest.raises(build.BuildError, match="exit 3") as exc:
+        build.rebuild(lambda m: None, src,
+                      pip_argv=[sys.executable, "-c", "print('no compiler'); exit(3)"])
+    assert "no compiler" in str(exc.value)
+
+
+def test_rebuild_probe_only_says_whether_this_build_survives():
+    res = CliRunner().invoke(main, ["rebuild", "--probe-only"])
+    assert res.exit_code == 0, res.output
+    assert "survives" in res.output
+
+
+# --- the records ------------------------------------------------------------------------------
+
+def e_run_with_its_engine() -> dict:
+    """Machine E's recorded bench (an Intel Xeon guest whose flags list amx_tile, amx_int8 and
+    amx_bf16, run with an AMX-less build) with the engine recorded as cpuspec records it now."""
+    doc = json.loads(gzip.decompress(E_RUN.read_bytes()))
+    doc["meta"]["hardware"]["matrix_engine"] = {"name": "Intel AMX",
+                                                "features": ["amx_tile", "amx_int8",
+                                                             "amx_bf16"]}
+    return doc
+
+
+def test_a_run_on_an_amx_cpu_with_an_amx_less_build_says_so_on_its_first_screen(tmp_path):
+    doc = e_run_with_its_engine()
+    m = Machine.of(doc)
+    assert "AMX_INT8" not in m.system_info and m.matrix_used is False
+    assert "AMX off" in m.label()
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(doc))
+    out = CliRunner().invoke(main, ["report", str(path)]).output
+    assert "this CPU has Intel AMX and this llama.cpp build does not use it" in out
+    assert "cpuspec rebuild" in out
+    before = CliRunner().invoke(main, ["report", str(E_RUN)]).output     # engine not recorded
+    assert "Intel AMX" not in before
+
+
+def test_the_dataset_row_records_the_engine_and_an_older_row_migrates(tmp_path):
+    import pyarrow.parquet as pq
+
+    from cpuspec.analysis.dataset import MIGRATIONS, dataset_rows
+    rows = dataset_rows(e_run_with_its_engine())
+    assert {(r["matrix_engine"], r["matrix_engine_used"]) for r in rows} == {("Intel AMX", 0)}
+    plain = dataset_rows(json.loads(gzip.decompress(E_RUN.read_bytes())))
+    assert {(r["matrix_engine"], r["matrix_engine_used"]) for r in plain} == {(None, None)}
+    # a schema-2 file: today's export less the two columns, read through the migration
+    out = tmp_path / "ds"
+    src = tmp_path / "e.json"
+    src.write_text(json.dumps(e_run_with_its_engine()))
+    CliRunner().invoke(main, ["export", str(src), "--out", str(out)])
+    table = pq.read_table(next(out.glob("*.parquet")))
+    old = table.drop_columns(["matrix_engine", "matrix_engine_used"])
+    migrated = MIGRATIONS[2](old)
+    assert migrated.column_names == table.column_names
+    assert set(migrated.column("matrix_engine").to_pylist()) == {None}   # not recorded then
+    amx_info = old.column("llama_system_info").to_pylist()
+    assert all("AMX_INT8" not in (i or "") for i in amx_info)
+
+
+def test_compare_sets_an_amx_run_beside_an_amx_less_one(tmp_path):
+    on = e_run_with_its_engine()
+    on["meta"]["llama_system_info"] = on["meta"]["llama_system_info"].replace(
+        "AVX512 = 1 |", "AVX512 = 1 | AMX_INT8 = 1 |")
+    a, b = tmp_path / "amx.json", tmp_path / "noamx.json"
+    a.write_text(json.dumps(on))
+    b.write_text(json.dumps(e_run_with_its_engine()))
+    out = CliRunner().invoke(main, ["compare", str(a), str(b), "--details"]).output
+    assert re.search(r"run 1: .*matrix engine Intel AMX .*used by this build", out), out
+    assert re.search(r"run 2: .*matrix engine Intel AMX .*NOT used by this build", out), out
