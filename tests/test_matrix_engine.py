@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from cpuspec.cli import engine as cli_engine
 from cpuspec.cli.main import main
 from cpuspec.llama import build, native
-from cpuspec.llama.tilecfg import read_tile_configs
+from cpuspec.llama.tilecfg import MMQ, compile_mmq, read_tile_configs, unpack_ggml_cpu
 from cpuspec.machine.matrix import MatrixEngine, build_uses, matrix_engine
 from cpuspec.results.records import Machine
 
@@ -27,7 +27,6 @@ from conftest import REAL_MODELS_HOME
 
 REPO = Path(__file__).resolve().parent.parent
 E_RUN = REPO / "bench/results/xeon-family6-model167/bench_newcomer.json.gz"
-MMQ = Path("vendor/llama.cpp/ggml/src/ggml-cpu/amx/mmq.cpp")
 # The tile configuration ggml's AMX kernels need, from the table in mmq.cpp's comment ("A used
 # TMM2-TMM3, B used TMM0-TMM1, C used TMM4-TMM7"; A 16 rows × 32 bytes, B 8 × 64, C 16 × 64),
 # palette 1; tiles 8-15 unused.
@@ -87,22 +86,19 @@ def test_hw_says_which_engine_and_whether_the_build_uses_it():
 # --- the patch and what the compiler makes of it --------------------------------------------
 
 @pytest.fixture(scope="session")
-def sdist():
-    """The installed llama-cpp-python's sdist, unpacked (pip download, cached beside the
-    real-model files, as `cpuspec paths --build-native` caches it)."""
+def sdist(tmp_path_factory):
+    """ggml's headers and CPU backend from the installed llama-cpp-python's sdist, as released
+    (pip download, cached beside the real-model files as `cpuspec paths --build-native` caches
+    it; unpacked here from the archive, since cpuspec's builds patch their unpacked copy)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CPUSPEC_HOME", REAL_MODELS_HOME)
-        return native.sdist_dir(lambda m: None)
+        archive = native.sdist_archive(lambda m: None)
+    return unpack_ggml_cpu(archive, tmp_path_factory.mktemp("sdist"))
 
 
 def ggml_copy(sdist: Path, dest: Path) -> Path:
-    """vendor/llama.cpp/ggml of the sdist, copied (headers and the CPU backend's sources)."""
-    src = sdist / "vendor/llama.cpp/ggml"
-    shutil.copytree(src / "include", dest / "vendor/llama.cpp/ggml/include")
-    shutil.copytree(src / "src", dest / "vendor/llama.cpp/ggml/src",
-                    ignore=shutil.ignore_patterns("ggml-cuda", "ggml-vulkan", "ggml-sycl",
-                                                  "ggml-metal", "ggml-cann", "ggml-musa",
-                                                  "ggml-hip", "ggml-opencl", "ggml-webgpu"))
+    """The unpacked headers and CPU backend, copied to dest (each test patches its own)."""
+    shutil.copytree(sdist / "vendor", dest / "vendor")
     return dest
 
 
@@ -126,17 +122,6 @@ def test_the_patch_applies_once_and_knows_a_source_that_has_it(sdist, tmp_path):
     third.write_text("// another mmq.cpp\n")
     with pytest.raises(build.BuildError, match="does not apply"):
         build.apply_patches(tmp_path / "c", said.append)
-
-
-def compile_mmq(ggml_root: Path, out: Path) -> Path:
-    """mmq.cpp compiled as llama.cpp's -march=native compiles it on an AMX Xeon: GCC with
-    Sapphire Rapids' ISA, -O3 (Release)."""
-    g = ggml_root / "vendor/llama.cpp/ggml"
-    subprocess.run(["g++", "-std=c++17", "-O3", "-DNDEBUG", "-march=sapphirerapids", "-fPIC",
-                    f"-I{g / 'include'}", f"-I{g / 'src'}", f"-I{g / 'src/ggml-cpu'}", "-c",
-                    str(g / "src/ggml-cpu/amx/mmq.cpp"), "-o", str(out)], check=True,
-                   capture_output=True)
-    return out
 
 
 def sapphire_rapids_gxx() -> bool:

@@ -95,18 +95,27 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     return bin_dir
 
 
-def sdist_dir(log: Callable[[str], None]) -> Path:
-    """The installed llama-cpp-python's sdist, unpacked once beside the build (pip download)."""
+def sdist_archive(log: Callable[[str], None]) -> Path:
+    """The installed llama-cpp-python's sdist as pip downloads it (once, beside the build)."""
     version = vendored_version()
     root = build_dir().parent.parent
     root.mkdir(parents=True, exist_ok=True)
-    src = root / f"llama_cpp_python-{version}"
-    if not src.is_dir():
+    archive = root / f"llama_cpp_python-{version}.tar.gz"
+    if not archive.is_file():
         log(f"native: pip download llama-cpp-python=={version} (sdist)")
         _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
               ":all:", "-q", "-d", str(root), f"llama-cpp-python=={version}"], None)
-        with tarfile.open(next(root.glob(f"llama_cpp_python-{version}.tar.gz"))) as tar:
-            tar.extractall(root, filter="data")
+    return archive
+
+
+def sdist_dir(log: Callable[[str], None]) -> Path:
+    """The installed llama-cpp-python's sdist, unpacked once beside the build (cpuspec's
+    builds patch it there: llama/build.py)."""
+    archive = sdist_archive(log)
+    src = archive.parent / archive.name.removesuffix(".tar.gz")
+    if not src.is_dir():
+        with tarfile.open(archive) as tar:
+            tar.extractall(archive.parent, filter="data")
     return src
 
 

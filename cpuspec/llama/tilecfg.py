@@ -191,3 +191,45 @@ def read_tile_configs(path: Path) -> list[TileConfigRead]:
                                     _replay_stores(block, mem.group(2),
                                                    int(mem.group(1) or "0", 16))))
     return reads
+
+
+# --- the evidence: ggml's AMX matmul compiled as an AMX Xeon's -march=native compiles it -----
+
+MMQ = Path("vendor/llama.cpp/ggml/src/ggml-cpu/amx/mmq.cpp")
+# What llama.cpp's -march=native turns on for an AMX Xeon (Sapphire Rapids and later), and
+# its Release optimisation.
+AMX_CXXFLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-march=sapphirerapids", "-fPIC")
+
+
+def unpack_ggml_cpu(archive: Path, dest: Path) -> Path:
+    """ggml's headers and CPU backend from a llama-cpp-python sdist archive, unpacked as
+    released under dest; the sdist's root folder (where patches apply with -p1)."""
+    import tarfile
+    with tarfile.open(archive) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        ggml = f"{top}/vendor/llama.cpp/ggml/"
+        wanted = [m for m in tar.getmembers()
+                  if m.name.startswith((ggml + "include/", ggml + "src/ggml-cpu/"))
+                  or re.fullmatch(re.escape(ggml) + r"src/[^/]+\.h", m.name)]
+        tar.extractall(dest, members=wanted, filter="data")
+    return dest / top
+
+
+def compile_mmq(root: Path, out: Path, cxx: str = "g++") -> Path:
+    """mmq.cpp of an unpacked sdist compiled to an object file with AMX_CXXFLAGS."""
+    g = root / "vendor/llama.cpp/ggml"
+    proc = subprocess.run([cxx, *AMX_CXXFLAGS, f"-I{g / 'include'}", f"-I{g / 'src'}",
+                           f"-I{g / 'src/ggml-cpu'}", "-c", str(root / MMQ), "-o", str(out)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise TileConfigError(f"{cxx} could not compile mmq.cpp: {proc.stderr[-500:]}")
+    return out
+
+
+def disassembly_before(path: Path, read: TileConfigRead, n: int = 6) -> list[str]:
+    """The n instructions up to and including one ldtilecfg, as objdump prints them."""
+    lines = [ln for ln in _objdump("-d", "--no-show-raw-insn", str(path)).splitlines()
+             if _INSN.match(ln)]
+    at = next(i for i, ln in enumerate(lines)
+              if int(_INSN.match(ln).group(1), 16) == read.address)
+    return [ln.strip() for ln in lines[max(0, at - n + 1):at + 1]]
