@@ -42,10 +42,19 @@ def _to_2(table):
 
 def _to_3(table):
     """Schema 2 → 3: `matrix_engine` and `matrix_engine_used` (issue 68), from each row's
-    llama_system_info where its build ran an engine; unknown (null) otherwise."""
+    llama_system_info where its build ran an engine, unknown (null) otherwise; and what a row's
+    interval is (issue 69): `ci_level`, `design`, `stopped_at`, `prompts_planned` null, since
+    a schema-2 row may hold a fixed run's 95 % interval or a sequential look's 97.5-98.75 %,
+    and its "not significant" may be an undecided task (leaderboard says "?")."""
     import pyarrow as pa
     if "matrix_engine" in table.column_names:
         return table
+    at = table.column_names.index("verdict") + 1 if "verdict" in table.column_names \
+        else table.num_columns
+    for name, typ in (("ci_level", pa.float64()), ("design", pa.string()),
+                      ("stopped_at", pa.int64()), ("prompts_planned", pa.int64())):
+        table = table.add_column(at, name, pa.nulls(table.num_rows, typ))
+        at += 1
     infos = table.column("llama_system_info").to_pylist() \
         if "llama_system_info" in table.column_names else [None] * table.num_rows
     pairs = [engine_of_build(i) for i in infos]
@@ -81,6 +90,7 @@ COLUMNS: list[tuple[str, str]] = [
     # the results
     ("raw_tok_s", "float"), ("sd_tok_s", "float"), ("sd_speedup", "float"),
     ("sd_ci_low", "float"), ("sd_ci_high", "float"), ("verdict", "str"),
+    ("ci_level", "float"), ("design", "str"), ("stopped_at", "int"), ("prompts_planned", "int"),
     ("adaptive_speedup", "float"), ("a", "float"), ("alpha", "float"), ("beta", "float"),
     ("break_even_a", "float"), ("acceptance_pct", "float"), ("zero_accept_pct", "float"),
     ("raw_p99_ms", "float"), ("sd_p99_ms", "float"), ("audit_identical", "int"),
@@ -240,7 +250,7 @@ def bench_rows(doc: dict) -> list[dict]:
             "task": public_task(task), "_key": task, "n_prompts": s.get("sd_speedup_units") or s.get("n_generations"),
             "raw_tok_s": _num(s.get("raw_tok_s")), "sd_tok_s": _num(s.get("sd_tok_s")),
             "sd_speedup": _num(s.get("sd_speedup")), "sd_ci_low": _num(ci[0]),
-            "sd_ci_high": _num(ci[1]), "verdict": s.get("sd_significance"),
+            "sd_ci_high": _num(ci[1]), **_interval_columns(s, ci),
             "adaptive_speedup": _num(s.get("adaptive_speedup")), "a": _num(s.get("a")),
             "alpha": _num(cost.get("alpha")), "beta": _num(cost.get("beta")),
             "break_even_a": _num(cost.get("break_even_a")),
@@ -250,6 +260,29 @@ def bench_rows(doc: dict) -> list[dict]:
             "audit_identical": audit.get("identical"), "audit_n": audit.get("n"),
             "bandwidth_gbps": base["bandwidth_gbps"] or _decode_gbps(doc, s)})
     return rows
+
+
+# what a stopping look's state is called in the dataset ("continue": the run was cut between
+# looks, no verdict)
+LOOK_VERDICT = {"faster": "faster", "slower": "slower", "no difference": "not significant",
+                "undecided": "undecided"}
+FIXED_LEVEL = 0.95     # the fixed design's t-interval (analysis/stats.py)
+
+
+def _interval_columns(s: dict, ci) -> dict:
+    """What a task's interval is: the design, its level (a fixed run's 95 %, a sequential
+    look's 1 − α/K), where it stopped of how many prompts planned, and the verdict (a
+    sequential task that ran out of prompts undecided is `undecided`, not "not significant")."""
+    seq = s.get("sequential")
+    has_ci = ci[0] is not None
+    if not seq:
+        return {"verdict": s.get("sd_significance"), "design": "fixed",
+                "ci_level": FIXED_LEVEL if has_ci else None}
+    if seq.get("state") == "pooled":   # tasks stopped at different looks: no interval
+        return {"verdict": None, "design": "sequential", "ci_level": None}
+    return {"verdict": LOOK_VERDICT.get(seq.get("state")), "design": "sequential",
+            "ci_level": _num(seq.get("level")) if has_ci else None,
+            "stopped_at": seq.get("units"), "prompts_planned": seq.get("planned")}
 
 
 def _decode_gbps(doc: dict, s: dict) -> float | None:
@@ -290,15 +323,26 @@ def heads_rows(doc: dict) -> list[dict]:
             rows.append(base | {
                 "task": f"heads {s.get('target_shape', '?')} L={p['length']:g}",
                 "_key": f"{label}/{p['length']:g}",
-                "target_quant": "Q4_K_M", "draft_quant": (s.get("heads") or {}).get(
-                    sm["method"], {}).get("quant", "Q4_K_M"),
+                **_heads_quants(s, sm["method"]),
                 "method": sm["method"], "drafter": label, "k": s.get("k"),
                 "target_label": "shape-true", "draft_label": "shape-true",
                 "target_params": None, "n_prompts": p["prompts"],
                 "sd_speedup": _num(st["speedup"]), "sd_ci_low": _num(ci[0]),
                 "sd_ci_high": _num(ci[1]), "verdict": st["significance"],
+                "design": "fixed", "ci_level": FIXED_LEVEL if ci[0] is not None else None,
                 "a": _num(p["a"]), "break_even_a": _num(p["round_cost"])})
     return rows
+
+
+def _heads_quants(settings: dict, method: str) -> dict:
+    """The quant types a heads run used: the target's as recorded (older runs: its file
+    name); a head's its own; a draft model and an MTP-only file the target's; the target's own
+    MTP layer has no file of its own (None)."""
+    target = settings.get("target_quant") or _quant({"file": settings.get("target")})
+    head = (settings.get("heads") or {}).get(method) or {}
+    draft = None if method == "mtp" else target if method in ("draft", "mtp-file") \
+        else head.get("quant")
+    return {"target_quant": target, "draft_quant": draft}
 
 
 def dataset_rows(doc: dict) -> list[dict]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 NEEDED = ["row_id", "depth", "kind", "machine_fingerprint", "cpu_name", "cpu_family", "cpu_model", "isa",
           "threads", "bandwidth_gbps", "target_sha256", "target_quant", "draft_quant", "task",
           "k", "drafter", "raw_tok_s", "sd_speedup", "sd_ci_low", "sd_ci_high", "verdict",
-          "target_label", "month", *[f"break_even_p_k{k}" for k in range(1, 9)]]
+          "target_label", "month", "ci_level",
+          *[f"break_even_p_k{k}" for k in range(1, 9)]]
 
 
 def default_target_sha256() -> str:
@@ -43,14 +44,15 @@ best AS (
          arg_max(task || ': ' || coalesce(target_quant, '?') || '+' ||
                  coalesce(draft_quant, drafter, '?') || ' k' || k, sd_speedup) AS config,
          max(sd_speedup) AS sd, arg_max(sd_ci_low, sd_speedup) AS lo,
-         arg_max(sd_ci_high, sd_speedup) AS hi, count(*) AS n_faster
+         arg_max(sd_ci_high, sd_speedup) AS hi, arg_max_null(ci_level, sd_speedup) AS level,
+         count(*) AS n_faster
   FROM r WHERE kind = 'bench' AND task <> 'overall' AND verdict = 'faster' GROUP BY 1, 2),
 w AS (
   SELECT machine_fingerprint AS fp, threads,
          min(least(COALESCES)) AS p7
   FROM r WHERE kind = 'whatif' AND task = $whatif_task AND target_quant = 'Q4_K_M'
   GROUP BY 1, 2)
-SELECT m.*, raw.raw, best.config, best.sd, best.lo, best.hi, best.n_faster,
+SELECT m.*, raw.raw, best.config, best.sd, best.lo, best.hi, best.level, best.n_faster,
        CASE WHEN w.p7 > 1 THEN NULL ELSE w.p7 END AS p7
 FROM m LEFT JOIN raw USING (fp, threads) LEFT JOIN best USING (fp, threads)
      LEFT JOIN w USING (fp, threads)
@@ -67,6 +69,57 @@ def _duck():
     return duckdb
 
 
+# Rows whose values cannot be (a damaged or hostile file): passed over on read, counted by
+# reason. NULL is not a reason (a column that does not apply); each test names its columns.
+IMPOSSIBLE = [
+    (("sd_speedup",), "isnan(sd_speedup) OR isinf(sd_speedup) OR sd_speedup <= 0",
+     "a speedup that is not a positive number"),
+    (("raw_tok_s",), "isnan(raw_tok_s) OR isinf(raw_tok_s) OR raw_tok_s <= 0",
+     "a raw speed that is not a positive number"),
+    (("sd_ci_low", "sd_ci_high"), "isnan(sd_ci_low) OR isnan(sd_ci_high) OR sd_ci_low <= 0 "
+     "OR sd_ci_low > sd_ci_high", "an interval whose ends are not in order"),
+    (("sd_ci_low", "sd_ci_high", "sd_speedup"), "sd_speedup < sd_ci_low * 0.999 OR "
+     "sd_speedup > sd_ci_high * 1.001", "a speedup outside its own interval"),
+    (("verdict", "sd_ci_low", "sd_ci_high"), "(verdict = 'faster' AND NOT coalesce("
+     "sd_ci_low > 1, false)) OR (verdict = 'slower' AND NOT coalesce(sd_ci_high < 1, false))",
+     "a verdict its interval does not support"),
+    (("threads",), "threads <= 0", "threads ≤ 0"),
+    (("ci_level",), "isnan(ci_level) OR ci_level <= 0 OR ci_level >= 1",
+     "an interval level outside (0, 1)"),
+]
+
+
+def screen_rows(table):
+    """The rows as read, less exact duplicates (a run exported or published twice) and rows
+    whose values cannot be (IMPOSSIBLE), with a line for each kind passed over; a row id that
+    names rows of different contents is kept every time and said (anyone can publish a row
+    under another's id: keeping the first would let them hide it)."""
+    con = _duck().connect(":memory:")
+    con.register("loaded_rows", table)
+    con.execute("CREATE TABLE d AS SELECT DISTINCT * FROM loaded_rows")
+    cols = set(table.column_names)
+    tests = [(sql, why) for need, sql, why in IMPOSSIBLE if set(need) <= cols]
+    notes = []
+    if tests:
+        flags = ", ".join(f"coalesce({sql}, false) AS bad{i}" for i, (sql, _) in
+                          enumerate(tests))
+        con.execute(f"CREATE TABLE f AS SELECT *, {flags} FROM d")
+        counts = con.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE bad{i})" for i in
+                                                   range(len(tests))) + " FROM f").fetchall()[0]
+        keep = " AND ".join(f"NOT bad{i}" for i in range(len(tests)))
+        names = ", ".join(f'"{c}"' for c in table.column_names)
+        con.execute(f"CREATE OR REPLACE TABLE d AS SELECT {names} FROM f WHERE {keep}")
+        notes += [f"{n} row{'s' if n > 1 else ''} with {why}" for n, (_, why) in
+                  zip(counts, tests) if n]
+    if "row_id" in cols:
+        n = con.execute("SELECT count(*) FROM (SELECT row_id FROM d WHERE row_id IS NOT NULL "
+                        "GROUP BY row_id HAVING count(*) > 1)").fetchall()[0][0]
+        if n:
+            notes.append(f"{n} row id{'s' if n > 1 else ''} published with different "
+                         "contents: every version kept, none trusted over another")
+    return con.table("d").to_arrow_table(), notes
+
+
 def locked(table):
     """An in-memory DuckDB holding `table` as `rows`, each row_id once (a run published twice,
     exported twice or also the user's own latest run is one set of rows), with external
@@ -74,13 +127,9 @@ def locked(table):
     reach a URL or load an extension."""
     con = _duck().connect(":memory:")
     con.register("loaded_rows", table)
-    key = "row_id" if "row_id" in table.column_names else None
-    order = ", ".join(c for c in ("run_id", "month", "task") if c in table.column_names) or key
-    # a row without an id (a foreign or hand-made file) is kept; of rows sharing an id, the
-    # first in a fixed order (not whichever the scan met first)
-    con.execute("CREATE TABLE rows AS SELECT * FROM loaded_rows" +
-                (f" QUALIFY {key} IS NULL OR row_number() OVER (PARTITION BY {key} ORDER BY "
-                 f"{order}) = 1" if key else ""))
+    # a row read twice (the same file published and exported, or the user's own latest run
+    # also in the source) is one row
+    con.execute("CREATE TABLE rows AS SELECT DISTINCT * FROM loaded_rows")
     con.unregister("loaded_rows")
     for setting in ("temp_directory = ''", "enable_external_access = false", "autoinstall_known_extensions = false",
                     "autoload_known_extensions = false", "lock_configuration = true"):

@@ -138,7 +138,7 @@ def leaderboard(source, where, sql, fmt, plot_path, force):
       cpuspec leaderboard hf://datasets/OWNER/cpuspec-runs --where "isa LIKE '%AVX512%'"
       cpuspec leaderboard --sql "SELECT cpu_name, task, sd_speedup FROM rows LIMIT 5"
     """
-    from cpuspec.analysis.leaderboard import NEEDED, board, query
+    from cpuspec.analysis.leaderboard import NEEDED, board, query, screen_rows
     from cpuspec.report.leaderboard import render_board, render_query
     if sql and (where or plot_path):
         raise click.UsageError("--sql is the whole query: put the condition in it, and plot "
@@ -153,7 +153,7 @@ def leaderboard(source, where, sql, fmt, plot_path, force):
         # a query or a condition may name any column; the board alone reads only its own
         loaded = read_source(src, COLUMNS, DATASET_SCHEMA, MIGRATIONS,
                              wanted=None if sql or where else NEEDED)
-        table = _with_mine(loaded.table, mine)
+        table, passed_over = screen_rows(_with_mine(loaded.table, mine))
         if sql:
             cols, rows = query(table, sql)
             click.echo(_as(fmt, cols, rows) if fmt != "text" else render_query(cols, rows))
@@ -166,7 +166,8 @@ def leaderboard(source, where, sql, fmt, plot_path, force):
             raise click.UsageError(f"the query failed: {str(exc).splitlines()[0]}")
         raise
     click.echo(render_board(machines, source or "the shipped dataset", table.num_rows,
-                            loaded.skipped, mine[0]["machine_fingerprint"] if mine else None))
+                            loaded.skipped, mine[0]["machine_fingerprint"] if mine else None,
+                            passed_over))
     if plot_path:
         _plot(machines, plot_path)
 

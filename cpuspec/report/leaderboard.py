@@ -12,10 +12,21 @@ def _isa(isa: str | None) -> str:
     return base + ("+VNNI" if "AVX_VNNI" in flags else "")
 
 
+def _level(r: dict) -> str:
+    """The best row's interval level in per cent ("95", "98.75"); "?" where not recorded."""
+    lv = r.get("level")
+    return "?" if lv is None else f"{100 * lv:.2f}".rstrip("0").rstrip(".")
+
+
 def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
-                 mine: str | None = None) -> str:
-    """mine: the fingerprint of the user's latest saved run (marked "← you")."""
+                 mine: str | None = None, row_notes: list[str] = ()) -> str:
+    """mine: the fingerprint of the user's latest saved run (marked "← you"); row_notes: the
+    rows passed over, by reason, and the row ids published with other contents."""
     show_p7 = any(r.get("p7") is not None for r in rows)
+    # one level for every best shown: in the header; several, or one not recorded: a column
+    levels = {_level(r) for r in rows[:25] if r.get("sd")}
+    show_level = len(levels) > 1 or "?" in levels
+    config_width = 15 if show_level else 20
     show_bw = any(r.get("bw") for r in rows)
     table = []
     for i, r in enumerate(rows[:25], 1):
@@ -23,14 +34,18 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
         cpu = screen.cut(r["cpu"] or "?", 16 - len(fm)) + fm     # the family/model whole
         best = screen.speedup(r["sd"], [r["lo"], r["hi"]] if r.get("lo") is not None
                               else None, None) if r.get("sd") else "none faster"
+        level = [_level(r) if r.get("sd") else "-"] if show_level else []
         table.append([str(i) + ("←" if r["fp"] == mine else ""), cpu,
                       _isa(r.get("isa")), r.get("threads") or "-",
                       "-" if r.get("raw") is None else f"{r['raw']:.1f}",
-                      screen.cut(r.get("config") or "-", 20), r.get("n_faster") or "-", best,
+                      screen.cut(r.get("config") or "-", config_width), r.get("n_faster") or "-",
+                      best, *level,
                       *(["-" if r.get("p7") is None else f"{r['p7']:.2f}"] if show_p7 else []),
                       *(["-" if not r.get("bw") else f"{r['bw']:.0f}"] if show_bw else [])])
     head = ["#", "CPU (fam/mod)", "ISA", "t", "raw", "best SD measured", "of",
-            "SD ×raw [95%]", *(["7B p*"] if show_p7 else []), *(["GB/s"] if show_bw else [])]
+            "SD ×raw [lvl %]" if show_level else f"SD ×raw [{next(iter(levels), '95')}%]",
+            *(["lvl %"] if show_level else []), *(["7B p*"] if show_p7 else []),
+            *(["GB/s"] if show_bw else [])]
     lines = screen.wrap(f"{len(rows)} machines, {n_rows} rows from {source}; raw: t/s of the "
                         "default pair (1.5B + 0.5B Q4_K_M) at depth 0, per machine and thread "
                         "count; best: the best SD configuration measured faster; of: how many configurations measured faster the best is the "
@@ -39,6 +54,10 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
                            "7B Q4_K_M target (costs measured, acceptance assumed)"
                            if show_p7 else ""))
     lines += ["", screen.table(head, table)]
+    if any(r.get("sd") and r.get("level") is None for r in rows[:25]):
+        lines += screen.wrap("lvl ?: a row of a schema-2 file, which did not record its "
+                             "interval's level (a fixed run's 95 % or a sequential look's "
+                             "97.5-98.75 %)")
     if len(rows) > 25:
         lines.append(f"({len(rows) - 25} more machines: --sql or --where narrows them)")
     if mine is not None:
@@ -48,6 +67,10 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
         lines += screen.wrap(f"passed over: {s}", "  ")
     if len(skipped) > 5:
         lines.append(f"passed over: {len(skipped) - 5} more files")
+    dropped = [n for n in row_notes if " with " in n]
+    if dropped:
+        lines += screen.wrap("rows passed over: " + "; ".join(dropped), "  ")
+    lines += [w for n in row_notes if n not in dropped for w in screen.wrap(f"note: {n}", "  ")]
     lines += screen.wrap("More: cpuspec leaderboard --sql \"SELECT cpu_name, task, sd_speedup "
                          "FROM rows WHERE verdict = 'faster' ORDER BY sd_speedup DESC\"")
     return "\n".join(lines)
