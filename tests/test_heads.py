@@ -298,3 +298,59 @@ def test_cpuspecs_loop_refuses_a_hybrid_model(tiny_mtp):
     with Model(tiny_mtp) as m, Session(m, 64, 1) as s:
         with pytest.raises(EngineError, match="llama-server"):
             refuse_recurrent(s, None)
+
+
+def known_heads_run(k: int, drafted_per_round: float, method: str = "dspark",
+                    block: int = 7) -> dict:
+    """A heads record with times chosen by hand (issue 69, item 7): the plain server 0.1 s a
+    token; the probe V(n) = 0.1 × (1 + 0.2 (n − 1)), so β(d) = 0.2 d; 5 prompts of 33 tokens,
+    each SD request 8 verify rounds keeping 16 drafts, then 8 plain decodes near n_predict,
+    every round costing 0.1 × (1 + 0.3 + β(d)) s: a* = 1.3 + 0.2 d, α = 0.3, a = 3."""
+    d = drafted_per_round
+    round_s = 0.1 * (1 + 0.3 + 0.2 * d)
+    runs = []
+    for i in range(5):
+        pid = f"p{i}"
+        common = {"method": method, "label": method, "synth_len": 3.0, "prompt_id": pid,
+                  "n_tokens": 33, "prompt_tokens": 20, "seed": 1 + i}
+        runs.append({**common, "mode": "raw", "e2e_s": 3.5, "prefill_s": 0.3, "decode_s": 3.2,
+                     "drafted": 0, "accepted": 0})
+        decode = 8 * 0.1 + 8 * round_s
+        runs.append({**common, "mode": "sd", "e2e_s": decode + 0.3, "prefill_s": 0.3,
+                     "decode_s": decode, "drafted": round(8 * d), "accepted": 16,
+                     "verify_steps": 8})
+    probe = {str(n): 0.1 * (1 + 0.2 * (n - 1)) for n in range(1, k + 2)}
+    return {"schema_version": 2, "kind": "heads", "complete": True, "meta": {},
+            "runs": runs, "settings": {
+                "target": "qwen3-8b-q4_k_m.shape-true-v3.gguf", "target_shape": "qwen3-8b",
+                "label": "shape-true (random weights)", "k": k, "lengths": [3.0],
+                "methods": [method], "max_tokens": 33, "threads": 2, "n_prompts": 5,
+                "heads": {method: {"block_size": block, "quant": "Q8_0"}},
+                "verify_probe_s": probe}}
+
+
+def test_a_round_is_priced_at_the_drafts_it_made_not_at_k():
+    from cpuspec.analysis.heads import short_rounds, summarize_heads
+    doc = known_heads_run(k=6, drafted_per_round=5.5)
+    p = summarize_heads(doc)["dspark"]["points"][0]
+    assert p["drafts_per_round"] == pytest.approx(5.5)
+    assert p["beta"] == pytest.approx(1.1)            # 0.2 × 5.5, not 0.2 × 6
+    assert p["round_cost"] == pytest.approx(2.4)      # 1.3 + 1.1
+    assert p["alpha"] == pytest.approx(0.3)
+    assert p["a"] == pytest.approx(3.0)
+    assert short_rounds(doc, summarize_heads(doc)) == [("dspark", 3.0, pytest.approx(5.5))]
+    whole = known_heads_run(k=6, drafted_per_round=5.9)
+    assert short_rounds(whole, summarize_heads(whole)) == []
+
+
+def test_published_acceptance_is_priced_only_at_its_own_draft_length_and_block():
+    from cpuspec.report.heads import render_heads
+    at7 = " ".join(render_heads(known_heads_run(k=7, drafted_per_round=7.0)).split())
+    # DSpark's Table 1 τ (k = 7, block 7) ÷ a* = 1.3 + 0.2 × 7 = 2.7
+    assert "HumanEval τ 5.52 → 2.04×" in at7 and "not priced" not in at7
+    at6 = " ".join(render_heads(known_heads_run(k=6, drafted_per_round=6.0)).split())
+    assert "→" not in at6.split("Published")[1].split("The claim")[0]
+    assert "not priced (measured at k = 7, block 7; this run k = 6, block 7: -k 7 prices" in at6
+    b16 = " ".join(render_heads(known_heads_run(k=7, drafted_per_round=7.0, method="dflash",
+                                                block=16)).split())
+    assert "this run k = 7, block 16: a block-7 head prices them" in b16

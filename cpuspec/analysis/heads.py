@@ -7,6 +7,14 @@ n − 1 − accepted − V, priced at the plain server's time per token t; the r
 decodes, a* = 1 + α + β = (decode time − P·t) ÷ V ÷ t; the tokens a round kept,
 a = 1 + accepted ÷ V (L as llama.cpp drew it); SD pays where a > a*.
 
+β is the target's verify, from cpuspec's probe of V(n) (llama-cpp-python, the same ggml): at
+the drafts a round actually made, d̄ = drafted ÷ V, which llama-server caps at the tokens left
+before n_predict (β = V(d̄ + 1)/V(1) − 1, V linear between the sizes probed; a file that probed
+V(1) and V(k + 1) only prices every round at k). α = a* − 1 − β: everything but the target's
+verify, in llama-server (the draft, the server's per-round work, a hybrid model's rollback).
+β's clock is llama-cpp-python's, a*'s the plain server's: their one-token times differ by δ,
+which makes α uncertain by about ±|δ|·(1 + β).
+
 A prediction here uses the measured round cost and an acceptance length from elsewhere
 (a published one): decode-only SD ×raw = L ÷ (1 + α + β). It is labelled with its source."""
 from __future__ import annotations
@@ -29,9 +37,15 @@ def _tok_s(r: dict, window: str) -> float:
     return (r["n_tokens"] - 1) / r["decode_s"] if r["decode_s"] > 0 else float("nan")
 
 
+# A run whose rounds averaged fewer drafts than k by more than this was cut by n_predict
+# often enough to matter (-n too short for whole rounds): its rows say so.
+SHORT_ROUNDS = 0.2
+
+
 def summarize_heads(doc: dict) -> dict[str, dict]:
-    """label → {"method", "points": [per L: L, e2e and decode ratio_stats, a, round cost],
-    "round_cost": median 1 + α + β over the points, "break_even_len"}."""
+    """label → {"method", "points": [per L: L, e2e and decode ratio_stats, a, a* (the round's
+    cost in plain decodes, also the break-even length), drafts per round, β at that mix, α],
+    "round_cost": median a* over the points, "alpha": median α}."""
     runs = doc.get("runs") or []
     out: dict[str, dict] = {}
     for label in dict.fromkeys(r["label"] for r in runs):
@@ -48,26 +62,74 @@ def summarize_heads(doc: dict) -> dict[str, dict]:
             plain = sum(n - s.get("verify_steps", n) for s, n in zip(sd, passes))
             round_s = (sum(s["decode_s"] for s in sd) - plain * t_raw) / verify \
                 if verify else None
+            drafts = sum(s["drafted"] for s in sd) / verify if verify else None
+            cost = round_s / t_raw if round_s and t_raw else None
+            b = beta_at(doc, drafts)
             points.append({
                 "length": length, "prompts": len(pairs),
                 "e2e": ratio_stats([_tok_s(s, "e2e") / _tok_s(r, "e2e") for r, s in pairs]),
                 "decode": ratio_stats([_tok_s(s, "dec") / _tok_s(r, "dec") for r, s in pairs]),
                 "a": 1 + sum(s["accepted"] for s in sd) / verify if verify else None,
-                "verify_steps": verify, "plain_steps": plain,
-                "round_cost": round_s / t_raw if round_s and t_raw else None})
+                "verify_steps": verify, "plain_steps": plain, "round_cost": cost,
+                "drafts_per_round": drafts, "beta": b, "t_plain_s": t_raw,
+                "alpha": cost - 1 - b if cost is not None and b is not None else None})
         costs = [p["round_cost"] for p in points if p["round_cost"]]
+        alphas = [p["alpha"] for p in points if p["alpha"] is not None]
         method = next(r["method"] for r in runs if r["label"] == label)
-        cost = statistics.median(costs) if costs else None
-        out[label] = {"method": method, "points": points, "round_cost": cost,
-                      "break_even_len": cost}
+        out[label] = {"method": method, "points": points,
+                      "round_cost": statistics.median(costs) if costs else None,
+                      "alpha": statistics.median(alphas) if alphas else None}
     return out
 
 
-def beta(doc: dict) -> float | None:
-    """β = V(k + 1)/V(1) − 1 from the run's own probe of its target (None in files without)."""
+def _probe(doc: dict) -> dict[int, float]:
     v = (doc.get("settings") or {}).get("verify_probe_s") or {}
+    return {int(n): t for n, t in v.items() if isinstance(t, (int, float)) and t > 0}
+
+
+def beta_at(doc: dict, drafts: float | None) -> float | None:
+    """β = V(d + 1)/V(1) − 1 at d drafts a round (None: no probe, or no drafts measured),
+    V linear between the sizes the run probed; a file that probed V(1) and V(k + 1) alone
+    prices d at k (beta_is_full_k says so)."""
+    v = _probe(doc)
+    if 1 not in v or drafts is None or len(v) < 2:
+        return None
+    n = drafts + 1
+    sizes = sorted(v)
+    if len(sizes) == 2:
+        return v[sizes[1]] / v[1] - 1
+    lo = max((s for s in sizes if s <= n), default=sizes[0])
+    hi = min((s for s in sizes if s >= n), default=sizes[-1])
+    t = v[lo] if hi == lo else v[lo] + (v[hi] - v[lo]) * (n - lo) / (hi - lo)
+    return t / v[1] - 1
+
+
+def beta_is_full_k(doc: dict) -> bool:
+    """The run probed V(1) and V(k + 1) only (files before issue 69): β priced at k."""
+    return len(_probe(doc)) == 2
+
+
+def beta(doc: dict) -> float | None:
+    """β = V(k + 1)/V(1) − 1, a full round of k drafts, from the run's own probe."""
     k = (doc.get("settings") or {}).get("k")
-    return v[str(k + 1)] / v["1"] - 1 if k and v.get("1") and v.get(str(k + 1)) else None
+    return beta_at(doc, float(k)) if k else None
+
+
+def clock_gap(doc: dict, summary: dict) -> float | None:
+    """δ: the plain server's time per token over the probe's V(1), less 1 (the two clocks
+    that a* and β come from); the median over the points."""
+    v1 = _probe(doc).get(1)
+    ts = [p["t_plain_s"] for sm in summary.values() for p in sm["points"] if p["t_plain_s"]]
+    return statistics.median(ts) / v1 - 1 if v1 and ts else None
+
+
+def short_rounds(doc: dict, summary: dict) -> list[tuple[str, float, float]]:
+    """(drafter, L, drafts per round) where rounds averaged fewer than k − SHORT_ROUNDS
+    drafts: -n cut them (llama-server drafts at most the tokens left)."""
+    k = (doc.get("settings") or {}).get("k") or 0
+    return [(label, p["length"], p["drafts_per_round"]) for label, sm in summary.items()
+            for p in sm["points"] if p["drafts_per_round"] is not None
+            and p["drafts_per_round"] < k - SHORT_ROUNDS]
 
 
 def predicted_at(summary: dict, length: float) -> float | None:

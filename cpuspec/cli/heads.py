@@ -53,8 +53,10 @@ def _lengths(text: str, k: int) -> list[float]:
               help="Synthetic acceptance lengths L (tokens a round keeps, 1..k+1).")
 @click.option("-k", "--draft-len", "k", type=click.IntRange(1, 15), default=6,
               show_default=True, help="Drafts per round (--spec-draft-n-max); DSpark ≤ 7.")
-@click.option("-n", "--max-tokens", type=click.IntRange(8, 2048), default=48,
-              show_default=True)
+@click.option("-n", "--max-tokens", type=click.IntRange(8, 2048), default=128,
+              show_default=True, help="Tokens a request generates: enough for whole rounds "
+              "(llama-server drafts at most the tokens left; rounds that average under "
+              "k − 0.2 drafts are flagged).")
 @click.option("--prompts-per-task", type=click.IntRange(1, 16), default=3, show_default=True,
               help="Built-in json and code prompts each (5 or more in all give an interval).")
 @click.option("-t", "--threads", type=int, callback=positive,
@@ -112,7 +114,7 @@ def heads(target, methods, quant, lengths, k, max_tokens, prompts_per_task, thre
             texts, longest = chat_texts(target_path, prompts)
             cfg = HeadsConfig(target_path, tuple(drafters), tuple(Ls), k, texts, max_tokens,
                               threads, bin_dir, context_for(longest, max_tokens, k))
-            log("heads: the target's V(1) and V(k + 1) (β), in cpuspec's probe")
+            log("heads: the target's V(1)..V(k + 1) (β), in cpuspec's probe")
             settings = _settings(cfg, shape, plan, chosen, prompts) | {"target_quant": quant}
             settings["verify_probe_s"] = probe_verify(target_path, next(iter(texts.values())),
                                                       k, threads)

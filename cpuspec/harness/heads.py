@@ -107,9 +107,10 @@ PROBE_REPS = 5
 
 
 def probe_verify(target: Path, text: str, k: int, threads: int) -> dict[str, float]:
-    """The target's own V(1) and V(k + 1) after the first prompt (cpuspec's probe, in
+    """The target's own V(n) for n = 1..k + 1 after the first prompt (cpuspec's probe, in
     llama-cpp-python: the same ggml sources and flags as the server's build), medians of
-    PROBE_REPS: β = V(k + 1) / V(1) − 1, the verify's share of a round; α is the rest."""
+    PROBE_REPS: β = V(d + 1) / V(1) − 1 at the d drafts a round made (llama-server drafts
+    fewer than k near n_predict), the verify's share of a round; α is the rest."""
     import statistics
 
     from cpuspec.harness.measure import filler_tokens, time_decodes, time_prefill
@@ -122,7 +123,7 @@ def probe_verify(target: Path, text: str, k: int, threads: int) -> dict[str, flo
             time_decodes(s, batch[:1], len(prompt), 1)        # warm-up, not kept
             return {str(n): statistics.median(time_decodes(s, batch[:n], len(prompt),
                                                            PROBE_REPS))
-                    for n in (1, k + 1)}
+                    for n in range(1, k + 2)}
 
 
 def chat_texts(target: Path, prompts) -> tuple[dict[str, str], int]:

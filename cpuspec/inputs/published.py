@@ -14,6 +14,13 @@ class Published:
     tau: float
     setting: str
     source: str
+    k: int                      # the drafts a round made where τ was measured
+    block: int | None = None    # a block drafter's block size (DFlash, DSpark) where it says
+
+    def fits(self, k: int, block: int | None) -> bool:
+        """τ prices a run only at its own draft length (and block size): a round of fewer
+        drafts keeps fewer tokens, a longer one costs more."""
+        return self.k == k and (self.block is None or block is None or self.block == block)
 
     @property
     def cite(self) -> str:
@@ -27,20 +34,21 @@ DSPARK_T1 = ("DSpark paper (Cheng et al., DeepSeek-AI and PKU; deepseek-ai/DeepS
 DSPARK_SETTING = "chain, block 7, T = 1, non-thinking, fixed length; hardware not stated"
 PUBLISHED = [
     # one paper, one setup, three methods on Qwen3-8B (EAGLE-3 and DFlash retrained there)
-    Published("dspark", "Qwen3-8B", "HumanEval", 5.52, DSPARK_SETTING, DSPARK_T1),
-    Published("dspark", "Qwen3-8B", "GSM8K", 6.17, DSPARK_SETTING, DSPARK_T1),
-    Published("dspark", "Qwen3-8B", "MT-Bench", 3.72, DSPARK_SETTING, DSPARK_T1),
+    Published("dspark", "Qwen3-8B", "HumanEval", 5.52, DSPARK_SETTING, DSPARK_T1, 7, 7),
+    Published("dspark", "Qwen3-8B", "GSM8K", 6.17, DSPARK_SETTING, DSPARK_T1, 7, 7),
+    Published("dspark", "Qwen3-8B", "MT-Bench", 3.72, DSPARK_SETTING, DSPARK_T1, 7, 7),
     Published("dflash", "Qwen3-8B", "HumanEval", 4.64, DSPARK_SETTING + " (retrained)",
-              DSPARK_T1),
-    Published("dflash", "Qwen3-8B", "GSM8K", 5.33, DSPARK_SETTING + " (retrained)", DSPARK_T1),
+              DSPARK_T1, 7, 7),
+    Published("dflash", "Qwen3-8B", "GSM8K", 5.33, DSPARK_SETTING + " (retrained)", DSPARK_T1,
+              7, 7),
     Published("dflash", "Qwen3-8B", "MT-Bench", 3.11, DSPARK_SETTING + " (retrained)",
-              DSPARK_T1),
-    Published("eagle3", "Qwen3-8B", "HumanEval", 4.33, DSPARK_SETTING + " (TTT 7)", DSPARK_T1),
-    Published("eagle3", "Qwen3-8B", "GSM8K", 5.30, DSPARK_SETTING + " (TTT 7)", DSPARK_T1),
-    Published("eagle3", "Qwen3-8B", "MT-Bench", 2.66, DSPARK_SETTING + " (TTT 7)", DSPARK_T1),
+              DSPARK_T1, 7, 7),
+    Published("eagle3", "Qwen3-8B", "HumanEval", 4.33, DSPARK_SETTING + " (TTT 7)", DSPARK_T1, 7),
+    Published("eagle3", "Qwen3-8B", "GSM8K", 5.30, DSPARK_SETTING + " (TTT 7)", DSPARK_T1, 7),
+    Published("eagle3", "Qwen3-8B", "MT-Bench", 2.66, DSPARK_SETTING + " (TTT 7)", DSPARK_T1, 7),
     # an MTP head of one token: the second token accepted 85-90 % of the time
     Published("mtp", "DeepSeek-V3", "(all)", 1.85, "1 MTP token; τ = 1 + 0.85",
-              "DeepSeek-V3 technical report (arXiv 2412.19437), section 5.4.3"),
+              "DeepSeek-V3 technical report (arXiv 2412.19437), section 5.4.3", 1),
 ]
 # The vendor claim this project started from: DSpark-5 against MTP-1 in production
 DSPARK_CLAIM = ("DSpark: +60-85 % per-user speed at matched throughput against MTP-1 on "

@@ -7,13 +7,74 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cpuspec.analysis.heads import beta, predicted_at, summarize_heads
+from cpuspec.analysis.heads import (SHORT_ROUNDS, beta_is_full_k, clock_gap, predicted_at,
+                                    short_rounds, summarize_heads)
 from cpuspec.inputs.published import DSPARK_CLAIM, published_for
 from cpuspec.report import screen
 
 
 def _cell(st: dict) -> str:
     return screen.speedup(st["speedup"], st["ci"], st["range"])
+
+
+def _beta_alpha_lines(doc: dict, summary: dict) -> list[str]:
+    """β at the drafts rounds made, α = a* − 1 − β with its clock's uncertainty, and the
+    drafters whose rounds -n cut short."""
+    k = doc["settings"]["k"]
+    alphas = [(label.split(" (")[0], sm) for label, sm in summary.items()
+              if sm["alpha"] is not None]
+    if not alphas:
+        return []
+    gap = clock_gap(doc, summary)
+    mix = sorted({round(p["drafts_per_round"], 2) for _, sm in alphas for p in sm["points"]
+                  if p["drafts_per_round"] is not None})
+    betas = sorted({round(p["beta"], 2) for _, sm in alphas for p in sm["points"]
+                    if p["beta"] is not None})
+    where = (f"V({k + 1})/V(1) − 1, every round priced at k = {k} (this file probed V(1) and "
+             f"V({k + 1}) only)" if beta_is_full_k(doc) else
+             f"V(d + 1)/V(1) − 1 at the d drafts rounds made ({mix[0]:g}–{mix[-1]:g})")
+    unc = ""
+    if gap is not None:
+        worst = max((1 + p["beta"]) for _, sm in alphas for p in sm["points"]
+                    if p["beta"] is not None)
+        unc = (f" (each ± {abs(gap) * worst:.2f}: β's clock, llama-cpp-python's V(1), is "
+               f"{100 * abs(gap):.1f} % {'under' if gap > 0 else 'over'} the plain server's "
+               "time per token)")
+    value = f"{betas[0]:.2f}" if betas[0] == betas[-1] else f"{betas[0]:.2f}–{betas[-1]:.2f}"
+    out = screen.wrap(f"β = {where} = {value} (the target's own verify, "
+                      "cpuspec's probe); α = a* − 1 − β, everything but the target's verify, "
+                      "in llama-server: " + ", ".join(f"{name} {sm['alpha']:.2f}"
+                                                      for name, sm in alphas) + unc)
+    short = short_rounds(doc, summary)
+    if short:
+        out += screen.wrap(f"SHORT ROUNDS: {len(short)} drafter/L point(s) averaged under "
+                           f"{k - SHORT_ROUNDS:g} drafts a round (least "
+                           f"{min(d for *_, d in short):.2f} of k = {k}): -n "
+                           f"{doc['settings']['max_tokens']} cut them; a longer -n makes "
+                           "whole rounds")
+    return out
+
+
+def _published_lines(label: str, sm: dict, s: dict) -> list[str]:
+    """A drafter's published τ priced at this run's round cost where the run drafted at τ's
+    own draft length and block; the others named with what would price them."""
+    pubs = published_for(sm["method"])
+    if not pubs or sm["round_cost"] is None:
+        return []
+    block = ((s.get("heads") or {}).get(sm["method"]) or {}).get("block_size")
+    fit = [p for p in pubs if p.fits(s["k"], block)]
+    off = [p for p in pubs if not p.fits(s["k"], block)]
+    cells = [f"{p.task} τ {p.tau:g} → {predicted_at(sm, p.tau):.2f}×" for p in fit]
+    if off:
+        p = off[0]
+        need = " and ".join([f"-k {p.k}"] * (s["k"] != p.k) + [f"a block-{p.block} head"] * (
+            bool(p.block and block and block != p.block)))
+        cells.append(f"{', '.join(f'{q.task} τ {q.tau:g}' for q in off)} not priced (measured "
+                     f"at k = {p.k}{f', block {p.block}' if p.block else ''}; this run k = "
+                     f"{s['k']}{f', block {block}' if block and p.block else ''}: {need} "
+                     "prices them)")
+    return screen.wrap(f"{label}: " + ", ".join(cells) + f" ({pubs[0].model}, "
+                       f"{pubs[0].cite})", "  ")
 
 
 def render_heads(doc: dict, source: str = "RUN") -> str:
@@ -39,28 +100,17 @@ def render_heads(doc: dict, source: str = "RUN") -> str:
              for x, v in realized.items()]
     lines += [screen.table(["drafter", *heads, "a* = 1+α+β" if len(lengths) < 4 else "a*"],
                            rows), ""]
-    b = beta(doc)
-    if b is not None:
-        lines += screen.wrap(f"β = V({s['k'] + 1})/V(1) − 1 = {b:.2f} (the target's own verify, "
-                             "cpuspec's probe), so α = a* − 1 − β: " + ", ".join(
-                                 f"{label.split(' (')[0]} {sm['round_cost'] - 1 - b:.2f}"
-                                 for label, sm in summary.items() if sm["round_cost"]))
+    lines += _beta_alpha_lines(doc, summary)
     lines += screen.wrap("L: the synthetic acceptance length asked for; a: the tokens a round "
                          "kept as llama.cpp drew them (few rounds per request: a differs from "
                          "L); a* = 1 + α + β: a round's cost in plain decodes (the SD server's "
                          "decode time per round over the plain server's per token); SD pays "
                          "where a > a*.", "  ")
     lines += ["", *screen.wrap(f"Published acceptance lengths priced here (decode-only ×raw = "
-                               f"τ ÷ a*, a* at k = {s['k']}; published, not measured here; "
-                               f"τ above k + 1 = {s['k'] + 1} cannot happen at this k: left "
-                               "out):")]
+                               f"τ ÷ a*; published, not measured here; each only at the draft "
+                               f"length and block it was measured at):")]
     for label, sm in summary.items():
-        pubs = [p for p in published_for(sm["method"]) if p.tau <= s["k"] + 1]
-        if not pubs or sm["round_cost"] is None:
-            continue
-        cells = [f"{p.task} τ {p.tau:g} → {predicted_at(sm, p.tau):.2f}×" for p in pubs]
-        lines += screen.wrap(f"{label}: " + ", ".join(cells) + f" ({pubs[0].model}, "
-                             f"{pubs[0].cite})", "  ")
+        lines += _published_lines(label, sm, s)
     lines += screen.wrap(f"The claim: {DSPARK_CLAIM}.", "  ")
     if not doc.get("complete", True):
         lines.append("INCOMPLETE: the drafters and lengths that finished are shown")
