@@ -10,16 +10,26 @@ import numpy as np
 import pytest
 
 from cpuspec.analysis.sequential import Design, look, replay, t_quantile
-from cpuspec.analysis.stats import T_975
+from cpuspec.analysis.stats import t_975
 from cpuspec.results.schema import ResultsError, load_json
 from cpuspec.results.store import results_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Student's t, two-sided 95 % (the 0.975 quantile), by degrees of freedom: the textbook table
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
+         17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069,
+         24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042,
+         40: 2.021, 60: 2.000, 120: 1.980}
+
+
 def test_the_t_quantile_is_the_textbooks():
+    """One t quantile serves the fixed design's 95 % and every sequential look (issue 69)."""
     for df, t in T_975.items():
         assert abs(t_quantile(0.95, df) - t) < 1.5e-3, df
+        assert t_975(df) == t_quantile(0.95, df)
     assert abs(t_quantile(0.99, 10) - 3.169) < 1e-3      # the 0.995 column
     assert abs(t_quantile(0.99, 4) - 4.604) < 1e-3
 
@@ -179,3 +189,24 @@ def test_a_ratio_that_is_no_speed_ratio_counts_in_nothing_and_one_prompt_is_a_ra
     assert out["units"] == 7 and out["state"] == "continue"   # 7 real ratios: not a look
     one = replay([0.7], Design(max_units=1))
     assert one["state"] == "undecided" and one["ci"] is None
+
+
+def test_precision_is_a_flag_recorded_in_the_run_and_said_on_the_screen(tiny_models, tmp_path):
+    """Issue 69 item 6: --precision sets the width within which a task stops as "no
+    difference"; the run records it, the design reads it back, the screen says it; --fixed
+    refuses it (nothing stops early there)."""
+    from click.testing import CliRunner
+
+    from cpuspec.analysis.sequential import Design
+    from cpuspec.cli.main import main
+    args = ["bench", "--target", str(tiny_models["target"]), "--threads", "1",
+            "--max-tokens", "16", "-k", "4", "--prompts-per-task", "5", "--warmup", "0",
+            "--tasks", "json", "--policy", "static", "--drafter", "lookup"]
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(main, [*args, "--precision", "0.3", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    seq = load_json(out)["settings"]["sequential"]
+    assert seq["precision"] == 0.3 and Design.of(seq, 5).precision == 0.3
+    assert "'no difference' once within ±30 %" in " ".join(res.output.split())
+    res = CliRunner().invoke(main, [*args, "--fixed", "--precision", "0.3"])
+    assert res.exit_code == 2 and "--precision is the sequential design's" in res.output

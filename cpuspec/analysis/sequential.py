@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
-from cpuspec.analysis.stats import MIN_CI_UNITS
+from cpuspec.analysis.stats import MIN_CI_UNITS, t_interval, t_quantile  # noqa: F401
 
 LOOKS = (5, 8, 12, 16, 24, 32)
 ALPHA = 0.05
@@ -57,39 +56,6 @@ class Design:
         return 1.0 - self.alpha / max(len(self.looks), 1)
 
 
-def _t_abs_cdf(t: float, df: int) -> float:
-    """P(|T| < t) for Student's t with integer df (Abramowitz & Stegun 26.7.3-4)."""
-    theta = math.atan(t / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2 == 0:
-        term = total = 1.0
-        for k in range(2, df, 2):
-            term *= c2 * (k - 1) / k
-            total += term
-        return s * total
-    if df == 1:
-        return 2.0 * theta / math.pi
-    term = total = math.cos(theta)
-    for k in range(3, df, 2):
-        term *= c2 * (k - 1) / k
-        total += term
-    return 2.0 / math.pi * (theta + s * total)
-
-
-@lru_cache(maxsize=None)
-def t_quantile(level: float, df: int) -> float:
-    """The two-sided quantile t with P(|T| < t) = level, by bisection (to 1e-10)."""
-    if df < 1 or not 0.0 < level < 1.0:
-        raise ValueError("a t quantile needs df ≥ 1 and a level in (0, 1)")
-    lo, hi = 0.0, 1.0
-    while _t_abs_cdf(hi, df) < level:
-        hi *= 2.0
-    while hi - lo > 1e-10:
-        mid = (lo + hi) / 2.0
-        lo, hi = (mid, hi) if _t_abs_cdf(mid, df) < level else (lo, mid)
-    return (lo + hi) / 2.0
-
-
 def look(ratios, design: Design) -> dict:
     """The verdict after len(ratios) units: the ratio, the design's interval, and whether
     (and why) the task stops here. Between looks nothing is decided ("continue")."""
@@ -105,9 +71,9 @@ def look(ratios, design: Design) -> dict:
     if n < MIN_CI_UNITS:   # a limit below 5 units: a range, never an interval
         out["state"] = "undecided"
         return out
-    h = t_quantile(design.level, n - 1) * float(logs.std(ddof=1)) / math.sqrt(n)
-    m = float(logs.mean())
-    out["ci"] = [math.exp(m - h), math.exp(m + h)]
+    m, lo, hi = t_interval(logs, design.level)     # the one interval, at the look's level
+    h = hi - m
+    out["ci"] = [math.exp(lo), math.exp(hi)]
     if m - h > 0:
         out["state"] = "faster"
     elif m + h < 0:

@@ -8,6 +8,7 @@ runs a results file keeps, so an old file is summarised again by newer code.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -78,35 +79,61 @@ def paired_units(raw: list[dict], sd: list[dict]) -> np.ndarray:
 # standard error is too rough to call anything 95 %.
 MIN_CI_UNITS = 5
 
-# Student's t, two-sided 95 % (the 0.975 quantile), by degrees of freedom: the textbook table.
-# At n = 5 units (4 df) it is 2.776, where 1.96 would make the interval 29 % too narrow.
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
-         17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069,
-         24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042}
-Z_975 = 1.959964
-
 # What every printer's legend says the interval is.
 INTERVAL_LEGEND = ("95 % t-interval over prompts (geometric mean of per-prompt speedups; "
                    f"a range below {MIN_CI_UNITS} prompts)")
 
 
+# Student's t, exact (at n = 5 units, 4 df, the 0.975 quantile is 2.776, where 1.96 would make
+# the interval 29 % too narrow).
+def _t_abs_cdf(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with integer df (Abramowitz & Stegun 26.7.3-4)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2 == 0:
+        term = total = 1.0
+        for k in range(2, df, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        return s * total
+    if df == 1:
+        return 2.0 * theta / math.pi
+    term = total = math.cos(theta)
+    for k in range(3, df, 2):
+        term *= c2 * (k - 1) / k
+        total += term
+    return 2.0 / math.pi * (theta + s * total)
+
+
+@lru_cache(maxsize=None)
+def t_quantile(level: float, df: int) -> float:
+    """The two-sided quantile t with P(|T| < t) = level, by bisection (to 1e-10): the one t
+    quantile of every interval here (the fixed design's 95 %, a sequential look's 1 − α/K)."""
+    if df < 1 or not 0.0 < level < 1.0:
+        raise ValueError("a t quantile needs df ≥ 1 and a level in (0, 1)")
+    lo, hi = 0.0, 1.0
+    while _t_abs_cdf(hi, df) < level:
+        hi *= 2.0
+    while hi - lo > 1e-10:
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if _t_abs_cdf(mid, df) < level else (lo, mid)
+    return (lo + hi) / 2.0
+
+
 def t_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with df degrees of freedom: the table to 30, then
-    the Cornish-Fisher expansion in 1/df (within 1e-4 of the exact value there)."""
+    """The 0.975 quantile of Student's t with df degrees of freedom (a 95 % interval)."""
     if df < 1:
         raise ValueError("a t quantile needs at least 1 degree of freedom")
-    if df in T_975:
-        return T_975[df]
-    z = Z_975
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+    return t_quantile(0.95, df)
 
 
-def t_interval(xs: list[float] | np.ndarray) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of xs and its 95 % t-interval (xs: ≥ 2 independent units)."""
+def t_interval(xs: list[float] | np.ndarray, level: float = 0.95
+               ) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of xs and its t-interval at `level` (95 % unless a
+    sequential look asks for its 1 − α/K; xs: ≥ 2 independent units)."""
     xs = np.asarray(xs, dtype=float)
     m = float(xs.mean())
-    h = t_975(len(xs) - 1) * float(xs.std(ddof=1)) / math.sqrt(len(xs))
+    h = t_quantile(level, len(xs) - 1) * float(xs.std(ddof=1)) / math.sqrt(len(xs))
     return m, m - h, m + h
 
 

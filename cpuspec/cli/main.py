@@ -30,6 +30,7 @@ from cpuspec.machine.hardware import HardwareError, default_threads, detect_hard
 from cpuspec.inputs.registry import ModelError
 from cpuspec.report.tables import render_csv, sweep_rows
 from cpuspec.analysis.summary import summarize
+from cpuspec.analysis.sequential import PRECISION
 from cpuspec.results.store import results_dir
 from cpuspec.harness.sweep import (SweepError, add_point, plan, point_config,
                                    run_sweep, sweep_document)
@@ -58,7 +59,8 @@ def main(ctx, verbose) -> None:
 
 BENCH_SECTIONS = {
     "Models": ["pair", "target_path", "draft_path", "target_quant", "draft_quant", "drafter"],
-    "What to measure": ["tasks", "prompts_file", "prompts_per_task", "fixed", "max_tokens", "k",
+    "What to measure": ["tasks", "prompts_file", "prompts_per_task", "fixed", "precision",
+                        "max_tokens", "k",
                         "p_min", "n_min",
                         "policies", "depth", "draft_window", "repetitions", "warmup",
                         "temperature", "seed"],
@@ -127,6 +129,10 @@ BENCH_SECTIONS = {
               help="Run every prompt of every task (the fixed design). Without it a task stops "
                    "at the first look (5, 8, 12, 16, 24, 32 prompts) whose interval decides it, "
                    "with intervals that keep 95 % coverage over the looks (docs/sequential.md).")
+@click.option("--precision", type=click.FloatRange(0.005, 0.5), default=PRECISION,
+              show_default=True, help="The sequential design stops a task as 'no difference' "
+              "once its interval lies within ± this fraction of its centre (recorded in the "
+              "run); not with --fixed.")
 @click.option("-r", "--repetitions", type=int, default=1, show_default=True,
               callback=positive, help="Times each prompt is run (raw and SD each).")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
@@ -179,9 +185,9 @@ BENCH_SECTIONS = {
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, target_quant, draft_quant, smt, draft_threads, draft_cores, k,
           p_min, n_min, max_tokens, depth, tasks, prompts_file,
-          prompts_per_task, fixed, repetitions, warmup, details, policies, temperature, seed,
-          drafter, draft_window, schedule, adaptive_scope, max_noise, json_path, csv_path, save,
-          force, yes):
+          prompts_per_task, fixed, precision, repetitions, warmup, details, policies,
+          temperature, seed, drafter, draft_window, schedule, adaptive_scope, max_noise,
+          json_path, csv_path, save, force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
 
     \b
@@ -225,21 +231,26 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        draft_threads=draft_threads, temperature=temperature, seed=seed,
                        max_noise=max_noise, adaptive_scope=adaptive_scope, schedule=schedule,
                        draft_window=draft_window, n_min=n_min, argv=["cpuspec", *sys.argv[1:]],
-                       sequential=_design(fixed, repetitions, policies))
+                       sequential=_design(fixed, repetitions, policies, precision))
     if where.is_sweep:
         _sweep(base, where, default_threads(), sink, csv_path)
     else:
         _bench_point(base, where, default_threads(), sink, csv_path, details)
 
 
-def _design(fixed: bool, repetitions: int, policies: list[str]) -> dict | None:
+def _design(fixed: bool, repetitions: int, policies: list[str],
+            precision: float = PRECISION) -> dict | None:
     """The sequential design's settings, or None (every prompt runs): --fixed, repetitions
     (a prompt's repetitions are one unit: the design stops between prompts), or no static
     policy (the verdict it decides is static SD against raw)."""
-    from cpuspec.analysis.sequential import ALPHA, PRECISION
+    from cpuspec.analysis.sequential import ALPHA
+    if fixed and click.get_current_context().get_parameter_source("precision") != \
+            click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--precision is the sequential design's: leave out --fixed "
+                               "(every prompt runs there, nothing stops early)")
     if fixed or repetitions > 1 or "static" not in policies:
         return None
-    return {"alpha": ALPHA, "precision": PRECISION}
+    return {"alpha": ALPHA, "precision": precision}
 
 
 def _bench_prompts(tasks, prompts_file, prompts_per_task, depth) -> list:

@@ -84,7 +84,8 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
                            "a vs 1+α+β"], rows)]
     if beaten:
         lines += screen.wrap("Beaten in tune's race, ×the winner on the same prompts: "
-                             + "; ".join(f"{task} by {m['behind']}, {_vs_winner(m)}"
+                             + "; ".join(f"{task} by {m['behind']}, {_vs_leader(m)} at "
+                                             f"{m.get('at') or m.get('prompts')} prompts"
                                          for task, m in beaten.items()), "  ")
     lines.append("")
     lines += screen.more(source, "the ranking, the fastest per task, predictions, every "
@@ -118,11 +119,6 @@ def _vs_leader(m: dict) -> str:
     v = m.get("vs_leader") or {}
     ci = f" [{v['ci'][0]:.2f}, {v['ci'][1]:.2f}]" if v.get("ci") else ""
     return f"{v.get('ratio') or 0:.2f}×{ci}"
-
-
-def _vs_winner(m: dict) -> str:
-    """A race member stopped as slower: its ratio to the leader, interval, prompts."""
-    return f"{_vs_leader(m)} at {m.get('at') or m.get('prompts')} prompts"
 
 
 def _measured(c: dict, key: str) -> str:

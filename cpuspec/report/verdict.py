@@ -14,6 +14,7 @@ from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import MIN_CI_UNITS
 from cpuspec.analysis.summary import OVERALL
 from cpuspec.results.records import Machine
+from cpuspec.analysis.sequential import PRECISION
 
 TASK_WIDTH = 14   # longer task names (a prompts file's) are cut in the table
 VERDICT = {"faster": "faster", "slower": "slower", "not significant": "no difference"}
@@ -179,9 +180,13 @@ def _legend(results: dict, summary: dict, n_prompts: int) -> str:
            f"(k = {seq['ceiling_k']}), said before the prompts that no acceptance pays: each "
            f"task ran {seq['max_units']} to confirm it" if "ceiling" in seq else
            "each task stopped once decided")
+    precision = seq.get("precision", PRECISION)
+    within = "" if precision == PRECISION else \
+        f"; 'no difference' once within ±{100 * precision:g} %"
     return "\n".join(_wrap(
         f"SD ×raw end to end; {why} (prompts run: {', '.join(stops)}); "
-        f"its {100 * level:.1f} % interval keeps 95 % over every look; SD pays if a > 1 + α + β"))
+        f"its {100 * level:.1f} % interval keeps 95 % over every look{within}; SD pays if "
+        "a > 1 + α + β"))
 
 
 def _measured_flags(settings: dict) -> dict:
