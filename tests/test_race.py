@@ -201,11 +201,25 @@ def test_the_screen_does_not_serve_an_sd_answer_its_race_found_slower():
         assert max(len(line) for line in out.splitlines()) <= 100
         return out, " ".join(out.split())
     out, flat = screen_of("tune_race_r2/race.json.gz")
-    assert "Beaten in tune's race, ×the winner on the same prompts: json by " \
-           "qwen2.5-coder-1.5b-q4_0 (SD off), 0.69× [0.48, 0.99] at 5 prompts; code by " \
+    assert "Beaten in tune's race, × the leader at the look that stopped it, on the same " \
+           "prompts: json by qwen2.5-coder-1.5b-q4_0 (SD off), 0.69× [0.48, 0.99] at 5 prompts; code by " \
            "qwen2.5-coder-1.5b-q4_0 (SD off), 0.59× [0.45, 0.77] at 5 prompts" in flat, out
     assert "serve it" not in out and "llama-server" not in out
     assert "Next: run what beat the SD answer (json, code)" in flat
     out, flat = screen_of("tune_race/race.json.gz")
-    assert "Beaten in tune's race, ×the winner on the same prompts: json by " in flat
+    assert "Beaten in tune's race, × the leader at the look that stopped it, on the same " \
+           "prompts: json by " in flat
     assert "; code by" not in flat and "Next: serve it (code; k = 7;" in flat, out
+
+
+def test_a_member_within_the_precision_is_said_not_separated_from_the_fastest():
+    """Issue 69 item 8: in the first recorded race, raw Q4_K_M stopped within ±5 % of the
+    Q4_0 leader on json: "fastest" there is the leader of a tie, and the report says so."""
+    from click.testing import CliRunner
+
+    from cpuspec.cli.main import main
+    out = CliRunner().invoke(main, ["report", str(
+        ROOT / "bench/results/epyc-family25-model17/tune_race/race.json.gz"), "--details"])
+    flat = " ".join(out.output.split())
+    assert "json: not separated from qwen2.5-coder-1.5b-q4km (SD off) (k -; ±5 %, 0.99× " \
+           "[0.96, 1.01] the leader at 5 prompts)" in flat, out.output

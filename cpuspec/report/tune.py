@@ -83,10 +83,11 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
              screen.table(["task", "target + draft", "k", "measured ×raw", "verdict",
                            "a vs 1+α+β"], rows)]
     if beaten:
-        lines += screen.wrap("Beaten in tune's race, ×the winner on the same prompts: "
-                             + "; ".join(f"{task} by {m['behind']}, {_vs_leader(m)} at "
-                                             f"{m.get('at') or m.get('prompts')} prompts"
-                                         for task, m in beaten.items()), "  ")
+        lines += screen.wrap("Beaten in tune's race, × the leader at the look that stopped "
+                             "it, on the same prompts: " + "; ".join(
+                                 f"{task} by {m['behind']}, {_vs_leader(m)} at "
+                                 f"{m.get('at') or m.get('prompts')} prompts"
+                                 for task, m in beaten.items()), "  ")
     lines.append("")
     lines += screen.more(source, "the ranking, the fastest per task, predictions, every "
                                  "command")
@@ -310,6 +311,21 @@ def _ranking_lines(doc: dict) -> list[str]:
                      disable_numparse=True), ""]
 
 
+def _not_separated(doc: dict) -> list[str]:
+    """The race members that stopped within the precision of the leader: "fastest" there is
+    the leader of a tie, and the one stopped may be as fast or faster (within about twice
+    the precision, its interval's width)."""
+    out = []
+    for task, r in doc["recommendations"].items():
+        ties = [m for m in r.get("race") or [] if isinstance(m, dict)
+                and m.get("state") == "no difference"]
+        if ties:
+            out.append(f"{task}: not separated from " + "; ".join(
+                f"{m['candidate']} (k {m['k'] or '-'}; {WITHIN}, {_vs_leader(m)} the leader "
+                f"at {m.get('at') or m['prompts']} prompts)" for m in ties))
+    return out
+
+
 def _answer_tables(doc: dict, fast: list, sd: list, ref: str, ppl: dict) -> list[str]:
     """The two answer tables, the targets' perplexity and what predicted and measured mean."""
     from tabulate import tabulate
@@ -321,6 +337,7 @@ def _answer_tables(doc: dict, fast: list, sd: list, ref: str, ppl: dict) -> list
             tabulate(fast, headers=["task", "configuration", "k", "predicted ×ref raw",
                                     "measured ×ref raw", "same output", "target perplexity"],
                      disable_numparse=True),
+            *_not_separated(doc),
             "",
             "Where SD pays most, against raw decoding on the same target:",
             tabulate(sd, headers=["task", "target + draft", "k", "predicted ×raw",
