@@ -22,9 +22,12 @@ def pytest_configure(config):
     rebuild with cpuspec's patch). Elsewhere this reads /proc/cpuinfo and returns."""
     from cpuspec.llama import build, native
     try:
-        build.check_build(lambda m: print(m, file=sys.stderr), native.sdist_dir)
-    except (build.BuildCrash, build.BuildError) as exc:
-        pytest.exit(str(exc), returncode=2)
+        state = build.check_build(lambda m: print(m, file=sys.stderr), native.sdist_dir)
+    except (build.BuildCrash, build.BuildError, native.NativeError) as exc:
+        pytest.exit(str(exc).splitlines()[0], returncode=2)
+    if state == "rebuilt" and "llama_cpp" in sys.modules:   # the old library is loaded here
+        os.execv(sys.executable, [sys.executable, "-m", "pytest",
+                                  *config.invocation_params.args])
 
 
 @pytest.fixture(scope="session")

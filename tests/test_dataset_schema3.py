@@ -127,3 +127,24 @@ def test_rows_that_cannot_be_are_passed_over_with_a_count(tmp_path):
     res = run("leaderboard", tmp_path / "ds", "--sql", "SELECT count(*) FROM rows WHERE "
               "row_id LIKE 'bad%'")
     assert res.exit_code == 0 and "0" in res.output.split()
+
+
+def test_a_run_read_from_an_old_and_a_new_file_counts_once_without_a_false_conflict(tmp_path):
+    """The same run exported by a schema-2 cpuspec and by today's: its migrated row has nulls
+    where today's records more, and its interval ends may differ in the 4th digit (the exact t
+    quantile): one row, no "different contents" note, "of" not doubled."""
+    import pyarrow.parquet as pq
+    path, table = export(B, tmp_path / "ds")
+    old = table.drop_columns(["ci_level", "design", "stopped_at", "prompts_planned",
+                              "matrix_engine", "matrix_engine_used"])
+    lows = [None if v is None else v * (1 + 2e-4) for v in old.column("sd_ci_low").to_pylist()]
+    import pyarrow as pa
+    old = old.set_column(old.column_names.index("sd_ci_low"), "sd_ci_low",
+                         pa.array(lows, pa.float64()))
+    pq.write_table(old.replace_schema_metadata({b"cpuspec.dataset_schema": b"2"}),
+                   tmp_path / "ds" / "old.parquet")
+    res = run("leaderboard", tmp_path / "ds")
+    assert res.exit_code == 0, res.output
+    assert "different contents" not in res.output
+    row = next(ln for ln in res.output.splitlines() if "1.42 [1.31, 1.55]" in ln)
+    assert " 2 " in row and " 4 " not in row, row        # B's 2 faster configurations, once

@@ -155,10 +155,12 @@ def test_the_patched_tile_configuration_survives_the_compiler(sdist, tmp_path):
 
     unpatched = read_tile_configs(compile_mmq(ggml_copy(sdist, tmp_path / "orig"),
                                               tmp_path / "orig.o"))
-    assert unpatched and all(r.source.startswith("stack") for r in unpatched)
-    if all(configured_as_ggml_needs(r) for r in unpatched):
-        pytest.skip("this compiler keeps the unpatched stores (GCC 12 drops them)")
-    assert [unpatched[0].rows(t) for t in range(8)] == [0] * 8   # the bug: no tile configured
+    assert unpatched
+    known = [r for r in unpatched if r.source.startswith("stack") and None not in r.data]
+    if not known or all(configured_as_ggml_needs(r) for r in known):
+        pytest.skip("this compiler keeps the unpatched stores, or stores them in a way the "
+                    "replay cannot read (GCC 12.2: a 64-byte zero store and palette 1 only)")
+    assert [known[0].rows(t) for t in range(8)] == [0] * 8   # the bug: no tile configured
 
 
 def test_the_installed_builds_tile_configuration_is_sound():
@@ -171,7 +173,10 @@ def test_the_installed_builds_tile_configuration_is_sound():
     reads = [r for f in libs for r in read_tile_configs(f)]
     if not reads:
         pytest.skip("this build has no AMX kernels (no ldtilecfg): built on a CPU without AMX")
-    assert all(configured_as_ggml_needs(r) for r in reads), reads
+    known = [r for r in reads if None not in r.data]
+    if not known:
+        pytest.skip("the disassembly does not show every byte ldtilecfg loads")
+    assert all(configured_as_ggml_needs(r) for r in known), known
 
 
 # --- the probe, the crash path, the rebuild --------------------------------------------------
@@ -180,8 +185,12 @@ def test_the_probe_decodes_a_batch_through_this_build_in_a_child():
     result = build.probe()
     assert result.ok, result.stderr_tail
     assert "CPU :" in result.system_info and result.buffers
-    assert result.uses_amx is build_uses(MatrixEngine("Intel AMX"), result.system_info) or \
-        not result.uses_amx
+    # the weights reach ggml's AMX buffer exactly where the build has AMX kernels and the
+    # CPU has the engine (then the batch ran on the tiles)
+    engine = matrix_engine()
+    expect = "amx_int8" in engine.features and \
+        build_uses(MatrixEngine("Intel AMX"), result.system_info)
+    assert result.uses_amx is bool(expect), (result.buffers, result.system_info)
 
 
 def test_a_crashing_child_is_reported_by_signal_and_leaves_no_core(tmp_path, monkeypatch):
@@ -221,6 +230,7 @@ def test_a_build_that_dies_gets_one_line_and_exit_2_never_a_traceback(amx_cpu, m
 
 def test_a_build_that_dies_is_rebuilt_once_then_remembered(amx_cpu, monkeypatch):
     monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
+    monkeypatch.setenv(build.REBUILD_ENV, "1")
     rebuilt: list[Path] = []
 
     def fake_rebuild(log, src):     # pip's 5-10 minute build, replaced: the build now works
@@ -241,11 +251,25 @@ def test_a_build_that_dies_is_rebuilt_once_then_remembered(amx_cpu, monkeypatch)
 def test_a_rebuild_that_still_dies_gives_one_line_and_exit_2(amx_cpu, monkeypatch, capsys):
     monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
     monkeypatch.setattr(build, "rebuild", lambda log, src: 1.0)
+    monkeypatch.setattr(native, "sdist_dir", lambda log: Path("/sdist"))   # no download
+    monkeypatch.setenv(build.REBUILD_ENV, "1")
     with pytest.raises(SystemExit) as exc:
         cli_engine.check_llama_build(lambda m: None)
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "still dies (SIGSEGV)" in err[0]
+    # remembered: the next command says so at once and does not rebuild again
+    monkeypatch.setattr(build, "rebuild", lambda log, src: pytest.fail("rebuilt again"))
+    with pytest.raises(build.BuildCrash, match="rebuild of it failed before"):
+        build.check_build(lambda m: None, lambda log: Path("/sdist"))
+
+
+def test_a_child_that_fails_without_a_crash_is_an_error_not_a_rebuild(amx_cpu, monkeypatch):
+    monkeypatch.setattr(build, "PROBE_ARGV", [sys.executable, "-c",
+                                              "import sys; sys.exit('no gguf module')"])
+    monkeypatch.setattr(build, "rebuild", lambda log, src: pytest.fail("rebuilt"))
+    with pytest.raises(build.BuildError, match="not by a signal: no gguf module"):
+        build.check_build(lambda m: None, lambda log: Path("/sdist"))
 
 
 def test_a_failed_pip_build_is_an_error_with_its_output(tmp_path):

@@ -92,6 +92,59 @@ def test_stopped_intervals_keep_their_coverage(max_units):
             (max_units, sd, res)
 
 
+def recorded_residuals() -> list[np.ndarray]:
+    """Each recorded bench task's per-prompt log speedups less their mean (8 or more prompts):
+    the shapes real prompts give, skew and heavy tails included."""
+    from cpuspec.analysis.stats import paired_units, unit_speedups
+    out = []
+    for path in results_files(ROOT / "bench/results", recursive=True):
+        if not path.name.startswith("bench"):
+            continue
+        try:
+            runs = load_json(path).get("runs") or []
+        except ResultsError:
+            continue
+        for task in sorted({r.get("task") for r in runs if r.get("task")}):
+            raw = [r for r in runs if r.get("task") == task and r.get("mode") == "raw"]
+            sd = [r for r in runs if r.get("task") == task and r.get("mode") == "static"]
+            try:
+                logs = np.log(unit_speedups(paired_units(raw, sd)))
+            except (KeyError, TypeError):
+                continue
+            if len(logs) >= 8:
+                out.append(logs - logs.mean())
+    assert len(out) >= 10, len(out)
+    return out
+
+
+def test_coverage_when_prompts_are_drawn_from_the_recorded_ones():
+    """Issue 69 item 7: the simulation above draws normal log-ratios, where a Bonferroni
+    t-interval is exact by theory. Here each unit is drawn (with replacement) from a recorded
+    task's own centred log speedups (18 tasks of 8 prompts: skew and tails as real prompts have
+    them), at true ratios 0.9, 1 and 1.1, 400 runs a task. Measured (seed 69): at a true ratio
+    of 1 the stopped intervals miss 5.9 % (not ≤ 5 %) and say "faster" 3.8 %, "slower" 2.0 %
+    (not ≤ 2.5 % each way): the t-interval at 5 prompts undercovers under skew, and the design's
+    promise holds only approximately there (docs/sequential.md). This test holds that measured
+    level as a bound, so a change that makes it worse fails; the nominal bound stays the
+    normal-draw test's."""
+    rng = np.random.default_rng(69)
+    design = Design(max_units=16)
+    for true in (0.9, 1.0, 1.1):
+        missed = wrong = n = 0
+        for res_logs in recorded_residuals():
+            for _ in range(400):
+                units = np.exp(math.log(true) + rng.choice(res_logs, size=16))
+                res = replay(list(units), design)
+                lo, hi = res["ci"]
+                missed += not lo <= true <= hi
+                wrong += res["state"] == ("faster" if true <= 1 else "slower") or (
+                    true == 1 and res["state"] == "slower")
+                n += 1
+        se = math.sqrt(0.06 * 0.94 / n)
+        assert missed / n <= 0.06 + 3 * se, (true, missed / n)             # measured ≤ 5.9 %
+        assert wrong / n <= (0.06 if true == 1 else 0.025) + 3 * se, (true, wrong / n)
+
+
 def test_the_simulation_can_fail():
     """The same simulation with no correction (each look at 95 %) breaks the 2.5 % bound."""
     rng = np.random.default_rng(7)
@@ -210,3 +263,33 @@ def test_precision_is_a_flag_recorded_in_the_run_and_said_on_the_screen(tiny_mod
     assert "'no difference' once within ±30 %" in " ".join(res.output.split())
     res = CliRunner().invoke(main, [*args, "--fixed", "--precision", "0.3"])
     assert res.exit_code == 2 and "--precision is the sequential design's" in res.output
+
+
+def test_a_sequential_run_draws_each_tasks_order_and_records_the_draw(tiny_models, tmp_path):
+    """Issue 69 item 5: prompts ran in suite order, so every stop at 5 judged the same five
+    prompts. Each sequential run now shuffles each task's prompts with a recorded seed; the
+    results keep the order run (what a replay follows); --fixed keeps the suite's order."""
+    from click.testing import CliRunner
+
+    from cpuspec.cli.main import main
+    from cpuspec.inputs.tasks import load_prompts, shuffled_within_tasks
+    suite = load_prompts(["json", "code"], None, 8)
+    draws = {tuple(p.prompt_id for p in shuffled_within_tasks(suite, s)) for s in range(5)}
+    assert len(draws) > 1
+    for order in draws:
+        assert sorted(order) == sorted(p.prompt_id for p in suite)
+        assert all(i.startswith("json") for i in order[:8])     # tasks stay in order
+    args = ["bench", "--target", str(tiny_models["target"]), "--threads", "1",
+            "--max-tokens", "8", "-k", "2", "--prompts-per-task", "8", "--warmup", "0",
+            "--tasks", "json,code", "--policy", "static", "--drafter", "lookup"]
+    out = tmp_path / "seq.json"
+    assert CliRunner().invoke(main, [*args, "--json", str(out)]).exit_code == 0
+    doc = load_json(out)
+    seed = doc["settings"]["sequential"]["order_seed"]
+    drawn = [p.prompt_id for p in shuffled_within_tasks(suite, seed)]
+    assert [p["prompt_id"] for p in doc["prompts"]] == drawn
+    ran = list(dict.fromkeys(r["prompt_id"] for r in doc["runs"]))
+    assert ran == [i for i in drawn if i in ran]
+    fixed = tmp_path / "fixed.json"
+    assert CliRunner().invoke(main, [*args, "--fixed", "--json", str(fixed)]).exit_code == 0
+    assert [p["prompt_id"] for p in load_json(fixed)["prompts"]] == [p.prompt_id for p in suite]

@@ -44,7 +44,8 @@ def _to_3(table):
     """Schema 2 → 3: `matrix_engine` and `matrix_engine_used` (issue 68), from each row's
     llama_system_info where its build ran an engine, unknown (null) otherwise; and what a row's
     interval is (issue 69): `ci_level`, `design`, `stopped_at`, `prompts_planned` null, since
-    a schema-2 row may hold a fixed run's 95 % interval or a sequential look's 97.5-98.75 %,
+    a schema-2 row may hold a fixed run's 95 % interval or a sequential look's 1 − α/K
+    (95-99.2 %),
     and its "not significant" may be an undecided task (leaderboard says "?")."""
     import pyarrow as pa
     if "matrix_engine" in table.column_names:

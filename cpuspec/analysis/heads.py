@@ -64,12 +64,16 @@ def summarize_heads(doc: dict) -> dict[str, dict]:
                 if verify else None
             drafts = sum(s["drafted"] for s in sd) / verify if verify else None
             cost = round_s / t_raw if round_s and t_raw else None
+            a = 1 + sum(s["accepted"] for s in sd) / verify if verify else None
+            broken = _impossible(a, cost, drafts, (doc.get("settings") or {}).get("k"))
+            if broken:     # the server's counters cannot be right: no figure from them
+                a = cost = drafts = None
             b = beta_at(doc, drafts)
             points.append({
                 "length": length, "prompts": len(pairs),
                 "e2e": ratio_stats([_tok_s(s, "e2e") / _tok_s(r, "e2e") for r, s in pairs]),
                 "decode": ratio_stats([_tok_s(s, "dec") / _tok_s(r, "dec") for r, s in pairs]),
-                "a": 1 + sum(s["accepted"] for s in sd) / verify if verify else None,
+                "a": a, "impossible": broken,
                 "verify_steps": verify, "plain_steps": plain, "round_cost": cost,
                 "drafts_per_round": drafts, "beta": b, "t_plain_s": t_raw,
                 "alpha": cost - 1 - b if cost is not None and b is not None else None})
@@ -80,6 +84,21 @@ def summarize_heads(doc: dict) -> dict[str, dict]:
                       "round_cost": statistics.median(costs) if costs else None,
                       "alpha": statistics.median(alphas) if alphas else None}
     return out
+
+
+def _impossible(a: float | None, cost: float | None, drafts: float | None,
+                k: int | None) -> str | None:
+    """Why a point's counters cannot be a server's (a broken /metrics, a mangled file): a
+    round keeping more than k + 1 tokens or fewer than 1, more drafts than k, a round that
+    cost nothing or less; None when they can."""
+    tol = 1e-9
+    if a is not None and (a < 1 - tol or (k and a > k + 1 + tol)):
+        return f"a = {a:.2f} tokens a round, outside [1, k + 1]"
+    if drafts is not None and k and drafts > k + tol:
+        return f"{drafts:.2f} drafts a round, more than k = {k}"
+    if cost is not None and cost <= 0:
+        return f"a round's cost of {cost:.2f} plain decodes"
+    return None
 
 
 def _probe(doc: dict) -> dict[int, float]:

@@ -112,12 +112,52 @@ def screen_rows(table):
         notes += [f"{n} row{'s' if n > 1 else ''} with {why}" for n, (_, why) in
                   zip(counts, tests) if n]
     if "row_id" in cols:
-        n = con.execute("SELECT count(*) FROM (SELECT row_id FROM d WHERE row_id IS NOT NULL "
-                        "GROUP BY row_id HAVING count(*) > 1)").fetchall()[0][0]
+        n = _one_row_per_id(con, table.column_names)
         if n:
             notes.append(f"{n} row id{'s' if n > 1 else ''} published with different "
                          "contents: every version kept, none trusted over another")
     return con.table("d").to_arrow_table(), notes
+
+
+def _same_row(a: dict, b: dict) -> bool:
+    """Two rows of one id that agree wherever both have a value (an older schema's row has
+    nulls where a newer one records more; floats to 1e-3, what two cpuspec versions' t
+    quantiles may differ by)."""
+    for c, x in a.items():
+        y = b.get(c)
+        if x is None or y is None or x == y:
+            continue
+        if isinstance(x, float) and isinstance(y, float) and \
+                abs(x - y) <= 1e-3 * max(abs(x), abs(y)):
+            continue
+        return False
+    return True
+
+
+def _one_row_per_id(con, names: list[str]) -> int:
+    """Rows of one id that agree (_same_row) are one row, the one with the most values kept;
+    ids whose rows disagree keep them all: their count is returned."""
+    con.execute("CREATE OR REPLACE TABLE d AS SELECT *, row_number() OVER () AS cpuspec_i "
+                "FROM d")
+    dup = con.execute("SELECT * FROM d WHERE row_id IN (SELECT row_id FROM d WHERE row_id IS "
+                      "NOT NULL GROUP BY row_id HAVING count(*) > 1) ORDER BY row_id, "
+                      "cpuspec_i").fetchall()
+    groups: dict[str, list[dict]] = {}
+    for r in dup:
+        row = dict(zip([*names, "cpuspec_i"], r))
+        groups.setdefault(row["row_id"], []).append(row)
+    drop, conflicts = [], 0
+    for rows in groups.values():
+        body = [{c: v for c, v in r.items() if c != "cpuspec_i"} for r in rows]
+        if all(_same_row(a, b) for i, a in enumerate(body) for b in body[i + 1:]):
+            best = max(rows, key=lambda r: sum(v is not None for v in r.values()))
+            drop += [r["cpuspec_i"] for r in rows if r is not best]
+        else:
+            conflicts += 1
+    if drop:
+        con.execute(f"DELETE FROM d WHERE cpuspec_i IN ({', '.join(map(str, drop))})")
+    con.execute("ALTER TABLE d DROP COLUMN cpuspec_i")
+    return conflicts
 
 
 def locked(table):
@@ -131,18 +171,53 @@ def locked(table):
     # also in the source) is one row
     con.execute("CREATE TABLE rows AS SELECT DISTINCT * FROM loaded_rows")
     con.unregister("loaded_rows")
-    for setting in ("temp_directory = ''", "enable_external_access = false", "autoinstall_known_extensions = false",
+    for setting in (f"memory_limit = '{QUERY_MEMORY}'", "temp_directory = ''",
+                    "enable_external_access = false", "autoinstall_known_extensions = false",
                     "autoload_known_extensions = false", "lock_configuration = true"):
         con.execute(f"SET {setting}")
     return con
 
 
-def query(table, sql: str) -> tuple[list[str], list[tuple]]:
-    """Any SQL over the rows (named `rows`), on a locked database: column names and rows."""
-    res = locked(table).execute(sql)
-    if res.description is None:
-        return [], []
-    return [d[0] for d in res.description], res.fetchall()
+# A query is the user's: it may ask for 10^14 rows. At most this many are read back, DuckDB
+# holds at most QUERY_MEMORY, and Ctrl-C interrupts it (it runs off the main thread).
+MAX_QUERY_ROWS = 100_000
+QUERY_MEMORY = "1GB"
+
+
+class QueryTooLarge(ValueError):
+    """A query's result passed MAX_QUERY_ROWS rows."""
+
+
+def query(table, sql: str, max_rows: int = MAX_QUERY_ROWS) -> tuple[list[str], list[tuple]]:
+    """Any SQL over the rows (named `rows`), on a locked database: column names and rows (at
+    most max_rows: QueryTooLarge past that). Ctrl-C interrupts DuckDB and raises
+    KeyboardInterrupt; DuckDB's own errors (out of memory included) are raised as they are."""
+    import threading
+    con = locked(table)
+    out: dict = {}
+
+    def work() -> None:
+        try:
+            res = con.execute(sql)
+            out["cols"] = [d[0] for d in res.description] if res.description else []
+            out["rows"] = res.fetchmany(max_rows + 1) if res.description else []
+        except Exception as exc:   # handed to the caller's thread
+            out["error"] = exc
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        con.interrupt()
+        worker.join(5)
+        raise
+    if "error" in out:
+        raise out["error"]
+    if len(out["rows"]) > max_rows:
+        raise QueryTooLarge(f"the query returns more than {max_rows:,} rows: add a LIMIT, or "
+                            "aggregate (count, avg, GROUP BY)")
+    return out["cols"], out["rows"]
 
 
 def board(table, where: str | None = None) -> list[dict]:

@@ -6,11 +6,31 @@ import click
 from cpuspec.cli.log import close_log
 
 from cpuspec.report.advice import advise, render_advice
+from cpuspec.results.schema import ResultsError
 from cpuspec.report.tables import render_audit, render_details, render_noise, render_table
 from cpuspec.analysis.stats import INTERVAL_LEGEND
 from cpuspec.analysis.summary import noise_report, summarize
 from cpuspec.report.verdict import render_verdict, run_header
 from cpuspec.core.window import describe_window
+
+def _first_screen(results: dict, s: dict, source: str | None) -> None:
+    """The verdict screen: the cost model's advice where the probe can give it (a disturbed
+    probe gives none, said in the warning line), the noise warning, the verdict."""
+    has_static = any(r["mode"] == "static" for r in results["runs"])
+    advice, refused = None, None
+    if results.get("cost_probe") and has_static:
+        try:
+            advice = advise(results)
+        except ResultsError as exc:     # a disturbed probe: no prediction from it
+            refused = str(exc)
+    noise = noise_report(results["runs"])
+    warning = (f"WARNING: {len(noise['prompts'])} noisy prompt(s): their speedups are not "
+               "trustworthy (--details says why and what to do)") if noise["flags"] else None
+    if refused:
+        warning = f"WARNING: {refused}" + (f"; {warning[9:]}" if warning else "")
+    click.echo(run_header(results))
+    click.echo(render_verdict(results, s, advice, source, warning))
+
 
 def print_bench(results: dict, fmt: str = "text", details: bool = False,
                 source: str | None = None) -> None:
@@ -27,13 +47,7 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
         return
     s = summarize(results)
     if not details and fmt == "text":
-        has_static = any(r["mode"] == "static" for r in results["runs"])
-        advice = advise(results) if results.get("cost_probe") and has_static else None
-        noise = noise_report(results["runs"])
-        warning = (f"WARNING: {len(noise['prompts'])} noisy prompt(s): their speedups are not "
-                   "trustworthy (--details says why and what to do)") if noise["flags"] else None
-        click.echo(run_header(results))
-        click.echo(render_verdict(results, s, advice, source, warning))
+        _first_screen(results, s, source)
         return
     k = results["settings"]["k"]
     click.echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
@@ -56,9 +70,12 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
                    "slightly from one-token decoding; flips happen at near-ties):")
         click.echo(diverged)
     if results.get("cost_probe") and any(r["mode"] == "static" for r in results["runs"]):
-        click.echo("\nAdvice from the cost model (every k up to the one measured; decode "
-                   "window):")
-        click.echo(render_advice(advise(results), k))
+        click.echo("\nAdvice (on or off: the measured end-to-end verdict; k* and the "
+                   "predictions: the cost model, every k up to the one measured):")
+        try:
+            click.echo(render_advice(advise(results), k))
+        except ResultsError as exc:
+            click.echo(str(exc))
     q = results.get("quality")
     if q:
         click.echo(f"\nQuality beside the speed: the target's perplexity on the built-in "

@@ -133,12 +133,12 @@ def check_bench_flags(ks, max_tokens, threads, temperature, drafter, policies, a
 def check_size(n_prompts: int, repetitions: int, n_points: int, yes: bool) -> None:
     """Refuse, unless --yes, a bench that would run for hours."""
     if n_prompts * repetitions > MAX_GENERATIONS and not yes:
-        raise click.ClickException(
+        raise click.UsageError(
             f"{n_prompts} prompts × {repetitions} repetition(s) is more than "
             f"{MAX_GENERATIONS} generations per mode (hours of measuring); use "
             "--prompts-per-task to take fewer, or pass --yes to run them all")
     if n_points > MAX_SWEEP_POINTS and not yes:
-        raise click.ClickException(
+        raise click.UsageError(
             f"this sweep has {n_points} points (more than {MAX_SWEEP_POINTS}); each runs the "
             "whole bench. Narrow the lists, or pass --yes to run it anyway")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -54,13 +55,13 @@ def export(runs, out_dir):
     Examples:
       cpuspec export bench/results/epyc-family25-model17/*.json* --out dataset/
     """
-    _publish(_rows(runs), out_dir)
+    _publish(_rows(runs), _destination(out_dir, "--out"))
 
 
 @click.command()
 @click.argument("runs", nargs=-1)
 @click.option("--to", "dest", required=True, metavar="DEST",
-              help="A folder or an fsspec URL: hf://datasets/OWNER/NAME, s3://..., memory://...")
+              help="A folder or an fsspec URL: hf://datasets/OWNER/NAME, s3://...")
 @click.option("--dry-run", is_flag=True, help="Print exactly the rows that would leave the "
               "machine, and send nothing.")
 def publish(runs, dest, dry_run):
@@ -74,6 +75,7 @@ def publish(runs, dest, dry_run):
       cpuspec publish 20261204T0610 --to hf://datasets/me/cpuspec-runs --dry-run
       cpuspec publish run.json --to ~/shared/cpuspec-dataset
     """
+    dest = _destination(dest, "--to")
     rows = _rows(runs)
     if dry_run:
         try:
@@ -87,6 +89,17 @@ def publish(runs, dest, dry_run):
                    f"(dry run: {len(rows)} rows would go to {dest}; nothing was sent)", err=True)
         return
     _publish(rows, dest)
+
+
+def _destination(dest: str, option: str) -> str:
+    """A destination the user named: not empty (that would be the current folder, never
+    asked for), not memory:// (rows written there vanish when the command ends)."""
+    if not dest.strip():
+        raise click.UsageError(f"{option} is empty: name a folder or a URL")
+    if dest.strip().lower().startswith("memory://"):
+        raise click.UsageError(f"{option} {dest}: memory:// vanishes when cpuspec exits; name "
+                               "a folder or a remote URL")
+    return dest
 
 
 def _publish(rows: list[dict], dest: str) -> None:
@@ -138,7 +151,7 @@ def leaderboard(source, where, sql, fmt, plot_path, force):
       cpuspec leaderboard hf://datasets/OWNER/cpuspec-runs --where "isa LIKE '%AVX512%'"
       cpuspec leaderboard --sql "SELECT cpu_name, task, sd_speedup FROM rows LIMIT 5"
     """
-    from cpuspec.analysis.leaderboard import NEEDED, board, query, screen_rows
+    from cpuspec.analysis.leaderboard import NEEDED, QueryTooLarge, board, query, screen_rows
     from cpuspec.report.leaderboard import render_board, render_query
     if sql and (where or plot_path):
         raise click.UsageError("--sql is the whole query: put the condition in it, and plot "
@@ -161,6 +174,15 @@ def leaderboard(source, where, sql, fmt, plot_path, force):
         machines = board(table, where)
     except DatasetError as exc:
         raise click.ClickException(str(exc))
+    except QueryTooLarge as exc:
+        raise click.UsageError(str(exc))
+    except KeyboardInterrupt:
+        # DuckDB's own threads may still be unwinding: leave without finalizing the
+        # interpreter around them (nothing was being written)
+        click.echo("interrupted: the query was stopped", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     except Exception as exc:   # DuckDB's errors: a bad --where/--sql is the user's to fix
         if type(exc).__module__.startswith("duckdb") or "duckdb" in type(exc).__module__:
             raise click.UsageError(f"the query failed: {str(exc).splitlines()[0]}")

@@ -24,8 +24,8 @@ def check_llama_build(say) -> None:
         click.echo(str(exc), err=True)
         sys.exit(2)
     except (build.BuildError, native.NativeError) as exc:
-        click.echo(f"cpuspec: the rebuild with the AMX patch failed: {str(exc).splitlines()[0]}"
-                   f" (the whole output: `{build.FIX_COMMAND}`)", err=True)
+        click.echo(f"cpuspec: the AMX build check failed: {str(exc).splitlines()[0][:300]} "
+                   f"(`{build.FIX_COMMAND}` shows the whole output)", err=True)
         sys.exit(2)
     if state == "rebuilt" and "llama_cpp" in sys.modules:
         build.restart_command()     # the old library is loaded here: run again on the new one

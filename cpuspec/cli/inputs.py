@@ -20,8 +20,8 @@ def prompts_or_exit(tasks, prompts_file, prompts_per_task, default_tasks=None) -
         return load_prompts(tasks, prompts_file, prompts_per_task, default_tasks)
     except UnknownTaskError as exc:
         raise click.BadParameter(str(exc), param_hint="'--tasks'")
-    except PromptsFileError as exc:
-        raise click.ClickException(str(exc))
+    except PromptsFileError as exc:   # the user's file: bad input, exit 2
+        raise click.UsageError(str(exc))
 
 
 def resolve_model(reg, name: str):
@@ -41,17 +41,31 @@ def check_model_name(reg, name: str) -> None:
     if p.suffix == ".gguf" or p.exists():
         check_model_file(p)
     elif name not in reg.models:
-        raise click.ClickException(f"unknown model {name!r}; see `cpuspec models list`, or "
-                                   "give a .gguf file")
+        raise click.UsageError(f"unknown model {name!r}; see `cpuspec models list`, or "
+                               "give a .gguf file")
 
 
 def check_model_file(p: Path | None) -> None:
+    """A model path the user gave: a regular file (exit 2 otherwise, before any work)."""
     if p is None:
         return
     if p.is_dir():
-        raise click.ClickException(f"model file {p} is a folder; pass the .gguf file in it")
+        raise click.UsageError(f"model file {p} is a folder; pass the .gguf file in it")
+    if p.exists() and not p.is_file():
+        raise click.UsageError(f"model file {p} is not a regular file (a pipe or a device?); "
+                               "pass a .gguf file")
     if not p.is_file():
-        raise click.ClickException(f"model file not found: {p}")
+        raise click.UsageError(f"model file not found: {p}")
+
+
+def check_pair(pair: str | None) -> None:
+    """A --pair that models.toml does not know: exit 2 with the known ones, before any work."""
+    if pair is None:
+        return
+    known = registry().pairs
+    if pair not in known:
+        raise click.UsageError(f"unknown pair {pair!r}; known pairs: {', '.join(known)} "
+                               "(`cpuspec models list`)")
 
 
 def refuse_shape_true(p: Path | None) -> None:

@@ -4,7 +4,9 @@ config, call the core, hand the results to a printer (shared helpers: cliutil)."
 from __future__ import annotations
 
 import math
+import os
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -20,7 +22,7 @@ from cpuspec.cli.engine import RUNS_MODELS, check_llama_build, rebuild
 from cpuspec.cli.help import SectionedCommand
 from cpuspec.cli.bench_report import print_bench
 from cpuspec.cli.checks import check_bench_flags, check_depths, check_gate, check_size
-from cpuspec.cli.inputs import check_model_file, prompts_or_exit, refuse_shape_true
+from cpuspec.cli.inputs import check_model_file, check_pair, prompts_or_exit, refuse_shape_true
 from cpuspec.cli.log import configure_log, log
 from cpuspec.cli.options import (cpu_list, finite, policy_list, positive, probabilities,
                                  quant_list, save_options, task_names, values, window_option)
@@ -35,7 +37,7 @@ from cpuspec.results.store import results_dir
 from cpuspec.harness.sweep import (SweepError, add_point, plan, point_config,
                                    run_sweep, sweep_document)
 from cpuspec.report.sweep import headline, render_sweep, sweep_csv
-from cpuspec.inputs.tasks import ALL_TASKS, DEFAULT_TASKS
+from cpuspec.inputs.tasks import ALL_TASKS, DEFAULT_TASKS, shuffled_within_tasks
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,6 +55,10 @@ def main(ctx, verbose) -> None:
       cpuspec models list
     """
     configure_log(verbose)
+    # numerical warnings (a mean of no values: the figure is shown as "-") and matplotlib's
+    # missing glyphs are not the user's to read; every figure they concern says so itself
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
+    warnings.filterwarnings("ignore", message=".*[Gg]lyph.*missing.*")
     if ctx.invoked_subcommand in RUNS_MODELS and not {"-h", "--help"} & set(sys.argv):
         check_llama_build(log)
 
@@ -215,6 +221,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
             "p_cores": p_cores, "e_cores": e_cores, "threads": threads or [0], "k": k,
             "depth": depth, "p_min": p_min}
     check_size(len(prompts), repetitions, math.prod(len(v) for v in axes.values()), yes)
+    check_pair(pair)
     for p in (target_path, draft_path):
         check_model_file(p)
         refuse_shape_true(p)
@@ -222,8 +229,12 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     where = _bench_plan(hw, axes, smt, draft_cores, schedule)
     for note in where.notes:
         log(note)
+    design = _design(fixed, repetitions, policies, precision)   # refused before any file
     sink = prepare_outputs([json_path, csv_path], [prompts_file, target_path, draft_path],
                            force, save, "sweep" if where.is_sweep else "bench", hw.cpu_model)
+    if design is not None:   # a stop at 5 of 16: 5 drawn at random, the draw recorded
+        design["order_seed"] = int.from_bytes(os.urandom(4), "little")
+        prompts = shuffled_within_tasks(prompts, design["order_seed"])
     base = BenchConfig(prompts=prompts, threads=1, max_tokens=max_tokens,
                        repetitions=repetitions, warmup=warmup, pair=pair,
                        target_path=target_path, draft_path=draft_path, policies=policies,
@@ -231,7 +242,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        draft_threads=draft_threads, temperature=temperature, seed=seed,
                        max_noise=max_noise, adaptive_scope=adaptive_scope, schedule=schedule,
                        draft_window=draft_window, n_min=n_min, argv=["cpuspec", *sys.argv[1:]],
-                       sequential=_design(fixed, repetitions, policies, precision))
+                       sequential=design)
     if where.is_sweep:
         _sweep(base, where, default_threads(), sink, csv_path)
     else:
@@ -267,10 +278,8 @@ def _bench_plan(hw, axes: dict, smt: bool, draft_cores, schedule: str):
     """Every point's core selection, checked before anything runs."""
     try:
         return plan(hw, axes, smt, draft_cores, schedule)
-    except SweepError as exc:
+    except (SweepError, HardwareError) as exc:   # cores this machine does not have: exit 2
         raise click.UsageError(str(exc))
-    except HardwareError as exc:
-        raise click.ClickException(str(exc))
 
 
 def _bench_point(base, where, fallback_threads: int, sink, csv_path, details=False) -> None:

@@ -13,8 +13,8 @@ from cpuspec.llama import native
 from cpuspec.harness import paths as core
 from cpuspec.harness.bench import BenchConfig, environment, resolve_models
 from cpuspec.cli.checks import check_depths, check_limits, check_spec_files
-from cpuspec.cli.inputs import (check_model_file, check_model_name, prompts_or_exit,
-                                refuse_shape_true, registry, resolve_model)
+from cpuspec.cli.inputs import (check_model_file, check_model_name, check_pair,
+                                prompts_or_exit, refuse_shape_true, registry, resolve_model)
 from cpuspec.cli.log import log
 from cpuspec.cli.options import (finite, positive, save_options, task_list, task_names, values,
                                  window_option)
@@ -39,8 +39,8 @@ from cpuspec.report.tune import render_tune
 # What the matrix engine changes for SD, by whether the build uses it (None: no ggml kernels).
 MATRIX_CONSEQUENCE = {
     "none": "(a batched verify runs on the vector units: `cpuspec costs` measures its price)",
-    True: "(a batched verify runs on the tile unit: β is small; `cpuspec costs` measures it)",
-    False: "(this build leaves it off, so a batched verify costs as without it: "
+    True: "(a batched verify runs on the tile unit; `cpuspec costs` measures what β is)",
+    False: "(this build leaves it off, so a batched verify runs on the vector units: "
            "`cpuspec rebuild`, with CMAKE_ARGS unset, builds llama-cpp-python with it)",
     None: "(ggml's CPU kernels do not use it: a BLAS build may)",
 }
@@ -121,11 +121,10 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
             cpus = select_cpus(hw, p_cores=hw.physical_cores_in_affinity, smt=smt) \
                 if hw.hybrid == "not hybrid" else sorted(hw.affinity)
     except HardwareError as exc:
-        raise click.ClickException(str(exc))
+        raise click.UsageError(str(exc))
     threads = threads or max(1, len(cpus) - 1)
     if threads > len(cpus):
-        raise click.ClickException(f"--threads {threads} is more than the {len(cpus)} chosen "
-                                   "CPUs")
+        raise click.UsageError(f"--threads {threads} is more than the {len(cpus)} chosen CPUs")
     for p in (target_path, draft_path):
         check_model_file(p)
     sink = prepare_outputs([json_path], [target_path, draft_path], force, save,
@@ -208,6 +207,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     whatif = (_size_list(sizes, target_path, draft_path is None and drafts is None),
               _quant_list(quants)) if sizes is not None \
         else None   # --sizes '' is refused there, never the plain curve
+    check_pair(pair)
     for p in (target_path, draft_path):
         check_model_file(p)
     hw = detect_hardware()
@@ -287,13 +287,13 @@ def _pair_list(pairs: str, target_path, draft_path) -> dict[str, str]:
 def _profiles(ref: str) -> dict:
     """--acceptance RUN: the per-position acceptance per task of a saved bench run."""
     from cpuspec.analysis.whatif import acceptance_profiles
-    from cpuspec.results.schema import load_json
+    from cpuspec.results.schema import read_json
     from cpuspec.results.store import OutputError, resolve_run, run_id
     try:
         path = resolve_run(ref)
-        doc = load_json(path)
+        doc = read_json(path)      # a regular file of a schema this reads, or refused
     except (OutputError, OSError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="'--acceptance'")
+        raise click.BadParameter(str(exc).splitlines()[0], param_hint="'--acceptance'")
     settings = doc.get("settings") if isinstance(doc, dict) else None
     if not isinstance(settings, dict) or doc.get("kind", "bench") != "bench" or \
             not doc.get("runs") or settings.get("drafter", "model") != "model":
@@ -302,11 +302,15 @@ def _profiles(ref: str) -> dict:
                                  param_hint="'--acceptance'")
     try:
         profiles = acceptance_profiles(doc)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        profiles = {}
+    except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        profiles = {}      # a damaged or foreign record: nothing to borrow
     if not profiles:
         raise click.BadParameter(f"{ref}: no speculative rounds to read acceptance from",
                                  param_hint="'--acceptance'")
+    if not doc.get("complete", True):
+        n = len({r.get("prompt_id") for r in doc["runs"] if isinstance(r, dict)})
+        log(f"--acceptance: {ref} was {doc.get('ended') or 'cut short'} after {n} prompt(s): "
+            "its acceptance is borrowed as it stands, thinner than a whole run's")
     return {"run": run_id(path), "pair": doc["settings"].get("pair"),
             "k": doc["settings"].get("k"), "profiles": profiles}
 
@@ -446,7 +450,7 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
         if llama_bin is not None:   # a folder the user named must hold them: no fallback
             lacking = [t for p in wanted for t in need[p] if not (llama_bin / t).is_file()]
             if lacking:
-                raise native.NativeError(
+                raise click.UsageError(
                     f"{llama_bin} has no {', '.join(lacking)}; build llama.cpp's tools there, "
                     "run `cpuspec paths --build-native`, or leave the path out of --paths")
         bin_dir = llama_bin or built or native.find_bin_dir(None, [t for p in wanted
@@ -552,6 +556,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
                                "--paths)")
     threads = threads or default_threads()
     check_limits([k], max_tokens, [threads], None)
+    check_pair(pair)
     reg = registry()
     names = [target or reg.pair(pair).target] + ([] if drafter == "lookup" else
                                                  [draft or reg.pair(pair).draft])
@@ -694,8 +699,9 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
 def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[str]]:
     """--targets and --drafts as lists of names, each checked before minutes of fetching or
     deriving."""
-    names = {"targets": [x.strip() for x in targets.split(",") if x.strip()],
-             "drafts": [x.strip() for x in drafts.split(",") if x.strip()]}
+    # each name once: a name given twice would be measured twice and raced against itself
+    names = {"targets": list(dict.fromkeys(x.strip() for x in targets.split(",") if x.strip())),
+             "drafts": list(dict.fromkeys(x.strip() for x in drafts.split(",") if x.strip()))}
     for option, given in (("--targets", targets), ("--drafts", drafts)):
         if not names[option.removeprefix("--")]:
             raise click.BadParameter(f"{given!r} names no model; e.g. "
@@ -706,9 +712,10 @@ def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[
         raise click.UsageError("--draft-window needs a draft model in --drafts (a model or "
                                "hybrid:MODEL); lookup reads the whole prompt at no cost")
     for n in names["drafts"]:
-        if n.startswith("hybrid:") and not n.removeprefix("hybrid:").strip():
-            raise click.BadParameter(f"{n!r} names no draft model; e.g. "
-                                     "hybrid:qwen2.5-coder-0.5b-q4_0", param_hint="'--drafts'")
+        if n.startswith("hybrid:") and n.removeprefix("hybrid:").strip() in ("", "lookup"):
+            raise click.BadParameter(f"{n!r} names no draft model (the hybrid is prompt lookup "
+                                     "backed by one); e.g. hybrid:qwen2.5-coder-0.5b-q4_0",
+                                     param_hint="'--drafts'")
     for n in names["targets"] + [n.removeprefix("hybrid:") for n in names["drafts"]
                                  if n != "lookup"]:
         check_model_name(reg, n)

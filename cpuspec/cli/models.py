@@ -220,12 +220,35 @@ def models_shape(name, quant, given_tokenizer, mix):
                 raise ShapeError("gpt-oss has one quant rule (MXFP4_MOE): leave --mix out")
             quant = (quant or only_quant(shape) or "Q4_K_M").upper()
             quant_types(shape, quant)   # a bad quant is said before any fetch
+            if given_tokenizer is not None:
+                _check_tokenizer_file(given_tokenizer)
+        except ShapeError as exc:    # a name, a quant or a tokenizer the user gave: exit 2
+            raise click.UsageError(str(exc))
+        try:
             tokenizer = given_tokenizer or tokenizer_file(shape.arch, log)
             path = write_shape_true(shape, quant, tokenizer,
                                     psutil.virtual_memory().total, log)
         except (ShapeError, ModelError) as exc:
             raise click.ClickException(str(exc))
     click.echo(str(path))
+
+
+def _check_tokenizer_file(path: Path) -> None:
+    """--tokenizer: a regular GGUF file with a tokenizer (tokenizer.ggml.model), before any
+    write: anything else would be copied into a file llama.cpp cannot load."""
+    from cpuspec.inputs.shapes import ShapeError
+    from cpuspec.llama.gguf_meta import read_meta
+    if not path.is_file():
+        raise ShapeError(f"--tokenizer {path}: not a regular file")
+    try:
+        meta = read_meta(path)
+    except Exception as exc:   # gguf-py's reader raises what a damaged file makes it
+        raise ShapeError(f"--tokenizer {path}: not a readable GGUF file "
+                         f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})"
+                         ) from None
+    if "tokenizer.ggml.model" not in meta:
+        raise ShapeError(f"--tokenizer {path}: a GGUF without a tokenizer (no "
+                         "tokenizer.ggml.model field)")
 
 
 # the pinned Qwen2.5 file whose tokenizer a shape-true file carries; a Gemma 3's, the real

@@ -30,9 +30,10 @@ def prepare_outputs(outputs: list[Path | None], inputs: list[Path | None], force
 
 @contextlib.contextmanager
 def guarded(sink=None):
-    """Ctrl-C and SIGTERM end the command within a decode (see interrupt.py) with what it
-    finished: the last results written by the sink stay (marked "complete": false, "ended":
-    "interrupted"), the message says where, and the exit code is 130. A command that fails
+    """Ctrl-C, SIGTERM and SIGHUP end the command within a decode (see interrupt.py) with
+    what it finished: the last results written by the sink stay (marked "complete": false,
+    "ended": "interrupted"), the message says where, and the exit code is the shell's for the
+    signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). A command that fails
     on an error keeps its results the same way, marked "ended": "failed: …". However the
     command ends, a saved run that never got any results is removed rather than left
     empty."""
@@ -45,7 +46,7 @@ def guarded(sink=None):
             sink.discard_unwritten()
         click.echo(f"interrupted: {sink.kept() if sink is not None else 'nothing was saved'}",
                    err=True)
-        sys.exit(130)
+        sys.exit(interrupt.exit_code())
     except click.ClickException as exc:
         if sink is not None:
             sink.mark_ended(f"failed: {exc.format_message().splitlines()[0][:300]}")

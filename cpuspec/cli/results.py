@@ -1,6 +1,7 @@
 """The commands that read results files: advise, report, compare, plot, runs."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from pathlib import Path
@@ -9,7 +10,8 @@ import click
 
 from cpuspec.core.commands import SERVER, invocations
 from cpuspec.report import screen
-from cpuspec.report.advice import advise as advise_results, render_advice, render_advice_screen
+from cpuspec.report.advice import (advise as advise_results, on_k, render_advice,
+                                   render_advice_screen)
 from cpuspec.cli.bench_report import print_bench
 from cpuspec.cli.loading import load_results, reads_results, run_names
 from cpuspec.cli.log import log
@@ -75,7 +77,8 @@ def advise(run, as_json, details):
     models, settings = results.get("models") or {}, results["settings"]
     target = (models.get("target") or {}).get("path")
     draft = (models.get("draft") or {}).get("path")
-    on = {task: a["k_best"] for task, a in advice.items() if a["verdict"] == "ON"}
+    on = {task: on_k(a, results["settings"]["k"]) for task, a in advice.items()
+          if a["verdict"] == "ON"}
     if target and on:
         for k_best in sorted(set(on.values())):
             tasks = ", ".join(t for t, k in on.items() if k == k_best)
@@ -114,7 +117,7 @@ def _advise_screen(results: dict, advice: dict, ref: str) -> str:
     target = (models.get("target") or {}).get("path")
     draft = (models.get("draft") or {}).get("path")
     # in llama-server: its own k where a saved paths run priced its rounds (server_k.py)
-    on = {task: (a.get("server") or {}).get("k_server", a["k_best"])
+    on = {task: (a.get("server") or {}).get("k_server", on_k(a, settings["k"]))
           for task, a in advice.items() if a["verdict"] == "ON"
           and (task != OVERALL or len(advice) == 1)}
     off = [t for t, k in on.items() if k == 0]
@@ -344,8 +347,9 @@ def _check_workloads(diff: list[str], force: bool, what: str) -> None:
               help="Folder for the PNG and SVG files (created if missing).")
 @click.option("--title", help="A first caption line for every figure, e.g. the machine in "
                               "words ('2-core AMD EPYC (Zen 4) VM').")
+@click.option("--force", is_flag=True, help="Replace figures already in --out.")
 @reads_results
-def plot(runs, out_dir, title):
+def plot(runs, out_dir, title, force):
     """Figures for bench, costs and sweep runs (files or saved-run ids): PNG and SVG.
 
     speedup per task with 95 % intervals; a against 1 + α + β (break-even); the verify-cost
@@ -360,17 +364,29 @@ def plot(runs, out_dir, title):
         raise click.ClickException(PLOT_HINT)
     if not runs:
         raise click.UsageError("give one or more results files or run ids")
+    if not str(out_dir).strip() or str(out_dir) == ".":
+        raise click.UsageError("--out: name a folder for the figures (not the current one)")
     loaded = [load_results(r, bench_only=False) for r in runs]
     if out_dir.exists() and not out_dir.is_dir():
-        raise click.ClickException(f"--out {out_dir} is a file, not a folder")
+        raise click.UsageError(f"--out {out_dir} is a file, not a folder")
+    if not force and out_dir.is_dir() and any(out_dir.glob("*.png")) | any(
+            out_dir.glob("*.svg")):
+        raise click.UsageError(f"--out {out_dir} holds figures already: another folder, or "
+                               "--force to replace them")
+    created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         files = render([res for res, _ in loaded], run_names([p for _, p in loaded]),
                        out_dir, title)
-    except PlotError as exc:
-        raise click.ClickException(str(exc))
-    except OSError as exc:
-        raise click.ClickException(f"cannot write figures to {out_dir}: {exc}")
+        if not files:
+            raise PlotError("nothing in these runs to plot (no generations, points or "
+                            "cost curve)")
+    except (PlotError, OSError) as exc:
+        if created:                       # a folder made for figures that never came
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise click.ClickException(str(exc) if isinstance(exc, PlotError) else
+                                   f"cannot write figures to {out_dir}: {exc}")
     for f in files:
         click.echo(str(f))
 

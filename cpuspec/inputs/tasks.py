@@ -383,3 +383,20 @@ def load_prompts(tasks: list[str] | None, prompts_file: Path | None,
                 f"leave {BUILTIN_PREFIX}{clash[0]} out of --tasks")
         prompts += from_file
     return prompts
+
+
+def shuffled_within_tasks(prompts: list[Prompt], seed: int) -> list[Prompt]:
+    """Each task's prompts in an order drawn from `seed` (recorded in the run), the tasks in
+    their order: under the sequential design a task that stops at 5 of 16 is then judged on
+    5 prompts drawn at random, not on the suite's first five every run (issue 69)."""
+    import random
+    rng = random.Random(seed)
+    by_task: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by_task.setdefault(p.task, []).append(p)
+    out: list[Prompt] = []
+    for group in by_task.values():
+        group = list(group)
+        rng.shuffle(group)
+        out += group
+    return out

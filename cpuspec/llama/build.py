@@ -163,11 +163,14 @@ def known_result() -> dict | None:
         return None
 
 
-def remember(result: ProbeResult, rebuilt: bool) -> None:
+def remember(result: ProbeResult, rebuilt: bool, rebuild_failed: str | None = None) -> None:
+    """What the probe found for this build (and a rebuild that failed: not tried again
+    unasked), under $CPUSPEC_HOME/engine."""
     path = _record_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"ok": result.ok, "uses_amx": result.uses_amx,
+                               "rebuild_failed": rebuild_failed,
                                "system_info": result.system_info,
                                "buffers": result.buffers, "rebuilt_by_cpuspec": rebuilt,
                                "patches": list(PATCHES) if rebuilt else [],
@@ -222,10 +225,17 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
     known = known_result()
     if known is not None and known.get("ok"):
         return "known"
+    if known is not None and known.get("rebuild_failed"):   # tried once: not again unasked
+        raise BuildCrash(f"cpuspec: this llama-cpp-python build dies on this CPU's AMX and "
+                         f"cpuspec's rebuild of it failed before ({known['rebuild_failed']}); "
+                         f"`{FIX_COMMAND}` tries again and shows pip's output")
     result = probe()
     if result.ok:
         remember(result, rebuilt=False)
         return "sound"
+    if result.returncode >= 0:     # an error, not a crash: a rebuild would not help
+        raise BuildError(f"the build check's child process failed (exit {result.returncode}), "
+                         f"not by a signal: {result.stderr_tail.strip()[-400:]}")
     if rebuild_ok is None:
         rebuild_ok = os.environ.get(REBUILD_ENV, "1") != "0"
     if not rebuild_ok:
@@ -234,9 +244,15 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
     log(f"cpuspec: this llama-cpp-python build dies ({how}) in a batched decode on this CPU's "
         f"AMX: a known bug in ggml's tile setup (docs/troubleshooting.md). Rebuilding it with "
         f"cpuspec's fix, once: {REBUILD_TIME}")
-    rebuild(log, sdist(log))
+    try:
+        rebuild(log, sdist(log))
+    except BuildError as exc:
+        remember(result, rebuilt=False, rebuild_failed=str(exc).splitlines()[0][:200])
+        raise
     result = probe()
     if not result.ok:
+        remember(result, rebuilt=True, rebuild_failed=f"the rebuilt build still dies "
+                                                      f"({result.signal_name or result.returncode})")
         raise BuildCrash(crash_line(result, rebuilt=True))
     remember(result, rebuilt=True)
     log(f"cpuspec: the rebuilt llama-cpp-python decodes on AMX"
@@ -246,11 +262,12 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
 
 def rebuild(log: Callable[[str], None], src: Path, pip_argv: list[str] | None = None) -> float:
     """Build llama-cpp-python again from its unpacked sdist `src` with cpuspec's patches and
-    install it in place (pip, $CMAKE_ARGS as the first install took them). Seconds taken."""
+    install it in place (pip; with $CMAKE_ARGS as this shell has them: the first install's are
+    not recorded, so a GPU build must be rebuilt with its CMAKE_ARGS set). Seconds taken."""
     t0 = time.monotonic()
     apply_patches(src, log)
     argv = pip_argv or [sys.executable, "-m", "pip", "install", "--no-deps",
-                        "--force-reinstall", "--no-cache-dir", str(src)]
+                        "--force-reinstall", "--no-cache-dir", str(Path(src).resolve())]
     log(f"build: pip install {src.name} with cpuspec's patches ({REBUILD_TIME})")
     with tempfile.TemporaryFile("w+", errors="replace") as out:
         proc = start_child(argv, stdout=out, stderr=subprocess.STDOUT, text=True)

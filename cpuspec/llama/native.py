@@ -41,8 +41,14 @@ class NativeError(RuntimeError):
 
 
 def vendored_version() -> str:
-    import llama_cpp
-    return llama_cpp.__version__
+    """The installed llama-cpp-python's version, from its metadata: importing llama_cpp would
+    load its library, which a rebuild is about to replace."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("llama_cpp_python")
+    except PackageNotFoundError:
+        import llama_cpp
+        return llama_cpp.__version__
 
 
 def build_dir() -> Path:

@@ -158,8 +158,11 @@ class Server:
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             interrupt.check()
-            if self.proc.poll() is not None:
-                raise NativeError(f"{SERVER} exited {self.proc.returncode} before it was up:\n"
+            # seen without reaping it: its pid keeps naming its process group, so stopping it
+            # kills whatever it started there too (a reaped leader's group would be skipped)
+            if interrupt.exited(self.proc):
+                rc = interrupt.stop_child(self.proc)
+                raise NativeError(f"{SERVER} exited {rc} before it was up:\n"
                                   f"{self.log_tail()}")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:

@@ -29,6 +29,14 @@ _MEM = re.compile(r"^(-?0x[0-9a-f]+)?\((%\w+)\)$")
 _BRANCH = re.compile(r"^(j\w+|call\w*|ret\w*|jmp\w*)$")
 _WIDTH = {"b": 1, "w": 2, "l": 4, "q": 8}
 _VEC = {"x": 16, "y": 32, "z": 64}
+# stores of a whole vector register (their width is the register's)
+_FULL_VECTOR_STORES = {"vmovdqa", "vmovdqu", "vmovdqa32", "vmovdqa64", "vmovdqu8",
+                       "vmovdqu16", "vmovdqu32", "vmovdqu64", "vmovaps", "vmovups", "vmovapd",
+                       "vmovupd", "movdqa", "movdqu", "movaps", "movups"}
+# stores of part of a vector register: their bytes are marked unknown
+_PARTIAL_WIDTH = {"movq": 8, "vmovq": 8, "movd": 4, "vmovd": 4, "vmovss": 4, "vmovsd": 8,
+                  "movss": 4, "movsd": 8, "vmovhps": 8, "vmovlps": 8, "vmovhpd": 8,
+                  "vmovlpd": 8}
 
 
 class TileConfigError(RuntimeError):
@@ -118,7 +126,9 @@ def _replay_stores(block: list[tuple[str, str]], base: str, disp: int) -> tuple[
             continue
         dest = _MEM.match(args[-1])
         if not dest:
-            if args[-1].startswith("%") and len(args[-1]) > 3:
+            if "(" in args[-1] and base in args[-1]:   # an indexed or masked store near it
+                mem = [None] * CONFIG_BYTES
+            elif args[-1].startswith("%") and len(args[-1]) > 3:
                 zero.discard(args[-1][2:])    # a register written otherwise
             continue
         if dest.group(2) != base:
@@ -129,11 +139,15 @@ def _replay_stores(block: list[tuple[str, str]], base: str, disp: int) -> tuple[
         if mnemonic.startswith("mov") and mnemonic[-1] in _WIDTH and args[0].startswith("$"):
             width = _WIDTH[mnemonic[-1]]
             value = (int(args[0][1:], 16) & (1 << 8 * width) - 1).to_bytes(width, "little")
-        elif mnemonic.startswith(("vmov", "mov")) and re.match(r"^%[xyz]mm\d+$", args[0]):
+        elif mnemonic in _FULL_VECTOR_STORES and re.match(r"^%[xyz]mm\d+$", args[0]) \
+                and "{" not in ops:
             width = _VEC[args[0][1]]
             value = bytes(width) if args[0][2:] in zero else None
-        else:
-            width = CONFIG_BYTES                # unknown width: everything may have changed
+        elif mnemonic in ("movb", "movw", "movl", "movq") and args[0].startswith("%") \
+                and "mm" not in args[0]:     # a general register's value: not known here
+            width = _WIDTH[mnemonic[-1]]
+        else:    # a partial, masked or other store: its bytes, and what else, are unknown
+            width = _PARTIAL_WIDTH.get(mnemonic, CONFIG_BYTES)
         for i in range(max(at, 0), min(at + width, CONFIG_BYTES)):
             mem[i] = None if value is None else value[i - at]
     return tuple(mem)

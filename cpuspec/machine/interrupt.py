@@ -21,11 +21,23 @@ import threading
 import time
 
 _requested = threading.Event()
+_last_signal: int | None = None     # the signal that asked us to stop (its exit code: 128 + it)
+# What stops a command: Ctrl-C, `kill`/`timeout`, and a terminal that closed.
+STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM,
+                                 getattr(signal, "SIGHUP", None)) if s is not None)
 
 
 def _on_signal(signum, frame):
+    global _last_signal
+    _last_signal = signum
     _requested.set()
     raise KeyboardInterrupt
+
+
+def exit_code() -> int:
+    """The shell's code for the signal that stopped us: 130 for Ctrl-C (and a KeyboardInterrupt
+    of no signal), 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + int(_last_signal or signal.SIGINT)
 
 
 def check() -> None:
@@ -74,7 +86,7 @@ def wait_child(proc, poll_s: float = 0.1, timeout_s: float | None = None) -> int
     so its pid (the group's id) cannot have been given to another process meanwhile."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        while not _exited(proc):
+        while not exited(proc):
             time.sleep(poll_s)
             check()
             if deadline is not None and time.monotonic() > deadline:
@@ -91,7 +103,7 @@ def stop_child(proc) -> int:
     return proc.returncode
 
 
-def _exited(proc) -> bool:
+def exited(proc) -> bool:
     """Whether the child has exited, without reaping it (it stays a zombie, holding its pid)."""
     if not hasattr(os, "waitid"):
         return proc.poll() is not None
@@ -135,12 +147,14 @@ def _quiet_unraisable(previous):
 
 @contextlib.contextmanager
 def handled():
-    """Install the handler for SIGINT and SIGTERM for the duration (main thread only), and
-    forget a stop request on the way out."""
+    """Install the handler for SIGINT, SIGTERM and SIGHUP for the duration (main thread
+    only), and forget a stop request on the way out."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    global _last_signal
+    _last_signal = None
+    previous = {s: signal.signal(s, _on_signal) for s in STOP_SIGNALS}
     previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_unraisable(
         sys.unraisablehook)
     try:

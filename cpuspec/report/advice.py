@@ -8,6 +8,7 @@ from cpuspec.analysis.server_k import server_k
 from cpuspec.analysis.predict import choose_k_by_replay, predict_from_probe, replay_inputs
 from cpuspec.results.records import CostProbe
 from cpuspec.report.tables import fmt_value
+from cpuspec.report.verdict import measured_verdict
 from cpuspec.results.schema import ResultsError
 from cpuspec.analysis.summary import OVERALL, summarize
 
@@ -28,6 +29,10 @@ def advise(results: dict, paths_doc: dict | None = None) -> dict[str, dict]:
     if not probe:
         raise ResultsError("this results file has no cost probe (written by an older cpuspec)")
     costs = CostProbe.of(probe)
+    why = costs.disturbed()
+    if why:
+        raise ResultsError(f"no advice from this run's cost probe: {why}; measure again on a "
+                           "quiet machine (`cpuspec costs` takes seconds)")
     draft_s, verify_s = costs.draft_s, costs.verify_s
     drafter = results["settings"].get("drafter", "model")
     # a gated model drafts 0..k per round: its rounds are replayed, as lookup's are
@@ -64,8 +69,13 @@ def _task_advice(s: dict, k: int, k_best: int, table: list, draft_s: float,
     """The verdict, k*, predicted beside measured, and the acceptance SD would need."""
     feasible = [c for c in table[1:] if c.break_even_acceptance is not None]
     need = min(feasible, key=lambda c: c.break_even_acceptance) if feasible else None
+    # on or off is the run's measured verdict, end to end (the first screen's function); the
+    # cost model's k* stays a prediction beside it, and decides nothing alone
+    measured = measured_verdict(s)
     return {
-        "verdict": "ON" if k_best > 0 else "OFF", "k_best": k_best,
+        "verdict": "ON" if measured == "faster" else "OFF" if measured == "slower"
+        else "UNDECIDED", "measured_verdict": measured,
+        "model_verdict": "ON" if k_best > 0 else "OFF", "k_best": k_best,
         "predicted_speedup_best": table[k_best].predicted_speedup,
         "predicted_speedup_at_k": table[k].predicted_speedup if k < len(table) else None,
         "measured_speedup_at_k": s["sd_decode_speedup"],
@@ -104,9 +114,22 @@ def _beyond_k(survival: list[float], draft_s: float, verify_s: dict, best) -> di
             "try_k_predicted": best_ahead.predicted_speedup if try_k else None}
 
 
-def _advice_cell(a: dict) -> str:
+def on_k(a: dict, k: int) -> int:
+    """The k to serve a task measured faster at k: the cost model's k* where it predicts
+    that SD pays there, else the measured k."""
+    return a["k_best"] if a.get("model_verdict", a["verdict"]) == "ON" and a["k_best"] else k
+
+
+def _advice_cell(a: dict, k: int) -> str:
+    """One task's advice: on or off as measured (end to end, its interval), the cost model's
+    k* or the acceptance it would need beside it."""
     if a["verdict"] == "ON":
-        return f"ON, k = {a['k_best']}"
+        return f"ON, k = {on_k(a, k)}"
+    if a["verdict"] == "UNDECIDED":
+        guess = f"; model: k = {a['k_best']}" if a.get("model_verdict") == "ON" else ""
+        return f"undecided at k = {k}: more prompts{guess}"
+    if a.get("model_verdict") == "ON":
+        return f"OFF (measured slower); model: k = {a['k_best']}"
     if not a.get("break_even_computed", True):
         return "OFF: break-even not computed"
     if a["needed_acceptance_pct"] is None:
@@ -118,11 +141,11 @@ def render_advice_screen(advice: dict, k: int) -> list[str]:
     """One screen's table: per task the cost model's advice, its predicted ×raw at its best
     k and the ×raw measured at the run's k."""
     from cpuspec.report import screen
-    return screen.table(["task", "cost model's advice", "predicted ×raw at k*",
-                         f"measured ×raw k={k}", "acc %"],
-                        [[screen.cut(t, 14), _advice_cell(a),
+    return screen.table(["task", "advice (measured; model)", "predicted ×raw at k*",
+                         f"measured ×raw e2e k={k}", "acc %"],
+                        [[screen.cut(t, 14), _advice_cell(a, k),
                           fmt_value(a["predicted_speedup_best"], ".2f"),
-                          fmt_value(a["measured_speedup_at_k"], ".2f"),
+                          fmt_value(a["measured_e2e_speedup_at_k"], ".2f"),
                           fmt_value(a["acceptance_pct"], ".0f")]
                          for t, a in advice.items()]).splitlines()
 
@@ -132,8 +155,8 @@ def render_advice(advice: dict, k: int) -> str:
     split = any("predicted_e2e_parallel_at_k" in a for a in advice.values())
     rows = []
     for task, a in advice.items():
-        if a["verdict"] == "ON":
-            verdict = f"ON, k = {a['k_best']}"
+        if a["verdict"] in ("ON", "UNDECIDED") or a.get("model_verdict") == "ON":
+            verdict = _advice_cell(a, k)
         elif not a.get("break_even_computed", True):
             t = a.get("terms")
             verdict = ("OFF: " + (f"a = {t['a']:.2f} < 1 + α + β = {t['break_even_a']:.2f} at "
@@ -146,14 +169,16 @@ def render_advice(advice: dict, k: int) -> str:
                        f"(at k = {a['needed_at_k']})")
         rows.append([task, verdict, fmt_value(a["predicted_speedup_best"], ".2f"),
                      fmt_value(a["predicted_speedup_at_k"], ".2f"),
+                     fmt_value(a["measured_e2e_speedup_at_k"], ".2f"),
                      fmt_value(a["measured_speedup_at_k"], ".2f"),
                      fmt_value(a["measured_adaptive_speedup"], ".2f"),
                      fmt_value(a["acceptance_pct"], ".1f")]
                     + ([fmt_value(a.get("predicted_e2e_serial_at_k"), ".2f"),
                         fmt_value(a.get("predicted_e2e_parallel_at_k"), ".2f")] if split else []))
-    table = tabulate(rows, headers=["task", "advice", "predicted ×raw at k*",
-                                   f"predicted ×raw k={k}", f"measured ×raw k={k}",
-                                   "measured adaptive ×raw", "accept %"]
+    table = tabulate(rows, headers=["task", "advice (on/off: measured e2e)",
+                                   "predicted ×raw at k*", f"predicted ×raw k={k}",
+                                   f"measured ×raw e2e k={k}", f"decode-only k={k}",
+                                   "adaptive decode-only", "accept %"]
                     + ([f"e2e serial k={k}", f"e2e parallel k={k}"] if split else []),
                     disable_numparse=True)
     hints = [f"{task}: a longer draft may pay more (the verify-cost curve was probed past k = "

@@ -101,6 +101,11 @@ def render_heads(doc: dict, source: str = "RUN") -> str:
     lines += [screen.table(["drafter", *heads, "a* = 1+α+β" if len(lengths) < 4 else "a*"],
                            rows), ""]
     lines += _beta_alpha_lines(doc, summary)
+    broken = [f"{label.split(' (')[0]} L {p['length']:g}: {p['impossible']}"
+              for label, sm in summary.items() for p in sm["points"] if p.get("impossible")]
+    if broken:
+        lines += screen.wrap("IMPOSSIBLE COUNTERS (llama-server's /metrics or the file): "
+                             + "; ".join(broken) + ". Their a, a* and α are not shown.")
     lines += screen.wrap("L: the synthetic acceptance length asked for; a: the tokens a round "
                          "kept as llama.cpp drew them (few rounds per request: a differs from "
                          "L); a* = 1 + α + β: a round's cost in plain decodes (the SD server's "

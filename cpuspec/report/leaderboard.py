@@ -57,7 +57,7 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
     if any(r.get("sd") and r.get("level") is None for r in rows[:25]):
         lines += screen.wrap("lvl ?: a row of a schema-2 file, which did not record its "
                              "interval's level (a fixed run's 95 % or a sequential look's "
-                             "97.5-98.75 %)")
+                             "1 − α/K, 95-99.2 %)")
     if len(rows) > 25:
         lines.append(f"({len(rows) - 25} more machines: --sql or --where narrows them)")
     if mine is not None:

@@ -98,7 +98,7 @@ def _advice(s: dict, a: dict | None, k: int) -> tuple[str, int | None]:
     if _number(s.get("sd_speedup")) is None:
         return _adaptive_only(s), None
     measured = measured_verdict(s)
-    predicted = a["k_best"] if a and a["verdict"] == "ON" else None
+    predicted = a["k_best"] if a and a.get("model_verdict", a["verdict"]) == "ON" else None
     if measured == "faster":
         other = (f"; the cost model predicts k = {predicted} pays more"
                  if predicted not in (None, k) else "")
@@ -176,9 +176,12 @@ def _legend(results: dict, summary: dict, n_prompts: int) -> str:
     level = next((s["sequential"]["level"] for s in summary.values()
                   if "level" in s.get("sequential", {})), 0.95)
     seq = results["settings"]["sequential"]
+    ran = max((s["sequential"]["planned"] for t, s in summary.items()
+               if t != OVERALL and "planned" in s.get("sequential", {})),
+              default=seq.get("max_units"))
     why = (f"the cost probe's ceiling, {seq['ceiling']:.2f}× at best with every draft accepted "
            f"(k = {seq['ceiling_k']}), said before the prompts that no acceptance pays: each "
-           f"task ran {seq['max_units']} to confirm it" if "ceiling" in seq else
+           f"task ran at most {ran} to confirm it" if "ceiling" in seq else
            "each task stopped once decided")
     precision = seq.get("precision", PRECISION)
     within = "" if precision == PRECISION else \
@@ -218,8 +221,8 @@ def matrix_notice(results: dict) -> str | None:
     if m.matrix_used is not False:
         return None
     return (f"NOTE: this CPU has {m.matrix_engine.name} and this llama.cpp build does not use "
-            f"it, so every batched verify cost more than it needs to: `cpuspec rebuild` "
-            f"(CMAKE_ARGS unset) builds llama-cpp-python with it.")
+            f"it: the verify ran on the vector units. `cpuspec rebuild` (CMAKE_ARGS unset) "
+            f"builds llama-cpp-python with it; bench again to see what it changes.")
 
 
 def render_verdict(results: dict, summary: dict, advice: dict | None,
@@ -230,24 +233,29 @@ def render_verdict(results: dict, summary: dict, advice: dict | None,
     n_prompts = len({r["prompt_id"] for r in results["runs"]})
     lines = [_legend(results, summary, n_prompts), "", verdict_table(summary)]
     adaptive = [f"{task} {s['adaptive_speedup']:.2f}" for task, s in summary.items()
-                if isinstance(s.get("adaptive_speedup"), float)]
+                if _number(s.get("adaptive_speedup")) is not None]
     if adaptive:
         lines += _wrap("Adaptive policy, ×raw (drafts only where it predicts a gain): "
                        + ", ".join(adaptive))
     lines += _band_lines(summary)
     advice_lines, on = _advice_lines(summary, advice, settings["k"])
     ref = source or "RUN"
+    unsaved = source is None
     notice = matrix_notice(results)
     lines += ["", "Advice:", *advice_lines, *(_wrap(warning) if warning else []),
               *(_wrap(notice) if notice else []), ""]
     k = max(set(on.values()), key=list(on.values()).count) if on else None
-    head = f"More on this run (RUN = {ref}):"
+    head = ("More on this run (RUN: a saved run's file or id; this one was not saved, "
+            "--no-save):" if unsaved else f"More on this run (RUN = {ref}):")
     lines += [head] if len(head) <= WIDTH else ["More on this run:", f"  RUN = {ref}"]
     lines += _wrap("  cpuspec report RUN --details (everything measured)"
                    + ("; cpuspec advise RUN (llama-cli, llama-cpp-python); cpuspec paths -k "
                       f"{k} (measured in those stacks)" if on else ""), "    ")
     if on:
         lines += _server_lines(results, k, [t for t, kk in on.items() if kk == k])
+    elif not settings.get("policies"):
+        lines += _wrap("Next: cpuspec bench (without --policy off) measures SD against this raw "
+                       "speed.")
     elif any(measured_verdict(v).endswith("*") for t, v in summary.items() if t != OVERALL):
         lines += _wrap("Next: measure 5 or more prompts per task (cpuspec bench "
                        "--prompts-per-task 5) before turning SD on or off.")

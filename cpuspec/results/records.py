@@ -44,6 +44,23 @@ class CostProbe:
         """T = V(1), a plain decode: the unit every cost is stated in."""
         return self.verify_s[1]
 
+    def disturbed(self) -> str | None:
+        """Why this probe cannot be a machine's costs, or None: a verify of n > 1 tokens
+        timed well under one decode (β < −DISTURBED_BETA: it computes n rows, one at least as
+        dear as the decode; seen after a SIGTERM on a loaded machine, a 3.2 s decode and
+        β = −0.87), or a draft step that took no time."""
+        t = self.verify_s[1]
+        low = [n for n, v in sorted(self.verify_s.items()) if n > 1 and
+               v < (1 - DISTURBED_BETA) * t]
+        if low:
+            n = low[0]
+            return (f"V({n}) = {1e3 * self.verify_s[n]:.1f} ms against V(1) = {1e3 * t:.1f} "
+                    f"ms (β({n - 1}) = {self.verify_s[n] / t - 1:.2f}): a verify cannot cost "
+                    "less than one decode, so the machine was disturbed while it was timed")
+        if not self.draft_s > 0 or not t > 0:
+            return "a decode or draft step timed at no time at all"
+        return None
+
     def prefill_s_per_token(self) -> float:
         """The draft's prefill time per prompt token (0 when the probe did not time it)."""
         return self.draft_prefill_s / self.prompt_tokens if self.prompt_tokens else 0.0
@@ -115,6 +132,11 @@ class CostProbe:
                 "draft_s": self.draft_s,
                 "draft_catchup_samples_s_per_token": self.catchup_samples_s,
                 "draft_catchup_s_per_token": self.catchup_s}
+
+
+# A probe whose verify of n > 1 tokens came out this much cheaper than one decode was timed on
+# a disturbed machine (a flat GPU curve measures β ≈ 0 ± 0.03; 0.10 leaves room for that).
+DISTURBED_BETA = 0.10
 
 
 # ISA flags worth naming, and backends, as llama.cpp's system info spells them.

@@ -296,8 +296,12 @@ class ResultsSink:
     def __call__(self, results: dict) -> None:
         """Write every destination. A write that fails (a full disk, a folder gone) does not
         stop the run: the results stay in memory, the file keeps what it last held, and
-        finish() says so at the end."""
+        finish() says so at the end. A document that measured nothing yet (no generation,
+        point or candidate) is not written: an interrupt before the first leaves no file and
+        a file the user named (--json, --force) as it was."""
         self.last = results
+        if _measured_nothing(results):
+            return
         for p in self.paths:
             try:
                 write_json(results, p)
@@ -340,6 +344,14 @@ class ResultsSink:
             return "nothing was saved" + (f" ({self.failures(False)})" if self.failed else "")
         return (f"{self.written[good[0]]} kept in {', '.join(map(str, good))} "
                 f"(\"complete\": false)")
+
+
+def _measured_nothing(doc: dict) -> bool:
+    """An unfinished document whose lists of measurements (runs, rows, measured) are all
+    empty (documents of other kinds, without such lists, always count as measured)."""
+    lists = [doc[k] for k in ("runs", "rows", "measured", "raw_runs", "points", "ranking")
+             if isinstance(doc.get(k), list)]
+    return bool(lists) and not any(lists) and not doc.get("complete")
 
 
 def _count(doc: dict) -> str:
