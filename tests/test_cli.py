@@ -1,6 +1,7 @@
 """Real CLI invocations: CliRunner, and one subprocess. The bench runs end to end on tiny
 generated models passed with --target/--draft."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -125,7 +126,7 @@ def test_bench_end_to_end_on_tiny_models(tiny_models, tmp_path):
     assert 1 <= s["a"] <= 5 and s["raw_tok_s"] > 0 and s["sd_tok_s"] > 0
     assert len(s["per_position_acceptance_pct"]) == 4
     assert csv_path.read_text().splitlines()[0].startswith("task,raw_tok_s")
-    assert "adaptive: " in res.output and "Advice from the cost model" in res.output
+    assert "adaptive: " in res.output and "Advice (on or off: the measured end-to-end verdict" in res.output
     # The report and advise commands read it back.
     res = run("report", str(out), "--format", "markdown")
     assert res.exit_code == 0 and "| task" in res.output and "adapt t/s" in res.output
@@ -134,8 +135,8 @@ def test_bench_end_to_end_on_tiny_models(tiny_models, tmp_path):
     advice = json.loads(res.output)
     assert set(advice) == {"json", "code", "overall"}
     for a in advice.values():
-        assert a["verdict"] in ("ON", "OFF") and 0 <= a["k_best"] <= 4
-        assert (a["verdict"] == "ON") == (a["k_best"] > 0)
+        assert a["verdict"] in ("ON", "OFF", "UNDECIDED") and 0 <= a["k_best"] <= 4
+        assert (a["model_verdict"] == "ON") == (a["k_best"] > 0)
         assert len(a["table"]) == 5 and a["table"][0]["predicted_speedup"] == 1.0
 
 
@@ -220,7 +221,7 @@ def test_subprocess_bench(tiny_models, tmp_path):
         capture_output=True, text=True, env=dict(os.environ), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "story: SD " in proc.stdout
-    assert "[1/2] story-1" in proc.stderr  # progress goes to stderr
+    assert re.search(r"\[1/2\] story-\d", proc.stderr)  # progress goes to stderr
     assert summarize(json.loads(out.read_text()))["story"]["n_generations"] == 2
     assert "Traceback" not in proc.stderr
     bad = subprocess.run([sys.executable, "-m", "cpuspec", "bench", "--threads", "0"],
@@ -339,7 +340,9 @@ def test_sampling_bench_is_seeded(tiny_models, tmp_path):
     assert outs[0]["settings"]["temperature"] == 0.8 and outs[0]["audit"] == []
     # Same seed, same draws for raw and static. Adaptive picks k from measured timings, so
     # how many random numbers it uses (and so its tokens) can differ from run to run.
-    tokens = [[r["tokens"] for r in o["runs"] if r["mode"] != "adaptive"] for o in outs]
+    # (each prompt's draws: the sequential design draws the prompts' order per run)
+    tokens = [sorted((r["prompt_id"], r["mode"], r["tokens"]) for r in o["runs"]
+                     if r["mode"] != "adaptive") for o in outs]
     assert len(tokens[0]) == 4 and tokens[0] == tokens[1]
 
 

@@ -102,7 +102,7 @@ def test_every_recorded_bench_file_fits_one_screen_and_its_advice_follows_the_nu
 def test_details_keep_everything_the_wide_report_had():
     out = report(ROOT / PAYS, "--details")
     for piece in ("acceptance by draft position", "lossless audit", "adaptive decisions",
-                  "Advice from the cost model"):
+                  "Advice (on or off: the measured end-to-end verdict"):
         assert piece in out
 
 

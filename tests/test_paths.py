@@ -99,7 +99,7 @@ def test_a_named_llama_bin_without_the_programs_is_an_error(tiny_models, tmp_pat
     empty.mkdir()
     res, out = run_paths(tiny_models, tmp_path, "--paths", "cpuspec,llama.cpp", "--llama-bin",
                          str(empty))
-    assert res.exit_code == 1 and "has no llama-speculative-simple" in res.output
+    assert res.exit_code == 2 and "has no llama-speculative-simple" in res.output   # usage
     assert not out.exists()
 
 

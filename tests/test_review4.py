@@ -103,7 +103,7 @@ def test_a_signal_during_models_shape_leaves_no_partial_file(tiny_models, cpuspe
         proc = start(["models", "shape", "1.5b", "--quant", "Q4_0", "--tokenizer",
                       str(tiny_models["target"])])
         took, err = stop_at(proc, "shape-true: writing", sig, delay_s=0.3)
-        check_stopped(proc, took, err)
+        check_stopped(proc, took, err, sig)
         folder = cpuspec_home / "models" / "shape-true"
         assert not list(folder.glob("*.partial")) and not list(folder.glob("*.gguf")), \
             list(folder.iterdir())

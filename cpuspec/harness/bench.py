@@ -11,6 +11,7 @@ import datetime as dt
 import functools
 import os
 import platform
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -510,7 +511,10 @@ def _measure_all(cfg: BenchConfig, gen: Generator, target, draft, target_m, enco
                             "(not timed)")
                     prepare_followup(target, draft, tokens, kept, bool(cfg.policies))
                     held = tokens[:kept]
-                gens, noise = measure_prompt(gen, p, tokens, rep, done, (rep, done), kept)
+                # sampling is seeded by the prompt, not its place in the run: the order is
+                # drawn per run (sequential design), the same --seed draws the same tokens
+                gens, noise = measure_prompt(gen, p, tokens, rep, done,
+                                             (rep, zlib.crc32(p.prompt_id.encode())), kept)
                 # every generation truncated both caches to `kept`: with kept == 0 they
                 # no longer hold any earlier conversation
                 held = tokens[:kept] if kept else None

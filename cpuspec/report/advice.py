@@ -124,12 +124,13 @@ def _advice_cell(a: dict, k: int) -> str:
     """One task's advice: on or off as measured (end to end, its interval), the cost model's
     k* or the acceptance it would need beside it."""
     if a["verdict"] == "ON":
-        return f"ON, k = {on_k(a, k)}"
+        return f"ON, k = {on_k(a, k)}" + ("; model: off" if a.get("model_verdict") == "OFF"
+                                          else "")
     if a["verdict"] == "UNDECIDED":
-        guess = f"; model: k = {a['k_best']}" if a.get("model_verdict") == "ON" else ""
-        return f"undecided at k = {k}: more prompts{guess}"
+        guess = f"; model k = {a['k_best']}" if a.get("model_verdict") == "ON" else ""
+        return f"undecided{guess}"
     if a.get("model_verdict") == "ON":
-        return f"OFF (measured slower); model: k = {a['k_best']}"
+        return f"OFF (slower); model k = {a['k_best']}"
     if not a.get("break_even_computed", True):
         return "OFF: break-even not computed"
     if a["needed_acceptance_pct"] is None:
