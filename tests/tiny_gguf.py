@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cpuspec.llama.probe_model import byte_vocab
+from cpuspec.llama.probe_model import byte_vocab, write_llama_gguf
 
 N_EMBD = 64
 N_HEAD = 4
@@ -94,29 +94,9 @@ def write_model(path: Path, weights: dict[str, np.ndarray], name: str = "tiny",
     if swap_tokens is not None:
         i = swap_tokens
         tokens[i], tokens[i + 1] = tokens[i + 1], tokens[i]
-    wr = gguf.GGUFWriter(str(path), "llama")
-    wr.add_name(name)
-    wr.add_context_length(N_CTX_TRAIN)
-    wr.add_embedding_length(N_EMBD)
-    wr.add_block_count(sum(1 for t in weights if t.endswith("attn_q.weight")))
-    wr.add_feed_forward_length(weights["blk.0.ffn_up.weight"].shape[0])
-    wr.add_head_count(N_HEAD)
-    wr.add_head_count_kv(N_HEAD_KV)
-    wr.add_rope_dimension_count(N_EMBD // N_HEAD)
-    wr.add_layer_norm_rms_eps(1e-5)
-    wr.add_file_type(gguf.LlamaFileType.ALL_F32)
-    wr.add_tokenizer_model("gpt2")
-    wr.add_tokenizer_pre("default")
-    wr.add_token_list(tokens)
-    wr.add_token_types(types)
-    wr.add_token_merges(merges)
-    wr.add_bos_token_id(EOS_ID)
-    wr.add_eos_token_id(EOS_ID)
-    wr.add_add_bos_token(False)
-    for tname, arr in weights.items():
-        wr.add_tensor(tname, arr)
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
+    write_llama_gguf(path, name, {
+        "n_embd": N_EMBD, "n_head": N_HEAD, "n_head_kv": N_HEAD_KV, "n_ctx": N_CTX_TRAIN,
+        "n_layer": sum(1 for t in weights if t.endswith("attn_q.weight")),
+        "n_ff": weights["blk.0.ffn_up.weight"].shape[0]}, (tokens, types, merges), EOS_ID,
+        [(t, arr, None) for t, arr in weights.items()], gguf.LlamaFileType.ALL_F32)
     return path

@@ -69,17 +69,33 @@ def write_probe_model(path: Path, seed: int = 0) -> Path:
              "blk.0.attn_norm.weight": np.ones(N_EMBD, np.float32),
              "blk.0.ffn_norm.weight": np.ones(N_EMBD, np.float32)}
 
+    tensors = [(name, data, qtype) for name, (data, qtype) in weights.items()] + \
+        [(name, arr, None) for name, arr in norms.items()]
+    write_llama_gguf(path, "cpuspec-matrix-engine-probe",
+                     {"n_embd": N_EMBD, "n_head": N_HEAD, "n_head_kv": N_HEAD, "n_ff": N_FF,
+                      "n_layer": 1, "n_ctx": N_CTX_TRAIN},
+                     (tokens, types, merges), eos, tensors, gguf.LlamaFileType.MOSTLY_Q8_0)
+    return Path(path)
+
+
+def write_llama_gguf(path: Path, name: str, hp: dict, vocab: tuple, eos: int, tensors: list,
+                     file_type) -> Path:
+    """A llama-architecture GGUF: hyperparameters hp (n_embd, n_head, n_head_kv, n_ff,
+    n_layer, n_ctx), a GPT-2 style vocabulary (tokens, types, merges), end-of-generation id
+    eos, and tensors as (name, data, raw quant type or None for float data)."""
+    import gguf
+    tokens, types, merges = vocab
     wr = gguf.GGUFWriter(str(path), "llama")
-    wr.add_name("cpuspec-matrix-engine-probe")
-    wr.add_context_length(N_CTX_TRAIN)
-    wr.add_embedding_length(N_EMBD)
-    wr.add_block_count(1)
-    wr.add_feed_forward_length(N_FF)
-    wr.add_head_count(N_HEAD)
-    wr.add_head_count_kv(N_HEAD)
-    wr.add_rope_dimension_count(N_EMBD // N_HEAD)
+    wr.add_name(name)
+    wr.add_context_length(hp["n_ctx"])
+    wr.add_embedding_length(hp["n_embd"])
+    wr.add_block_count(hp["n_layer"])
+    wr.add_feed_forward_length(hp["n_ff"])
+    wr.add_head_count(hp["n_head"])
+    wr.add_head_count_kv(hp["n_head_kv"])
+    wr.add_rope_dimension_count(hp["n_embd"] // hp["n_head"])
     wr.add_layer_norm_rms_eps(1e-5)
-    wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    wr.add_file_type(file_type)
     wr.add_tokenizer_model("gpt2")
     wr.add_tokenizer_pre("default")
     wr.add_token_list(tokens)
@@ -88,10 +104,11 @@ def write_probe_model(path: Path, seed: int = 0) -> Path:
     wr.add_bos_token_id(eos)
     wr.add_eos_token_id(eos)
     wr.add_add_bos_token(False)
-    for name, (data, qtype) in weights.items():
-        wr.add_tensor(name, data, raw_dtype=qtype)
-    for name, arr in norms.items():
-        wr.add_tensor(name, arr)
+    for tname, data, qtype in tensors:
+        if qtype is None:
+            wr.add_tensor(tname, data)
+        else:
+            wr.add_tensor(tname, data, raw_dtype=qtype)
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_tensors_to_file()
