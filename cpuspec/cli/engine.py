@@ -57,7 +57,7 @@ def rebuild(probe_only):
     result = build.probe()
     if result.ok:
         build.remember(result, rebuilt=not probe_only)
-    how = "survives" if result.ok else f"dies ({result.signal_name or result.returncode})"
+    how = "survives" if result.ok else f"dies ({result.death})"
     engine = "the matrix engine ran it" if result.uses_amx else "no matrix engine ran it"
     click.echo(f"child-process decode of a 4-token batch: {how} in {result.seconds:.1f} s"
                + (f"; {engine}" if result.ok else ""))

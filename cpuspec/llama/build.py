@@ -74,6 +74,11 @@ class ProbeResult:
             return f"signal {-self.returncode}"
 
     @property
+    def death(self) -> str:
+        """How the child ended, in words: its signal's name, or its exit code."""
+        return self.signal_name or f"exit {self.returncode}"
+
+    @property
     def uses_amx(self) -> bool:
         """The weights went to ggml's AMX buffer: the matrix engine ran the probe's matmuls."""
         return bool(self.buffers and "AMX" in self.buffers)
@@ -204,7 +209,7 @@ def probe(argv: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> 
 
 
 def crash_line(result: ProbeResult, rebuilt: bool) -> str:
-    how = result.signal_name or f"exit {result.returncode}"
+    how = result.death
     if rebuilt:
         return (f"cpuspec: llama-cpp-python still dies ({how}) in a child-process decode after "
                 f"its rebuild with cpuspec's AMX patch; build it without AMX for now "
@@ -218,8 +223,9 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
                 rebuild_ok: bool | None = None) -> str:
     """On a CPU with AMX, make sure the installed llama-cpp-python survives a batched decode:
     probe it once per build; where it dies, rebuild it with the patches (unless $CPUSPEC_REBUILD
-    is 0) and probe again; sdist(log) gives the unpacked sdist (native.sdist_dir). Returns "no engine", "known", "sound" or "rebuilt"; raises BuildCrash
-    with the line to print where it still dies, BuildError where the rebuild failed."""
+    is 0) and probe again; sdist(log) gives the unpacked sdist (native.sdist_dir). Returns
+    "no engine", "known", "sound" or "rebuilt"; raises BuildCrash with the line to print where
+    it still dies, BuildError where the child failed otherwise or the rebuild failed."""
     if "amx_tile" not in matrix_engine().features:
         return "no engine"
     known = known_result()
@@ -240,8 +246,7 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
         rebuild_ok = os.environ.get(REBUILD_ENV, "1") != "0"
     if not rebuild_ok:
         raise BuildCrash(crash_line(result, rebuilt=False))
-    how = result.signal_name or f"exit {result.returncode}"
-    log(f"cpuspec: this llama-cpp-python build dies ({how}) in a batched decode on this CPU's "
+    log(f"cpuspec: this llama-cpp-python build dies ({result.death}) in a batched decode on this CPU's "
         f"AMX: a known bug in ggml's tile setup (docs/troubleshooting.md). Rebuilding it with "
         f"cpuspec's fix, once: {REBUILD_TIME}")
     try:
@@ -251,8 +256,8 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
         raise
     result = probe()
     if not result.ok:
-        remember(result, rebuilt=True, rebuild_failed=f"the rebuilt build still dies "
-                                                      f"({result.signal_name or result.returncode})")
+        remember(result, rebuilt=True,
+                 rebuild_failed=f"the rebuilt build still dies ({result.death})")
         raise BuildCrash(crash_line(result, rebuilt=True))
     remember(result, rebuilt=True)
     log(f"cpuspec: the rebuilt llama-cpp-python decodes on AMX"
