@@ -176,7 +176,7 @@ def test_compare_sets_two_offload_sweeps_side_by_side_and_refuses_other_workload
     res = CliRunner().invoke(main, ["compare", str(bench), str(RECORDED_SWEEP)])
     assert res.exit_code == 2 and "sweep files with sweep files" in res.output
     res = CliRunner().invoke(main, ["compare", str(RECORDED_SWEEP), str(tmp_path / "no.json")])
-    assert res.exit_code == 1 and "no results file or saved run" in res.output
+    assert res.exit_code == 2 and "no results file or saved run" in res.output
 
 
 def test_plot_draws_the_placements_as_categories(tmp_path):

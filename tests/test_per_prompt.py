@@ -33,6 +33,11 @@ def test_a_line_per_generation_against_the_raw_modes():
 
 @pytest.mark.parametrize("args, message", [(["missing.json"], "no results file or saved run"),
                                            ([str(RUN), "--tasks", "nope"], "no generations")])
-def test_bad_input_gets_a_message_and_exit_1(args, message):
+def test_bad_input_gets_a_message_and_exit_2(args, message):
     p = tool(*args)
-    assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_tasks_without_per_prompt_is_refused_not_ignored():
+    res = CliRunner().invoke(main, ["report", str(RUN), "--tasks", "long-doc"])
+    assert res.exit_code == 2 and "add --per-prompt" in res.output

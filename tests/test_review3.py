@@ -98,7 +98,7 @@ def test_6h_a_fifo_named_json_among_saved_runs_blocks_neither_runs_nor_report(cp
     assert runs.returncode == 0 and "20261201T000000Z" in runs.stdout, runs.stderr
     rep = subprocess.run([sys.executable, "-m", "cpuspec", "report", str(fifo)],
                          capture_output=True, text=True, env=env, timeout=60)
-    assert rep.returncode == 1 and "not a regular file" in rep.stderr, rep.stderr
+    assert rep.returncode == 2 and "not a regular file" in rep.stderr, rep.stderr
 
 
 def test_6k_report_dash_does_not_match_a_saved_run_by_substring(cpuspec_home):

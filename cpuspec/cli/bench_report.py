@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from cpuspec.cli.log import close_log
+from cpuspec.cli.log import close_log, echo
 
 from cpuspec.report.advice import advise, render_advice
 from cpuspec.results.schema import ResultsError
@@ -28,8 +28,8 @@ def _first_screen(results: dict, s: dict, source: str | None) -> None:
                "trustworthy (--details says why and what to do)") if noise["flags"] else None
     if refused:
         warning = f"WARNING: {refused}" + (f"; {warning[9:]}" if warning else "")
-    click.echo(run_header(results))
-    click.echo(render_verdict(results, s, advice, source, warning))
+    echo(run_header(results))
+    echo(render_verdict(results, s, advice, source, warning))
 
 
 def print_bench(results: dict, fmt: str = "text", details: bool = False,
@@ -40,7 +40,7 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
     close_log()    # a progress bar ends before the results are printed
     if not results.get("runs"):
         from cpuspec.report.screen import wrap
-        click.echo("\n".join(wrap(
+        echo("\n".join(wrap(
             f"No generation was measured: the run ended "
             f"{results.get('ended') or 'before its first prompt'}, so there is nothing to "
             "judge. Run `cpuspec bench` again.")))
@@ -50,42 +50,42 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
         _first_screen(results, s, source)
         return
     k = results["settings"]["k"]
-    click.echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
+    echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
                f"decode-only = after the prefills. [95% CI] = {INTERVAL_LEGEND}.")
     depth = results.get("depth")
     if depth:
         held = depth["held_tokens"]
-        click.echo(f"Depth: {depth['requested_tokens']} tokens of context before each prompt "
+        echo(f"Depth: {depth['requested_tokens']} tokens of context before each prompt "
                    f"({min(held)}-{max(held)} tokens with the chat template), held in both "
                    "KV caches, read once and not timed.")
     window = results["settings"].get("draft_window")
     if window:
-        click.echo(describe_window(window, "the draft", "the target"))
-    click.echo(render_table(s, "github" if fmt == "markdown" else "simple"))
-    click.echo("")
-    click.echo(render_details(s, k))
+        echo(describe_window(window, "the draft", "the target"))
+    echo(render_table(s, "github" if fmt == "markdown" else "simple"))
+    echo("")
+    echo(render_details(s, k))
     diverged = render_audit(results.get("audit", []))
     if diverged:
-        click.echo("Outputs that differ from target-only decoding (batched verify logits differ "
+        echo("Outputs that differ from target-only decoding (batched verify logits differ "
                    "slightly from one-token decoding; flips happen at near-ties):")
-        click.echo(diverged)
+        echo(diverged)
     if results.get("cost_probe") and any(r["mode"] == "static" for r in results["runs"]):
-        click.echo("\nAdvice (on or off: the measured end-to-end verdict; k* and the "
+        echo("\nAdvice (on or off: the measured end-to-end verdict; k* and the "
                    "predictions: the cost model, every k up to the one measured):")
         try:
-            click.echo(render_advice(advise(results), k))
+            echo(render_advice(advise(results), k))
         except ResultsError as exc:
-            click.echo(str(exc))
+            echo(str(exc))
     q = results.get("quality")
     if q:
-        click.echo(f"\nQuality beside the speed: the target's perplexity on the built-in "
+        echo(f"\nQuality beside the speed: the target's perplexity on the built-in "
                    f"{q['text_tokens']}-token text is {q['target_perplexity']:.2f} (compare "
                    "quants of one model with `cpuspec quality`, which adds agreement with a "
                    "reference).")
     info = results.get("meta", {}).get("llama_system_info")
     if info:
-        click.echo(f"\nllama.cpp: {info}")
+        echo(f"\nllama.cpp: {info}")
     warning = render_noise(noise_report(results["runs"]))
     if warning:
-        click.echo("")
-        click.echo(warning)
+        echo("")
+        echo(warning)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from cpuspec.cli.log import echo
 from cpuspec.analysis.dataset import COLUMNS, DATASET_SCHEMA, MIGRATIONS, dataset_rows
 from cpuspec.cli.loading import DAMAGE, load_results
 from cpuspec.results.parquet import (DatasetError, existing_name, publish as publish_rows,
@@ -83,8 +84,8 @@ def publish(runs, dest, dry_run):
         except DatasetError as exc:
             raise click.ClickException(str(exc))
         for r in rows:
-            click.echo(json.dumps({k: v for k, v in r.items() if v is not None}))
-        click.echo(f"(dry run: these {len(rows)} rows are already at {there}: nothing would be "
+            echo(json.dumps({k: v for k, v in r.items() if v is not None}))
+        echo(f"(dry run: these {len(rows)} rows are already at {there}: nothing would be "
                    "sent)" if there else
                    f"(dry run: {len(rows)} rows would go to {dest}; nothing was sent)", err=True)
         return
@@ -107,7 +108,7 @@ def _publish(rows: list[dict], dest: str) -> None:
         where, new = publish_rows(rows, COLUMNS, DATASET_SCHEMA, dest)
     except DatasetError as exc:
         raise click.ClickException(str(exc))
-    click.echo(f"{where}: {len(rows)} rows" + ("" if new else " (already there: unchanged)"))
+    echo(f"{where}: {len(rows)} rows" + ("" if new else " (already there: unchanged)"))
 
 
 def shipped_source() -> str:
@@ -169,7 +170,7 @@ def leaderboard(source, where, sql, fmt, plot_path, force):
         table, passed_over = screen_rows(_with_mine(loaded.table, mine))
         if sql:
             cols, rows = query(table, sql)
-            click.echo(_as(fmt, cols, rows) if fmt != "text" else render_query(cols, rows))
+            echo(_as(fmt, cols, rows) if fmt != "text" else render_query(cols, rows))
             return
         machines = board(table, where)
     except DatasetError as exc:
@@ -179,7 +180,7 @@ def leaderboard(source, where, sql, fmt, plot_path, force):
     except KeyboardInterrupt:
         # DuckDB's own threads may still be unwinding: leave without finalizing the
         # interpreter around them (nothing was being written)
-        click.echo("interrupted: the query was stopped", err=True)
+        echo("interrupted: the query was stopped", err=True)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)
@@ -187,7 +188,7 @@ def leaderboard(source, where, sql, fmt, plot_path, force):
         if type(exc).__module__.startswith("duckdb") or "duckdb" in type(exc).__module__:
             raise click.UsageError(f"the query failed: {str(exc).splitlines()[0]}")
         raise
-    click.echo(render_board(machines, source or "the shipped dataset", table.num_rows,
+    echo(render_board(machines, source or "the shipped dataset", table.num_rows,
                             loaded.skipped, mine[0]["machine_fingerprint"] if mine else None,
                             passed_over))
     if plot_path:
@@ -258,4 +259,4 @@ def _plot(machines: list[dict], path: Path) -> None:
         raise click.ClickException(PLOT_HINT)
     except OSError as exc:
         raise click.ClickException(f"--plot: cannot write {path}: {exc.strerror or exc}")
-    click.echo("\n".join(str(f) for f in _plot_files(path)))
+    echo("\n".join(str(f) for f in _plot_files(path)))

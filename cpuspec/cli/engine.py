@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from cpuspec.cli.log import log
+from cpuspec.cli.log import echo, log
 from cpuspec.llama import build, native
 
 # The commands that decode in this process or start llama.cpp's programs: on a CPU with AMX
@@ -21,10 +21,10 @@ def check_llama_build(say) -> None:
     try:
         state = build.check_build(say, native.sdist_dir)
     except build.BuildCrash as exc:
-        click.echo(str(exc), err=True)
+        echo(str(exc), err=True)
         sys.exit(2)
     except (build.BuildError, native.NativeError) as exc:
-        click.echo(f"cpuspec: the AMX build check failed: {str(exc).splitlines()[0][:300]} "
+        echo(f"cpuspec: the AMX build check failed: {str(exc).splitlines()[0][:300]} "
                    f"(`{build.FIX_COMMAND}` shows the whole output)", err=True)
         sys.exit(2)
     if state == "rebuilt" and "llama_cpp" in sys.modules:
@@ -59,7 +59,7 @@ def rebuild(probe_only):
         build.remember(result, rebuilt=not probe_only)
     how = "survives" if result.ok else f"dies ({result.death})"
     engine = "the matrix engine ran it" if result.uses_amx else "no matrix engine ran it"
-    click.echo(f"child-process decode of a 4-token batch: {how} in {result.seconds:.1f} s"
+    echo(f"child-process decode of a 4-token batch: {how} in {result.seconds:.1f} s"
                + (f"; {engine}" if result.ok else ""))
     if not result.ok:
         sys.exit(2)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from cpuspec.cli.inputs import prompts_or_exit, registry
-from cpuspec.cli.log import log
+from cpuspec.cli.log import echo, log
 from cpuspec.cli.options import positive, save_options
 from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
 
@@ -122,7 +122,7 @@ def heads(target, methods, quant, lengths, k, max_tokens, prompts_per_task, thre
         except (ShapeError, ModelError, EngineError, native.NativeError, ValueError) as exc:
             raise click.ClickException(str(exc))
         sink(doc)
-    click.echo(render_heads(doc))
+    echo(render_heads(doc))
     finish_outputs(sink)
 
 
@@ -137,6 +137,11 @@ def _check_target(shape, chosen: list[str]) -> None:
     if "draft" in chosen and shape.arch == "qwen35":
         raise ShapeError(f"{shape.name}: no smaller Qwen3.5 shares its tokenizer to draft "
                          "with; leave draft out of --methods")
+    if "draft" in chosen and shape.arch not in ("qwen2", "qwen3", "qwen3moe"):
+        from cpuspec.inputs.shapes import family
+        raise ShapeError(f"{shape.name} is {family(shape)}: the draft method's drafts are Qwen's "
+                         "smallest (Qwen3-0.6B, Qwen2.5-0.5B), a draft of another family; "
+                         "leave draft out of --methods")
 
 
 def _files(shape, plan, chosen: list[str], quant: str = "Q4_K_M"):

@@ -1,7 +1,40 @@
-"""--help in named sections, for commands with many options (bench)."""
+"""--help in named sections, for commands with many options (bench); the top group, whose
+error messages (which quote the user's arguments) reach the terminal cleaned."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import click
+
+from cpuspec.core.text import screen_text
+
+
+class BadInput(click.ClickException):
+    """A file or value the user gave that cpuspec cannot use: one line, exit 2 (as a usage
+    error), without click's usage banner."""
+    exit_code = 2
+
+
+@contextmanager
+def _cleaned_errors():
+    try:
+        yield
+    except click.ClickException as e:
+        e.message = screen_text(e.message)
+        raise
+
+
+class CleanGroup(click.Group):
+    """A group whose usage and parameter errors, its own and every subcommand's (click quotes
+    the user's arguments in them), are shown with their control characters as '?'."""
+
+    def make_context(self, *args, **kwargs):
+        with _cleaned_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with _cleaned_errors():
+            return super().invoke(ctx)
 
 
 class SectionedCommand(click.Command):

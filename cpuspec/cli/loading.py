@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from cpuspec.cli.help import BadInput
 from cpuspec.results.schema import ResultsError, read_json, validate, validate_bench
 from cpuspec.results.store import OutputError, resolve_run, run_id
 
@@ -25,11 +26,26 @@ def reads_results(command):
         try:
             return command(*args, **kwargs)
         except DAMAGE as exc:
-            given = kwargs.get("run") or ", ".join(kwargs.get("runs") or ())
-            raise click.ClickException(
+            given = kwargs.get("run") or ", ".join(_damaged(kwargs.get("runs") or ()))
+            raise BadInput(
                 f"{given}: a damaged results file that cpuspec cannot print "
                 f"({type(exc).__name__}: {str(exc)[:200]})") from None
     return wrapper
+
+
+def _damaged(refs) -> list[str]:
+    """Of several runs that failed together, the ones whose own summary fails (all of them
+    where none fails alone): the good file is not named with the damaged one."""
+    from cpuspec.analysis.summary import summarize
+    bad = []
+    for ref in refs:
+        try:
+            doc, _ = load_results(ref, bench_only=False)
+            if doc.get("kind") == "bench":
+                summarize(doc)
+        except (click.ClickException, *DAMAGE):
+            bad.append(ref)
+    return bad or list(refs)
 
 
 def run_names(paths: list[Path]) -> list[str]:
@@ -49,5 +65,5 @@ def load_results(ref: str, bench_only: bool = True) -> tuple[dict, Path]:
         else:
             validate(results, str(path))
     except (OutputError, ResultsError) as exc:
-        raise click.ClickException(str(exc))
+        raise BadInput(str(exc)) from None
     return results, path

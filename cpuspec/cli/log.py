@@ -1,9 +1,12 @@
-"""Logging: one line per event on stderr, plain or as a progress display."""
+"""What a command prints: `echo` (stdout or stderr, every control character but newline and
+tab shown as '?': cpuspec prints what other programs and files said) and the log, one line per
+event on stderr, plain or as a progress display."""
 from __future__ import annotations
 
 import click
 
 from cpuspec.cli.progress import PlainLog, make_log
+from cpuspec.core.text import screen_text
 
 _log = PlainLog()
 
@@ -16,6 +19,11 @@ def configure_log(verbose: bool = False) -> None:
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.call_on_close(_log.close)
+
+
+def echo(message: object = "", err: bool = False, nl: bool = True, file=None) -> None:
+    """click.echo of a cleaned message (core.text.screen_text): the one way cpuspec prints."""
+    click.echo(screen_text(message), file=file, nl=nl, err=err)
 
 
 def log(msg: str) -> None:

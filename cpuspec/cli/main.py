@@ -19,11 +19,11 @@ from cpuspec.cli.results import advise, compare, plot, report, runs
 from cpuspec.cli.dataset import export, leaderboard, publish
 from cpuspec.cli.heads import heads
 from cpuspec.cli.engine import RUNS_MODELS, check_llama_build, rebuild
-from cpuspec.cli.help import SectionedCommand
+from cpuspec.cli.help import CleanGroup, SectionedCommand
 from cpuspec.cli.bench_report import print_bench
 from cpuspec.cli.checks import check_bench_flags, check_depths, check_gate, check_size
 from cpuspec.cli.inputs import check_model_file, check_pair, prompts_or_exit, refuse_shape_true
-from cpuspec.cli.log import configure_log, log
+from cpuspec.cli.log import configure_log, echo, log
 from cpuspec.cli.options import (cpu_list, finite, policy_list, positive, probabilities,
                                  quant_list, save_options, task_names, values, window_option)
 from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs, write_text
@@ -40,7 +40,7 @@ from cpuspec.report.sweep import headline, render_sweep, sweep_csv
 from cpuspec.inputs.tasks import ALL_TASKS, DEFAULT_TASKS, shuffled_within_tasks
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CleanGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cpuspec")
 @click.option("-v", "--verbose", is_flag=True, help="One line per prompt on stderr instead of "
               "a progress bar (the bar shows only on a terminal).")
@@ -300,7 +300,7 @@ def _bench_point(base, where, fallback_threads: int, sink, csv_path, details=Fal
         draft_desc = ("prompt-lookup drafter" if cfg.drafter == "lookup" else
                       f"draft {m['draft']['file']} ({m['draft']['source']})"
                       + (", hybrid with prompt lookup" if cfg.drafter == "hybrid" else ""))
-        click.echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
+        echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
                    f"k = {cfg.k}, {cfg.threads} threads, {cfg.max_tokens} tokens/prompt")
     written = [p for p in sink.paths if p not in sink.failed]
     source = (written[0].stem if written and written[0].parent == results_dir() else
@@ -326,7 +326,7 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
 
     def on_point(point, results):
         row = add_point(doc, point, results)
-        click.echo(f"point {', '.join(f'{a}={row[a]}' for a in axes)}: raw "
+        echo(f"point {', '.join(f'{a}={row[a]}' for a in axes)}: raw "
                    f"{row['raw_tok_s']:.1f} t/s, SD {row['sd_tok_s']:.1f} t/s "
                    f"({row['sd_speedup']:.2f}× end-to-end), a {row['a'] or 0:.2f}, "
                    f"SD {row['verdict']}")
@@ -341,12 +341,12 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
             raise click.ClickException(str(exc))
     doc["complete"] = True
     sink(doc)
-    click.echo("")
+    echo("")
     rows = sweep_rows(doc)
-    click.echo(render_sweep(rows, axes, devices=doc["meta"].get("ggml_devices")))
+    echo(render_sweep(rows, axes, devices=doc["meta"].get("ggml_devices")))
     line = headline(rows, doc["meta"].get("ggml_devices"))
     if line:
-        click.echo(line)
+        echo(line)
     if csv_path:
         write_text(sink, csv_path, sweep_csv(rows))
     finish_outputs(sink)

@@ -15,7 +15,7 @@ from cpuspec.harness.bench import BenchConfig, environment, resolve_models
 from cpuspec.cli.checks import check_depths, check_limits, check_spec_files
 from cpuspec.cli.inputs import (check_model_file, check_model_name, check_pair,
                                 prompts_or_exit, refuse_shape_true, registry, resolve_model)
-from cpuspec.cli.log import log
+from cpuspec.cli.log import echo, log
 from cpuspec.cli.options import (finite, positive, save_options, task_list, task_names, values,
                                  window_option)
 from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
@@ -64,7 +64,7 @@ def hw(as_json):
     if as_json:
         engine = {**info.matrix_engine.to_dict(), "used_by_build": uses,
                   "probe": known_result()}
-        click.echo(json.dumps({**info.to_dict(), "matrix_engine": engine,
+        echo(json.dumps({**info.to_dict(), "matrix_engine": engine,
                                "ggml_devices": devices}, indent=1))
         return
     kinds = "; ".join(f"{k}: {','.join(map(str, v))}" for k, v in info.cores_by_kind.items())
@@ -79,11 +79,11 @@ def hw(as_json):
             ("governor", info.governor or "not readable"),
             ("turbo", info.turbo or "not readable"),
             ("matrix engine", describe(info.matrix_engine, uses))]:
-        click.echo(f"{label:>15}: {value}")
-    click.echo(f"{'':>15}  {MATRIX_CONSEQUENCE[uses if info.matrix_engine.name else 'none']}")
+        echo(f"{label:>15}: {value}")
+    echo(f"{'':>15}  {MATRIX_CONSEQUENCE[uses if info.matrix_engine.name else 'none']}")
     for i, d in enumerate(devices):   # what -ngl/-ngld offload to
         mem = f", {d['memory_total_bytes'] / 2**30:.1f} GiB" if d["memory_total_bytes"] else ""
-        click.echo(f"{'ggml device ' + str(i):>15}: {d['name']} ({d['type']}{mem}): "
+        echo(f"{'ggml device ' + str(i):>15}: {d['name']} ({d['type']}{mem}): "
                    f"{d['description']}")
 
 
@@ -141,7 +141,7 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
         res["hardware"] = hw.to_dict()
         res["meta"] = {"hardware": hw.to_dict(), "threads": threads}
         sink(res)
-    click.echo(render_contention(res))
+    echo(render_contention(res))
     finish_outputs(sink)
 
 
@@ -207,6 +207,9 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     whatif = (_size_list(sizes, target_path, draft_path is None and drafts is None),
               _quant_list(quants)) if sizes is not None \
         else None   # --sizes '' is refused there, never the plain curve
+    if whatif is not None and ctx.get_parameter_source("quants") != \
+            click.core.ParameterSource.DEFAULT:
+        _check_only_quants(*whatif)
     check_pair(pair)
     for p in (target_path, draft_path):
         check_model_file(p)
@@ -226,7 +229,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
         except (ModelError, EngineError, ValueError) as exc:
             raise click.ClickException(str(exc))
         sink(res)
-    click.echo(render_costs_file(res))
+    echo(render_costs_file(res))
     finish_outputs(sink)
 
 
@@ -315,6 +318,18 @@ def _profiles(ref: str) -> dict:
             "k": doc["settings"].get("k"), "profiles": profiles}
 
 
+def _check_only_quants(sizes: list, quants: list[str]) -> None:
+    """A size published in one form only (gpt-oss: MXFP4_MOE) is measured in that form; a
+    --quants the user gave that leaves that form out is refused, not silently replaced."""
+    from cpuspec.inputs.shapes import only_quant, shape_of
+    for size in sizes:
+        only = only_quant(shape_of(size)) if isinstance(size, str) else None
+        if only and only not in quants:
+            raise click.BadParameter(
+                f"{size} is published in one form only, {only}; --quants {','.join(quants)} "
+                f"leaves it out: add {only}, or leave --quants out", param_hint="'--quants'")
+
+
 def _quant_list(quants: str) -> list[str]:
     from cpuspec.inputs.shapes import QUANTS
     names = [q.strip().upper() for q in quants.split(",") if q.strip()]
@@ -354,7 +369,7 @@ def _whatif(sizes, quants, pair, draft_path, threads, max_n, reps, depth, json_p
             raise click.ClickException(
                 "no target was measured, every one was skipped: " + "; ".join(
                     f"{r['size']} {r['quant']}: {r['skipped']}" for r in doc["rows"]))
-    click.echo(render_whatif(doc))
+    echo(render_whatif(doc))
     finish_outputs(sink)
 
 
@@ -578,7 +593,7 @@ def paths(pair, target, draft, k, drafter, tasks, prompts_per_task, max_tokens, 
             raise click.ClickException(str(exc))
         save_doc(doc)
     source = str(json_path) if json_path else "RUN"
-    click.echo(render_load(doc, source) if levels else render_paths_screen(doc, source))
+    echo(render_load(doc, source) if levels else render_paths_screen(doc, source))
     finish_outputs(sink)
 
 
@@ -692,7 +707,7 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
                                                           "argv": ["cpuspec", *sys.argv[1:]]},
                **res}
         sink(res)
-    click.echo(render_quality(res))
+    echo(render_quality(res))
     finish_outputs(sink)
 
 
@@ -822,5 +837,5 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
             raise click.ClickException(str(exc))
         doc = {**head, **doc}
         sink(doc)
-    click.echo(render_tune(doc))
+    echo(render_tune(doc))
     finish_outputs(sink)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from cpuspec.cli.inputs import check_model_name, registry, resolve_model
-from cpuspec.cli.log import log
+from cpuspec.cli.log import echo, log
 from cpuspec.cli.outputs import guarded
 from cpuspec.inputs.models import (cached_model, cached_path, derive_model, derived_cache_path, fetch_model,
                      is_cached, verify_cached)
@@ -45,9 +45,9 @@ def models_list(as_json):
     pairs = [{"name": p.name, "target": p.target, "draft": p.draft, "note": p.note,
               "default": p.name == reg.default_pair} for p in reg.pairs.values()]
     if as_json:
-        click.echo(json.dumps({"models": rows, "pairs": pairs}, indent=1))
+        echo(json.dumps({"models": rows, "pairs": pairs}, indent=1))
         return
-    click.echo(render_models(rows, pairs))
+    echo(render_models(rows, pairs))
 
 
 def _names_to_specs(reg, names):
@@ -74,7 +74,7 @@ def models_fetch(names):
                 got = fetch_model(spec, log)
             except ModelError as exc:
                 raise click.ClickException(str(exc))
-        click.echo(f"{spec.name}: {got.path} ({got.source}, "
+        echo(f"{spec.name}: {got.path} ({got.source}, "
                    f"{'verified' if got.verified else 'UNVERIFIED'})")
 
 
@@ -93,10 +93,10 @@ def models_verify(names, as_json):
     specs = _names_to_specs(reg, names) if names else list(reg.models.values())
     rows = [verify_cached(spec) for spec in specs]
     if as_json:
-        click.echo(json.dumps(rows, indent=1))
+        echo(json.dumps(rows, indent=1))
     else:
         for r in rows:
-            click.echo(f"{r['name']}: {r['status']}" + (f" ({r['path']})" if r["status"] !=
+            echo(f"{r['name']}: {r['status']}" + (f" ({r['path']})" if r["status"] !=
                                                          "not cached" else ""))
     bad = [r["name"] for r in rows if r["status"] == "MISMATCH"]
     if bad:
@@ -144,7 +144,7 @@ def models_derive(name, quant, force):
             raise click.ClickException(str(exc))
     log(f"{got.spec.name}: derived from {parent.path.name} (sha256 {parent.sha256[:12]}…); "
          f"{got.derived['note']}")
-    click.echo(str(got.path))
+    echo(str(got.path))
 
 
 @models.command("path")
@@ -167,7 +167,7 @@ def models_path(name):
         raise click.ClickException(f"{name} is not in the cache (or its cached file no longer "
                                    f"matches its pin); `cpuspec models fetch {name}` fetches "
                                    "or derives it")
-    click.echo(str(got))
+    echo(str(got))
 
 
 @models.command("shape")
@@ -230,7 +230,7 @@ def models_shape(name, quant, given_tokenizer, mix):
                                     psutil.virtual_memory().total, log)
         except (ShapeError, ModelError) as exc:
             raise click.ClickException(str(exc))
-    click.echo(str(path))
+    echo(str(path))
 
 
 def _check_tokenizer_file(path: Path) -> None:

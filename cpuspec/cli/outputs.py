@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from cpuspec.cli.log import log
+from cpuspec.cli.log import echo, log
 
 from cpuspec.machine import interrupt
 from cpuspec.results.store import (OutputError, ResultsSink, check_outputs, new_run_path, write_atomic)
@@ -44,7 +44,7 @@ def guarded(sink=None):
         if sink is not None:
             sink.mark_ended("interrupted")
             sink.discard_unwritten()
-        click.echo(f"interrupted: {sink.kept() if sink is not None else 'nothing was saved'}",
+        echo(f"interrupted: {sink.kept() if sink is not None else 'nothing was saved'}",
                    err=True)
         sys.exit(interrupt.exit_code())
     except click.ClickException as exc:

@@ -14,6 +14,8 @@ from typing import TextIO
 
 import click
 
+from cpuspec.core.text import screen_text
+
 COUNTER = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 # Counter lines that carry news besides the count are also printed in full.
 NEWS = re.compile(r"disturb|differ|busy|warning|again", re.I)
@@ -23,7 +25,7 @@ class PlainLog:
     """One line per message (not a terminal, or --verbose)."""
 
     def __call__(self, msg: str) -> None:
-        click.echo(msg, err=True)
+        click.echo(screen_text(msg), err=True)
 
     def close(self) -> None:
         pass
@@ -51,12 +53,13 @@ class BarLog:
             self.bar = tqdm(total=total, file=self.stream, ncols=cols, nrows=rows,
                             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} "
                                        "[{elapsed}<{remaining}] {postfix}")
-        self.bar.set_postfix_str(rest.split(":", 1)[0][:40], refresh=False)
+        self.bar.set_postfix_str(screen_text(rest.split(":", 1)[0][:40]), refresh=False)
         self.bar.update(done - self.bar.n)
         if done >= total:   # finished: nothing may print under a live bar
             self.close()
 
     def _write(self, msg: str) -> None:
+        msg = screen_text(msg)
         if self.bar is None:
             click.echo(msg, file=self.stream)
         else:

@@ -13,8 +13,9 @@ from cpuspec.report import screen
 from cpuspec.report.advice import (advise as advise_results, on_k, render_advice,
                                    render_advice_screen)
 from cpuspec.cli.bench_report import print_bench
+from cpuspec.cli.help import BadInput
 from cpuspec.cli.loading import load_results, reads_results, run_names
-from cpuspec.cli.log import log
+from cpuspec.cli.log import echo, log
 from cpuspec.report.compare import (mismatches, render_compare, render_compare_screen,
                                      render_compare_load, render_compare_sweeps,
                                      sweep_mismatches)
@@ -68,12 +69,12 @@ def advise(run, as_json, details):
         raise click.ClickException(f"{path}: no static SD runs to advise from (run "
                                    "the bench with --policy static)")
     if as_json:
-        click.echo(json.dumps(advice, indent=1))
+        echo(json.dumps(advice, indent=1))
         return
     if not details:
-        click.echo(_advise_screen(results, advice, run))
+        echo(_advise_screen(results, advice, run))
         return
-    click.echo(render_advice(advice, results["settings"]["k"]))
+    echo(render_advice(advice, results["settings"]["k"]))
     models, settings = results.get("models") or {}, results["settings"]
     target = (models.get("target") or {}).get("path")
     draft = (models.get("draft") or {}).get("path")
@@ -82,8 +83,8 @@ def advise(run, as_json, details):
     if target and on:
         for k_best in sorted(set(on.values())):
             tasks = ", ".join(t for t, k in on.items() if k == k_best)
-            click.echo(f"\nTo run it ({tasks}; k = {k_best}) outside cpuspec:")
-            click.echo("\n".join(how_to_run(target, draft, k_best,
+            echo(f"\nTo run it ({tasks}; k = {k_best}) outside cpuspec:")
+            echo("\n".join(how_to_run(target, draft, k_best,
                                              settings.get("drafter", "model"),
                                              settings["threads"], indent="  ",
                                              meta=results.get("meta"),
@@ -92,7 +93,7 @@ def advise(run, as_json, details):
                                                     if k == k_best and t != OVERALL],
                                              probe=results.get("cost_probe"))))
     if target:
-        click.echo("\n" + "\n".join(draftless_lines(target, settings["threads"],
+        echo("\n" + "\n".join(draftless_lines(target, settings["threads"],
                                                      meta=results.get("meta"))))
 
 
@@ -168,6 +169,9 @@ def report(run, fmt, details, per_prompt, task_filter, trace):
       cpuspec report results.json --format markdown
       cpuspec report 20261130T0541
     """
+    if task_filter is not None and not per_prompt:
+        raise click.UsageError("--tasks picks the lines of --per-prompt: add --per-prompt "
+                               "(the summary's tables show every task)")
     results, path = load_results(run, bench_only=False)
     if results.get("complete") is False:
         kept = (f"{len(results.get('rows') or [])} sweep points" if results.get("kind") ==
@@ -178,25 +182,25 @@ def report(run, fmt, details, per_prompt, task_filter, trace):
                "it was interrupted")
         note = f"(incomplete run: {how}; {kept} kept)"
         # on stderr for csv and json, whose stdout a program reads; above the table otherwise
-        click.echo(note, err=fmt in ("csv", "json"))
+        echo(note, err=fmt in ("csv", "json"))
     kind = results.get("kind")
     if kind != "bench":
         _refuse_bench_only(kind, fmt, per_prompt, task_filter, trace)
-        click.echo(_render_other(results, path, run, details, fmt))
+        echo(_render_other(results, path, run, details, fmt))
         return
     if per_prompt:
         _print_per_prompt(results, path, task_filter, fmt)
         return
     s = summarize(results)
     if fmt == "json":
-        click.echo(render_rows_json(s))
+        echo(render_rows_json(s))
     elif fmt == "csv":
-        click.echo(render_csv(s), nl=False)
+        echo(render_csv(s), nl=False)
     else:
         print_bench(results, fmt, details or trace, run)
         if trace:
-            click.echo("\nAdaptive decisions per generation:")
-            click.echo(render_trace(results["runs"]))
+            echo("\nAdaptive decisions per generation:")
+            echo(render_trace(results["runs"]))
 
 
 def _refuse_bench_only(kind, fmt: str, per_prompt: bool, task_filter, trace: bool) -> None:
@@ -257,9 +261,9 @@ def _print_per_prompt(results: dict, path, task_filter: str | None, fmt: str) ->
     tasks = [t for t in (task_filter or "").split(",") if t] or None
     rows = per_prompt_rows(results, tasks)
     if not rows:
-        raise click.ClickException(f"{path}: no generations"
+        raise BadInput(f"{path}: no generations"
                                    + (f" of {task_filter}" if task_filter else ""))
-    click.echo(render_per_prompt(rows, fmt == "markdown"))
+    echo(render_per_prompt(rows, fmt == "markdown"))
 
 
 @click.command()
@@ -299,7 +303,7 @@ def compare(runs, fmt, force, details):
             raise click.UsageError("load runs are compared as text only")
         docs = [res for res, _ in loaded]
         _check_workloads(load_mismatches(docs), force, "load runs")
-        click.echo(render_compare_load(docs, run_names([path for _, path in loaded])))
+        echo(render_compare_load(docs, run_names([path for _, path in loaded])))
         return
     if set(kinds) == {"sweep"}:
         loaded = [load_results(r, bench_only=False) for r in runs]
@@ -310,7 +314,7 @@ def compare(runs, fmt, force, details):
     results = [res for res, _ in loaded]
     _check_workloads(mismatches(results), force, "runs")
     names = run_names([path for _, path in loaded])
-    click.echo(render_compare(results, names, fmt) if details or fmt != "text"
+    echo(render_compare(results, names, fmt) if details or fmt != "text"
                else render_compare_screen(results, names))
 
 
@@ -328,7 +332,7 @@ def _compare_sweeps(results: list[dict], names: list[str], fmt: str, force: bool
         raise click.UsageError("sweeps are compared as text only; `cpuspec report SWEEP "
                                "--format markdown` gives one sweep's table as markdown")
     _check_workloads(sweep_mismatches(results), force, "sweeps")
-    click.echo(render_compare_sweeps(results, names))
+    echo(render_compare_sweeps(results, names))
 
 
 def _check_workloads(diff: list[str], force: bool, what: str) -> None:
@@ -388,7 +392,7 @@ def plot(runs, out_dir, title, force):
         raise click.ClickException(str(exc) if isinstance(exc, PlotError) else
                                    f"cannot write figures to {out_dir}: {exc}")
     for f in files:
-        click.echo(str(f))
+        echo(str(f))
 
 
 def _with_speedups(row: dict) -> dict:
@@ -421,10 +425,10 @@ def runs(as_json):
     except OutputError as exc:
         raise click.ClickException(str(exc))
     if as_json:
-        click.echo(json.dumps(rows, indent=1))
+        echo(json.dumps(rows, indent=1))
         return
     if not rows:
-        click.echo(f"no saved runs yet in {results_dir()} (cpuspec bench saves every run "
+        echo(f"no saved runs yet in {results_dir()} (cpuspec bench saves every run "
                    "unless --no-save)")
         return
-    click.echo(render_runs(rows))
+    echo(render_runs(rows))

@@ -152,7 +152,7 @@ def render_advice_screen(advice: dict, k: int) -> list[str]:
 
 
 def render_advice(advice: dict, k: int) -> str:
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
     split = any("predicted_e2e_parallel_at_k" in a for a in advice.values())
     rows = []
     for task, a in advice.items():
@@ -176,7 +176,7 @@ def render_advice(advice: dict, k: int) -> str:
                      fmt_value(a["acceptance_pct"], ".1f")]
                     + ([fmt_value(a.get("predicted_e2e_serial_at_k"), ".2f"),
                         fmt_value(a.get("predicted_e2e_parallel_at_k"), ".2f")] if split else []))
-    table = tabulate(rows, headers=["task", "advice (on/off: measured e2e)",
+    table = grid(rows, headers=["task", "advice (on/off: measured e2e)",
                                    "predicted ×raw at k*", f"predicted ×raw k={k}",
                                    f"measured ×raw e2e k={k}", f"decode-only k={k}",
                                    "adaptive decode-only", "accept %"]

@@ -116,7 +116,8 @@ def render_compare_screen(runs: list[dict], names: list[str]) -> str:
             rows.append([screen.cut(task, 12), f"run {i + 1}",
                          screen.speedup(st.get("sd_speedup"), st.get("sd_speedup_ci"),
                                         st.get("sd_speedup_range")),
-                         {"unclear": "no difference"}.get(m, m),
+                         "nothing measured" if fmt_value(st.get("sd_speedup"), "") == "-"
+                         else {"unclear": "no difference"}.get(m, m),
                          f"{a:.2f} vs {need:.2f}" if a is not None and need is not None
                          else "-", fmt_value(st.get("raw_tok_s"), ".1f"), ratio])
     lines += ["", screen.table(["task", "run", "SD ×raw e2e", "measured", "a vs 1+α+β",
@@ -144,7 +145,7 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
         return csv_text(["task", "metric"] + names + (["ratio"] if len(runs) == 2 else []),
                         [[r["task"], r["metric"], *r["values"]]
                          + ([r.get("ratio")] if len(runs) == 2 else []) for r in rows])
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
     table = []
     for r in rows:
         f = fields[r["metric"]]
@@ -162,7 +163,7 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
              + (f"; matrix engine {m.matrix_phrase()}" if m.matrix_engine else "")
              + incomplete_note(r)
              for i, (n, m, r) in enumerate(zip(names, machines, runs))]
-    lines.append(tabulate(table, headers=headers, tablefmt="github" if fmt == "markdown"
+    lines.append(grid(table, headers=headers, tablefmt="github" if fmt == "markdown"
                           else "simple", disable_numparse=True))
     return "\n".join(lines)
 
@@ -186,7 +187,7 @@ def render_compare_sweeps(runs: list[dict], names: list[str]) -> str:
     """One row per (point, metric), the points matched by their coordinates: for offload
     sweeps, one row per placement in each run's own words (its device and backend, from its
     ggml device list), and run 2 ÷ run 1 for two runs."""
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
 
     from cpuspec.report.sweep import device_line, placement
     from cpuspec.report.tables import sweep_rows
@@ -214,7 +215,7 @@ def render_compare_sweeps(runs: list[dict], names: list[str]) -> str:
              for i, (n, m, d, run) in enumerate(zip(names, machines, devices, runs))]
     headers = ["point", "metric"] + [f"run {i + 1}" for i in range(len(runs))] \
         + (["2 ÷ 1"] if len(runs) == 2 else [])
-    return "\n".join(lines + [tabulate(table, headers=headers, tablefmt="simple",
+    return "\n".join(lines + [grid(table, headers=headers, tablefmt="simple",
                                        disable_numparse=True)])
 
 

@@ -35,6 +35,6 @@ def render_runs(rows: list[dict]) -> str:
 
 
 def render_per_prompt(rows: list[list], markdown: bool = False) -> str:
-    from tabulate import tabulate
-    return tabulate(rows, headers=PER_PROMPT_HEADERS, disable_numparse=True,
+    from cpuspec.report.screen import grid
+    return grid(rows, headers=PER_PROMPT_HEADERS, disable_numparse=True,
                     tablefmt="github" if markdown else "simple")

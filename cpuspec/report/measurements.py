@@ -6,7 +6,7 @@ from cpuspec.core.costs import CostProbe, cost_curve
 
 
 def render_contention(res: dict) -> str:
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
     bw = res["bandwidth"]
     lines = [f"STREAM (GB/s, best of {len(bw['single']['samples_s']['copy'])}, arrays "
              f"{bw['single']['array_bytes'] / 2**20:.0f} MiB): "
@@ -24,13 +24,13 @@ def render_contention(res: dict) -> str:
                      f"{100 * p['roofline_fraction']:.0f}%",
                      " ".join(f"{c:.0f}" for c in p["psutil"]["cpu_percent_mean"]),
                      p["psutil"]["involuntary_ctx_switches"]])
-    lines.append(tabulate(rows, headers=["phase", "model", "MB/token", "tok/s",
+    lines.append(grid(rows, headers=["phase", "model", "MB/token", "tok/s",
                                          "roofline tok/s", "GB/s achieved", "of roofline",
                                          "CPU % per core", "invol. ctx sw"]))
     lines.append(f"c measured = {res['c_measured']:.2f} (draft time per token ÷ target's) vs "
                  f"c from bytes alone = {res['c_bytes']:.2f}; β measured at k = {res['k']}: "
                  f"{res['beta_measured']:.2f}")
-    lines.append(tabulate([[r["streams"], f"{r['target_tok_s']:.1f}",
+    lines.append(grid([[r["streams"], f"{r['target_tok_s']:.1f}",
                             f"{r['target_vs_alone']:.2f}", f"{r['draft_tok_s']:.1f}",
                             f"{r['draft_vs_alone']:.2f}"] for r in res["curve"]],
                           headers=["background streams", "target tok/s", "× alone",

@@ -235,7 +235,7 @@ def render_paths_screen(doc: dict, source: str = "RUN") -> str:
 
 def _task_tables(summary: dict) -> list[str]:
     """One table per task: each path's raw and SD t/s, SD ×raw, acceptance, same output."""
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
 
     lines = []
     for task, row in summary.items():
@@ -248,7 +248,7 @@ def _task_tables(summary: dict) -> list[str]:
                           fmt_value(st["sd_tok_s"], ".1f"), cell,
                           fmt_value(st["over_cpuspec"], ".2f"),
                           fmt_value(st["acceptance_pct"], ".1f"), st["same_output"]])
-        lines += ["", f"{task}:", tabulate(
+        lines += ["", f"{task}:", grid(
             table, headers=["path", "raw t/s", "SD t/s", "SD ×raw [95% CI]", "÷ cpuspec",
                             "accept %", "SD = raw output"], tablefmt="simple",
             disable_numparse=True)]
@@ -257,12 +257,12 @@ def _task_tables(summary: dict) -> list[str]:
 
 def _budget_lines(budget: dict) -> list[str]:
     """Where an SD round's time goes, per path."""
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
 
     if not budget:
         return []
     lines = ["", "Where an SD round's time goes (ms per round, every SD generation):",
-             tabulate([[p, b["rounds"], fmt_value(b["tokens_per_round"], ".2f"),
+             grid([[p, b["rounds"], fmt_value(b["tokens_per_round"], ".2f"),
                         _ms(b["draft_ms"]), _ms(b["verify_ms"]),
                         "in verify" if b.get("redecode_in_verify") else
                         _ms(b.get("redecode_ms")),
@@ -323,7 +323,7 @@ def server_time(doc: dict, path: str = LLAMA_SERVER) -> dict[str, dict]:
 
 
 def _server_lines(doc: dict) -> list[str]:
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
 
     times = {path: server_time(doc, path) for path in SERVER_PATHS}
     times = {path: st for path, st in times.items() if st}
@@ -331,7 +331,7 @@ def _server_lines(doc: dict) -> list[str]:
         return []
     lines = ["", "llama-server's time per request, mean ms (its timings against the client's "
              "clock; decode t/s: tokens after the first over its generation time):",
-             tabulate([[f"{path} {m}", s["requests"], f"{s['prompt_tokens']:.0f}",
+             grid([[f"{path} {m}", s["requests"], f"{s['prompt_tokens']:.0f}",
                         _ms(s["prompt_ms"]), _ms(s["predicted_ms"]), _ms(s["other_ms"]),
                         _ms(s["e2e_ms"]), fmt_value(s["decode_tok_s"], ".1f"),
                         f"{s['idle_server_cpu_s']:.2f}"]

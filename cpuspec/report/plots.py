@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from cpuspec.core.text import printable, screen_text
 from cpuspec.report.compare import mismatches
 from cpuspec.results.records import CostProbe, Machine, RecordError
 from cpuspec.results.store import write_atomic
@@ -289,10 +290,14 @@ def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None 
         import matplotlib
         matplotlib.use("Agg")
         matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the SVG files
+        matplotlib.rcParams["text.parse_math"] = False   # a '$' in a task name is a '$'
         import matplotlib.pyplot as plt
     except ImportError:
         raise PlotError(PLOT_HINT) from None
-    data = figure_data(runs, names)
+    # every name and label from a results file, cleaned (core.text): an SVG is XML, where
+    # control characters are not allowed, and a file name must not carry them either
+    names = [printable(n) for n in names]
+    data = _cleaned(figure_data(runs, names))
     if not data:
         raise PlotError("nothing to plot: give bench, costs, sweep, what-if or load results "
                         "files")
@@ -305,9 +310,18 @@ def render(runs: list[dict], names: list[str], out_dir: Path, title: str | None 
     return written
 
 
+def _cleaned(data: Any) -> Any:
+    """The figure data with every text in it printable (keys too)."""
+    if isinstance(data, dict):
+        return {printable(k) if isinstance(k, str) else k: _cleaned(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(_cleaned(v) for v in data)
+    return printable(data) if isinstance(data, str) else data
+
+
 def _save(plt, fig, stem: Path, text: str, written: list[Path]) -> None:
     """The caption under the axes, then the figure as PNG and SVG."""
-    text = wrap_caption(text, fig.get_figwidth())
+    text = wrap_caption(screen_text(text), fig.get_figwidth())
     fig.text(0.01, 0.01, text, fontsize=7, va="bottom", ha="left", color="0.3")
     # a 7-point line is 0.117 in high (line spacing 1.2); a long caption makes the figure
     # taller rather than squeezing the axes into it (at most 45 % of the height is caption)

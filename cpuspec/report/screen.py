@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from cpuspec.core.text import printable as clean  # noqa: F401  (control characters as '?')
+from cpuspec.core.text import markdown_cell, printable as clean  # noqa: F401  (controls as '?')
 
 WIDTH = 100
 MAX_LINES = 40
@@ -35,6 +35,19 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     def line(row):
         return "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
     return "\n".join([line(cells[0]), line("-" * w for w in widths), *map(line, cells[1:])])
+
+
+def grid(rows: Sequence[Sequence[object]], headers: Sequence[object] = (),
+         tablefmt: str = "simple", **kwargs) -> str:
+    """tabulate's table with every text cell cleaned (a markdown cell's '|' escaped too): the
+    one way a report renders a table, whatever a results file calls its tasks or models."""
+    from tabulate import tabulate
+    one = markdown_cell if tablefmt in ("github", "pipe") else clean
+
+    def cells(row):
+        return [one(v) if isinstance(v, str) else v for v in row]
+    return tabulate([cells(r) for r in rows], headers=cells(headers), tablefmt=tablefmt,
+                    **kwargs)
 
 
 def command(argv: Sequence[str] | str, head: str = "", indent: str = "  ") -> list[str]:

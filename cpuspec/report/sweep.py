@@ -80,7 +80,7 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
     """Markdown table: the axes that vary, then the metrics; with GPU points, where each
     point's models ran and its raw tok/s relative to the CPU-only point of the same
     threads/k/cores, under a line naming the device (`devices`: meta.ggml_devices)."""
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
     rows = [_upgrade_row(r) for r in rows]
     fields = {f.name: f for f in FIELDS}
     shown = [m for m in SWEEP_METRICS if not m.startswith(IN_SPEEDUP_CELL)]
@@ -119,7 +119,7 @@ def render_sweep(rows: list[dict], axes: list[str], tablefmt: str = "github",
             base = cpu_raw.get(same_point(r))
             line.append(f"{r['raw_tok_s'] / base:.2f}" if base else "-")
         out.append(line)
-    table = tabulate(out, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    table = grid(out, headers=headers, tablefmt=tablefmt, disable_numparse=True)
     above = device_line(devices) if gpu else None
     below = design_line(rows)
     table = f"{table}\n\n{below}" if below else table   # a blank line: not a table row

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from cpuspec.core.text import printable
 from cpuspec.core.costs import CostModel, verdict_line
 from cpuspec.analysis.predict import PREDICTED_FROM
 from cpuspec.analysis.stats import raw_by_unit, raw_of
@@ -190,21 +191,22 @@ def _cell(f: Field, row: dict, s: dict) -> str:
 
 
 def render_table(summary: dict, tablefmt: str = "simple") -> str:
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
     fields = _fields(summary, text=True)
     rows = [[_cell(f, r, s) for f in fields]
             for r, s in zip(table_rows(summary), summary.values())]
-    return tabulate(rows, headers=[f.header for f in fields], tablefmt=tablefmt,
+    return grid(rows, headers=[f.header for f in fields], tablefmt=tablefmt,
                     disable_numparse=True)
 
 
 def csv_text(header: list[str], rows: list[list]) -> str:
-    """The one CSV writer (bench, sweep and compare tables): None is an empty cell."""
+    """The one CSV writer (bench, sweep and compare tables): None is an empty cell, a text cell
+    is cleaned (core.text.printable), lines end in newline alone."""
     buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(header)
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([printable(h) for h in header])
     for r in rows:
-        w.writerow(["" if v is None else v for v in r])
+        w.writerow(["" if v is None else printable(v) if isinstance(v, str) else v for v in r])
     return buf.getvalue()
 
 

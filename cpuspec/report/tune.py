@@ -259,7 +259,7 @@ def _race_outcome(m: dict) -> str:
 
 def _race_lines(doc: dict, ref: str) -> list[str]:
     """Each task's confirmation race: its members, what each measured, how each ended."""
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
     rows = []
     for task, r in doc["recommendations"].items():
         for m in r.get("race") or []:
@@ -276,14 +276,14 @@ def _race_lines(doc: dict, ref: str) -> list[str]:
             "(5, 8, 12, ... prompts) once its paired ratio to the leader lies below 1 or within "
             f"{WITHIN} (α split over the looks and the pairs); each member's intervals keep 95 % "
             "over the looks and the members:",
-            tabulate(rows, headers=["task", "configuration", "k", "predicted ×ref raw",
+            grid(rows, headers=["task", "configuration", "k", "predicted ×ref raw",
                                     "measured ×ref raw", "measured ×raw", "prompts", "outcome"],
                      disable_numparse=True)]
 
 
 def _ranking_lines(doc: dict) -> list[str]:
     """The cost-curve ceilings (and pilot predictions) in the order tune measured them."""
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
     piloted = any("pilot_score" in r for r in doc["ranking"])
 
     def status(r: dict) -> str:
@@ -303,7 +303,7 @@ def _ranking_lines(doc: dict) -> list[str]:
                f"{', '.join(doc.get('pilot_prompts', []))} ({doc.get('pilot_tokens')} "
                "tokens) through each candidate's curve, best task and k, ×own raw / "
                "×reference raw; measured in that order:" if piloted else ":"),
-            tabulate([[r["candidate"], f"{r['ceiling']:.2f}", r["ceiling_k"],
+            grid([[r["candidate"], f"{r['ceiling']:.2f}", r["ceiling_k"],
                        *(pilot_cells(r) if piloted else []), status(r)] for r in rows],
                      headers=["candidate", "ceiling ×raw", "at k",
                               *(["pilot predicted ×raw / ×ref raw", "at"]
@@ -328,19 +328,19 @@ def _not_separated(doc: dict) -> list[str]:
 
 def _answer_tables(doc: dict, fast: list, sd: list, ref: str, ppl: dict) -> list[str]:
     """The two answer tables, the targets' perplexity and what predicted and measured mean."""
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
     scaled = any("vs_reference_raw" in (r.get(k, r).get("confirmed") or {}) and
                  "vs_reference_raw_stats" not in r.get(k, r)["confirmed"]
                  for r in doc["recommendations"].values() for k in ("recommended", "best_sd"))
     return [f"Fastest per task, against raw decoding on {ref} (the first target); SD off "
             "where raw decoding on some target is faster than any SD configuration:",
-            tabulate(fast, headers=["task", "configuration", "k", "predicted ×ref raw",
+            grid(fast, headers=["task", "configuration", "k", "predicted ×ref raw",
                                     "measured ×ref raw", "same output", "target perplexity"],
                      disable_numparse=True),
             *_not_separated(doc),
             "",
             "Where SD pays most, against raw decoding on the same target:",
-            tabulate(sd, headers=["task", "target + draft", "k", "predicted ×raw",
+            grid(sd, headers=["task", "target + draft", "k", "predicted ×raw",
                                   "measured ×raw [95% CI]", "predicted ×ref raw",
                                   "measured ×ref raw", "same output", "a vs 1+α+β"],
                      disable_numparse=True),
@@ -356,13 +356,13 @@ def _answer_tables(doc: dict, fast: list, sd: list, ref: str, ppl: dict) -> list
 
 def _depth_lines(depth: dict) -> list[str]:
     """SD at depth as predicted for each task's pick, and where it crosses 1."""
-    from tabulate import tabulate
+    from cpuspec.report.screen import grid
     if not depth:
         return []
     ds = sorted({r["depth"] for d in depth.values() for r in d["by_depth"]})
     out = ["", "SD at depth, predicted (" + next(iter(depth.values()))["predicted_from"]
            + "; `cpuspec bench --depth` measures it):",
-           tabulate([[task, d["candidate"], _k_cell(d),
+           grid([[task, d["candidate"], _k_cell(d),
                       *[next((_depth_cell(r) for r in d["by_depth"] if r["depth"] == x),
                              "-") for x in ds],
                       f"{d['crossover']} at {d['crossover_depth']}" if d["crossover"]
