@@ -52,3 +52,33 @@ def test_costs_refuses_a_quant_gpt_oss_is_not_published_in():
 def test_heads_refuses_a_qwen_draft_for_a_gemma_target():
     res = CliRunner().invoke(main, ["heads", "--on", "gemma3-270m", "--methods", "draft"])
     assert res.exit_code == 2 and "Gemma 3" in res.output, res.output
+
+
+def test_a_costs_ceiling_from_one_repetition_is_not_called_a_bound(tmp_path):
+    src = Path(__file__).resolve().parents[1] / "bench/results/epyc-family25-model17/costs_q4_0.json"
+    doc = json.loads(src.read_text())
+    res = CliRunner().invoke(main, ["report", str(src)])
+    assert res.exit_code == 0 and "SD is at most" in res.output   # 3 repetitions: a bound
+    probe = doc["cost_probe"]
+    probe["reps"] = 1
+    probe["verify_s"]["2"] = 2.6 * probe["verify_s"]["1"]   # V(2) > V(3), as one noisy rep
+    probe["verify_s"]["3"] = 1.3 * probe["verify_s"]["1"]
+    (tmp_path / "one.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "one.json")])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "SD is at most" not in text and "Not a bound: 1 repetition per size" in text, text
+    assert "falls at n = 3" in text
+
+
+def test_plot_of_a_run_that_measured_nothing_draws_nothing(tmp_path):
+    import pytest
+    pytest.importorskip("matplotlib")
+
+    def nothing(doc):
+        doc["runs"], doc["audit"], doc["complete"] = [], [], False
+        del doc["cost_probe"]
+    res = CliRunner().invoke(main, ["plot", str(real(tmp_path, "empty.json", nothing)),
+                                    "--out", str(tmp_path / "figs")])
+    assert res.exit_code != 0 and "nothing" in res.output, res.output
+    assert not list(tmp_path.glob("figs/*"))

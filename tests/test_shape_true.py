@@ -260,3 +260,28 @@ def test_a_gemma_draft_is_refused_for_a_qwen_target_and_taken_for_its_twin(gemma
         check_same_tokenizer(t, g)
         with pytest.raises(EngineError, match=r"vocabulary \(262144"):
             check_same_tokenizer(q, g)
+
+
+def test_a_cached_file_written_with_another_tokenizer_is_written_again(tiny_models, tmp_path,
+                                                                       monkeypatch):
+    """The cache is keyed by the tokenizer too: asked with another tokenizer file, the cached
+    file is not returned as it is (issue 69: `models shape … --tokenizer A.gguf` returned a
+    file written with B)."""
+    import shutil
+
+    from gguf import GGUFReader
+
+    from cpuspec.inputs.shapes import SHAPES, Shape
+    from cpuspec.llama.shape_true import write_shape_true
+    shape = Shape("qwen2-tiny-tok", "qwen2", 256, 4, 4, 2, 512, 512, head_dim=64,
+                  mix="llama-quantize")
+    monkeypatch.setitem(SHAPES, shape.name, shape)
+    other = shutil.copy(tiny_models["target"], tmp_path / "other-tokenizer.gguf")
+    said: list[str] = []
+    first = write_shape_true(shape, "Q4_K_M", tiny_models["target"], 1 << 34, said.append)
+    assert write_shape_true(shape, "Q4_K_M", tiny_models["target"], 1 << 34, said.append) == first
+    assert sum("writing" in s for s in said) == 1          # cached: written once
+    write_shape_true(shape, "Q4_K_M", Path(other), 1 << 34, said.append)
+    assert any("another tokenizer (target.gguf)" in s for s in said), said
+    field = GGUFReader(first).fields["cpuspec.tokenizer_from"]
+    assert bytes(field.parts[field.data[0]]).decode() == "other-tokenizer.gguf"

@@ -413,9 +413,13 @@ def _ceiling_first(cfg: BenchConfig, results: dict, log: Log) -> None:
     if cap is None:
         return
     results["settings"]["sequential"] = {**cfg.sequential, **cap}
+    from collections import Counter
+    most = max(Counter(p.task for p in cfg.prompts).values())
+    runs = min(cap["max_units"], most)
     log(f"cost probe: even every draft accepted gives at most {cap['ceiling']:.2f}× "
         f"(k = {cap['ceiling_k']}): no acceptance is enough at these costs; each task runs "
-        f"{cap['max_units']} prompts to confirm it")
+        f"{'at most ' if most > runs or len(cfg.prompts) > most else ''}{runs} "
+        f"prompt{'s' * (runs != 1)} to confirm it")
 
 
 def _answer_first_turns(cfg: BenchConfig, target_m, target, encoded: list, reuse: list,

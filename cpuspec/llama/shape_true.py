@@ -99,6 +99,12 @@ def added_tokens(shape: Shape) -> dict[int, str]:
     return QWEN3_ADDED if shape.arch.startswith("qwen3") else {}
 
 
+def tokenizer_id(tokenizer_file: Path) -> str:
+    """Which tokenizer file a shape-true file was written with: its name and size (a cached
+    file written with another tokenizer is written again, not returned)."""
+    return f"{tokenizer_file.name} {tokenizer_file.stat().st_size}"
+
+
 def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int,
                     added: dict[int, str] | None = None) -> None:
     """The tokenizer's fields of a real Qwen file; the token list padded to the model's
@@ -106,6 +112,7 @@ def _copy_tokenizer(writer, tokenizer_file: Path, vocab: int,
     added tokens (`added`: id → text) in their places."""
     from gguf import GGUFReader, GGUFValueType
     writer.add_string("cpuspec.tokenizer_from", tokenizer_file.name)   # gpt-oss: a stand-in
+    writer.add_string("cpuspec.tokenizer_id", tokenizer_id(tokenizer_file))
     reader = GGUFReader(tokenizer_file)
     for field in reader.fields.values():
         if not field.name.startswith("tokenizer."):
@@ -304,7 +311,7 @@ def _write_cached(dest: Path, arch: str, add_kv: Callable, plan: list, types: di
     short is written again."""
     from gguf import GGMLQuantizationType, GGUFWriter
     if dest.is_file():
-        state = _cached_state(dest, plan, types)
+        state = _cached_state(dest, plan, types, tokenizer_file)
         if state is None:
             return dest
         log(f"shape-true: {dest.name} {state}; writing it again")
@@ -352,11 +359,13 @@ def _reason(exc: OSError, folder: Path) -> str:
     return "no space left on the device" if full else str(exc)
 
 
-def _cached_state(path: Path, plan: list, types: dict) -> str | None:
-    """None where a cached GGUF is whole and holds exactly the tensors, shapes and types the
-    plan asks for; else what is wrong with it: a copy cut short (a crash before its pages
-    reached the disk, a copy that ran out of room), or one written under another quant rule
-    (an older cpuspec's mix under the same name), is written again, never loaded."""
+def _cached_state(path: Path, plan: list, types: dict, tokenizer_file: Path) -> str | None:
+    """None where a cached GGUF is whole, holds exactly the tensors, shapes and types the plan
+    asks for and was written with this tokenizer; else what is wrong with it: a copy cut short
+    (a crash before its pages reached the disk, a copy that ran out of room), one written under
+    another quant rule (an older cpuspec's mix under the same name) or with another tokenizer
+    is written again, never loaded. A file from before the tokenizer's size was recorded is
+    matched by the tokenizer's name."""
     from gguf import GGUFReader
     try:
         reader = GGUFReader(path)
@@ -364,7 +373,24 @@ def _cached_state(path: Path, plan: list, types: dict) -> str | None:
         if not end <= path.stat().st_size < end + reader.alignment:
             return "is cut short"
         held = {t.name: ([int(x) for x in t.shape], t.tensor_type.name) for t in reader.tensors}
+        made = {key: _string(reader, key) for key in ("cpuspec.tokenizer_id",
+                                                      "cpuspec.tokenizer_from")}
     except (OSError, ValueError, IndexError):
         return "is cut short"
     want = {n: (list(ne), types[n]) for n, ne in plan}
-    return None if held == want else "holds other tensors or types (another quant rule)"
+    if held != want:
+        return "holds other tensors or types (another quant rule)"
+    if made["cpuspec.tokenizer_id"] is not None:
+        same = made["cpuspec.tokenizer_id"] == tokenizer_id(tokenizer_file)
+    else:
+        same = made["cpuspec.tokenizer_from"] == tokenizer_file.name
+    return None if same else (f"was written with another tokenizer "
+                              f"({made['cpuspec.tokenizer_from']})")
+
+
+def _string(reader, key: str) -> str | None:
+    """A string field of a GGUF, None where it has none."""
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    return bytes(field.parts[field.data[0]]).decode("utf-8", errors="replace")

@@ -66,11 +66,21 @@ def render_cost_curve(probe: CostProbe | dict) -> str:
                          [[r["n"], r["n"] - 1, f"{r['verify_ms']:.1f}", f"{r['v_over_v1']:.2f}",
                            f"{r['beta']:.2f}", f"{r['ms_per_token']:.1f}",
                            f"{r['ceiling_speedup']:.2f}"] for r in rows])
+    # a ceiling is a bound only from medians of 3 or more repetitions per size: from fewer, a
+    # curve that falls (V(3) < V(2)) may be noise as well as a kernel that changes with n
+    reps = p.reps if p.reps is not None else 3   # files before reps was recorded: as before
+    ns = [r["n"] for r in rows]
+    falls = [b for a, b in zip(ns, ns[1:]) if p.verify_s[b] < p.verify_s[a]]
+    ceiling = (f"SD is at most {best['ceiling_speedup']:.2f}× raw" if reps >= 3 else
+               f"SD reaches about {best['ceiling_speedup']:.2f}× raw")
+    caveat = "" if reps >= 3 else (
+        f" Not a bound: {reps} repetition{'s' * (reps != 1)} per size"
+        + (f", and V(n) falls at n = {', '.join(map(str, falls))}" if falls else "")
+        + "; rerun with --reps 5 for one.")
     return "\n".join([table, *screen.wrap(
         f"draft decode {1e3 * p.draft_s:.1f} ms, target decode {1e3 * t:.1f} ms: c = "
-        f"{p.draft_s / t:.2f}. Even with every draft accepted, SD is at most "
-        f"{best['ceiling_speedup']:.2f}× raw (at k = {best['n'] - 1}); real acceptance lowers "
-        "that.")])
+        f"{p.draft_s / t:.2f}. Even with every draft accepted, {ceiling} (at k = "
+        f"{best['n'] - 1}); real acceptance lowers that.{caveat}")])
 
 
 def render_costs_file(res: dict, fmt: str = "text") -> str:

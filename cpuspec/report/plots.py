@@ -264,7 +264,10 @@ def figure_data(runs: list[dict], names: list[str]) -> dict[str, Any]:
         out["load"] = {n: load_data(r) for r, n in loads}
     if bench:
         rs, ns = zip(*bench)
-        out["speedup"] = speedup_data(list(rs), list(ns))
+        speedup = speedup_data(list(rs), list(ns))
+        if any(isinstance(x, (int, float)) and x == x for s in speedup["series"]
+               for x in s["speedup"]):   # a run that measured no SD draws no empty axes
+            out["speedup"] = speedup
         out["breakeven"] = breakeven_data(list(rs), list(ns))
         out["latency"] = {n: latency_data(r) for r, n in bench}
         out["adaptive"] = {n: d for r, n in bench if (d := adaptive_data(r))}
