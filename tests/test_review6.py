@@ -82,3 +82,34 @@ def test_plot_of_a_run_that_measured_nothing_draws_nothing(tmp_path):
                                     "--out", str(tmp_path / "figs")])
     assert res.exit_code != 0 and "nothing" in res.output, res.output
     assert not list(tmp_path.glob("figs/*"))
+
+
+TUNE = RECORDED / "epyc-family25-model1" / "tune_json_code.json.gz"
+
+
+def test_tune_says_thin_evidence_is_thin_and_shows_the_fastest_answer(tmp_path):
+    """Issue 69.11: every SD answer measured faster over 2 prompts (a range) read "no answer
+    was measured faster ...; cpuspec costs shows which term of the rule is short"; and the
+    fastest answer (another quant) was left off the screen."""
+    doc = json.loads(gzip.open(TUNE).read())
+    for r in doc["recommendations"].values():
+        c = r["best_sd"]["confirmed"]
+        c.update(n_prompts=2, measured_speedup_ci=None, measured_speedup=1.6,
+                 measured_speedup_range=[1.5, 1.7])
+        r["recommended"]["confirmed"]["vs_reference_raw_stats"].update(
+            ci=None, range=[1.8, 2.1], units=2)
+    (tmp_path / "thin.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "thin.json")])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "cpuspec costs" not in text
+    assert "json leads over 2 prompts" in text and "evidence is thin" in text
+    assert "cpuspec bench --target" in text                  # the command that confirms it
+    assert "Fastest per task" in text and "1.5b-q4_0 + 0.5b-q4_0" in text
+
+
+def test_tune_prints_one_screen_and_report_details_the_rest():
+    res = CliRunner().invoke(main, ["report", str(TUNE)])
+    lines = res.output.splitlines()
+    assert len(lines) <= 40 and max(map(len, lines)) <= 100
+    assert "Fastest per task" in res.output and "Next: serve it" in res.output

@@ -69,6 +69,12 @@ def test_tune_on_tiny_models(tiny_models, tmp_path):
     assert len(pilots) == len(measured)
     assert all(p["settings"]["max_tokens"] == 48 and "quality" not in p for p in pilots)
     assert all([q["prompt_id"] for q in p["prompts"]] == ["json-1"] for p in pilots)
+    # tune prints the one screen (at most 40 lines of 100 columns); report --details the rest
+    screen = res.stdout.splitlines()
+    assert "cpuspec tune: where SD pays most per task" in res.stdout
+    assert len(screen) <= 40 and max(map(len, screen)) <= 100, res.stdout
+    assert "Cost curves first" not in res.stdout
+    res = CliRunner().invoke(main, ["report", str(out), "--details"])
     assert "Cost curves first" in res.output and "pilot predicted" in res.output
     assert list(doc["target_perplexity"]) == ["target"] and doc["target_perplexity"]["target"] > 1
     assert "target perplexity on the built-in text: target " in res.output

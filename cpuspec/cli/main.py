@@ -26,14 +26,14 @@ from cpuspec.cli.inputs import check_model_file, check_pair, prompts_or_exit, re
 from cpuspec.cli.log import configure_log, echo, log
 from cpuspec.cli.options import (cpu_list, finite, policy_list, positive, probabilities,
                                  quant_list, save_options, task_names, values, window_option)
-from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs, write_text
+from cpuspec.cli.outputs import (finish_outputs, guarded, prepare_outputs, run_source,
+                                 write_text)
 from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
 from cpuspec.machine.hardware import HardwareError, default_threads, detect_hardware
 from cpuspec.inputs.registry import ModelError
 from cpuspec.report.tables import render_csv, sweep_rows
 from cpuspec.analysis.summary import summarize
 from cpuspec.analysis.sequential import PRECISION
-from cpuspec.results.store import results_dir
 from cpuspec.harness.sweep import (SweepError, add_point, plan, point_config,
                                    run_sweep, sweep_document)
 from cpuspec.report.sweep import headline, render_sweep, sweep_csv
@@ -302,10 +302,7 @@ def _bench_point(base, where, fallback_threads: int, sink, csv_path, details=Fal
                       + (", hybrid with prompt lookup" if cfg.drafter == "hybrid" else ""))
         echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
                    f"k = {cfg.k}, {cfg.threads} threads, {cfg.max_tokens} tokens/prompt")
-    written = [p for p in sink.paths if p not in sink.failed]
-    source = (written[0].stem if written and written[0].parent == results_dir() else
-              str(written[0]) if written else None)
-    print_bench(results, details=details, source=source)
+    print_bench(results, details=details, source=run_source(sink))
     if csv_path:
         write_text(sink, csv_path, render_csv(summarize(results)))
     finish_outputs(sink)

@@ -18,7 +18,7 @@ from cpuspec.cli.inputs import (check_model_file, check_model_name, check_pair,
 from cpuspec.cli.log import echo, log
 from cpuspec.cli.options import (finite, positive, save_options, task_list, task_names, values,
                                  window_option)
-from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
+from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs, run_source
 from cpuspec.harness.contention import ContentionConfig, run_contention
 from cpuspec.report.measurements import render_contention, render_costs_file, render_quality
 from cpuspec.core.drafters import NAMES as DRAFTER_NAMES
@@ -33,7 +33,7 @@ from cpuspec.results.schema import SCHEMA_VERSION
 from cpuspec.inputs.tasks import DEFAULT_TASKS, builtin_prompts
 from cpuspec.tune.race import RACE_SIZE
 from cpuspec.tune.search import Candidate, run_tune
-from cpuspec.report.tune import render_tune
+from cpuspec.report.tune import render_tune, render_tune_screen
 
 
 # What the matrix engine changes for SD, by whether the build uses it (None: no ggml kernels).
@@ -777,10 +777,13 @@ def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[
                    "most) race on the confirm prompts; one clearly slower than the leader stops "
                    "at the next look (5, 8, 12, ... prompts).")
 @click.option("--no-confirm", is_flag=True, help="Predict only; do not confirm by a run.")
+@click.option("--details", is_flag=True, help="Print the whole report (the ranking, both "
+              "answer tables, the race, every command) instead of the one screen; `cpuspec "
+              "report RUN --details` prints it later.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
 def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_tokens, threads,
-         budget, depths, draft_window, race_size, no_confirm, json_path, save, force):
+         budget, depths, draft_window, race_size, no_confirm, details, json_path, save, force):
     """Find where SD pays: targets × drafters × k, predicted by the cost model, then confirmed.
 
     Each candidate's cost curve comes first (seconds): candidates whose curve cannot pay even
@@ -837,5 +840,5 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
             raise click.ClickException(str(exc))
         doc = {**head, **doc}
         sink(doc)
-    echo(render_tune(doc))
+    echo(render_tune(doc) if details else render_tune_screen(doc, run_source(sink)))
     finish_outputs(sink)

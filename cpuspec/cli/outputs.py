@@ -66,6 +66,15 @@ def write_text(sink, path: Path, text: str) -> None:
         sink.failed[Path(path)] = exc.strerror or str(exc)
 
 
+def run_source(sink) -> str | None:
+    """How the one screen names the run it printed (RUN in "cpuspec report RUN"): the saved
+    run's id, else the file written, None where nothing was."""
+    from cpuspec.results.store import results_dir
+    written = [p for p in sink.paths if p not in sink.failed]
+    return (written[0].stem if written and written[0].parent == results_dir() else
+            str(written[0]) if written else None)
+
+
 def finish_outputs(sink) -> None:
     """Name the files written; if one could not be (a full disk), say what it holds and
     exit 1, after the summary was printed from what is in memory."""

@@ -68,9 +68,12 @@ def fits(text: str) -> bool:
     return len(lines) <= MAX_LINES and all(len(line) <= WIDTH for line in lines)
 
 
-def more(source: str, what: str, verb: str = "report") -> list[str]:
+def more(source: str | None, what: str, verb: str = "report") -> list[str]:
     """The line that points at the rest: `cpuspec report RUN --details (what)`, the run's
-    name on a line of its own where it is long."""
+    name on a line of its own where it is long (None: a run not saved)."""
+    if source is None:
+        return wrap("More (RUN: a saved run's file or id; this one was not saved, --no-save):") \
+            + wrap(f"  cpuspec {verb} RUN --details ({what})", "    ")
     head = f"More (RUN = {clean(source)}):"
     lines = [head] if len(head) <= WIDTH else ["More:", *wrap(f"  RUN = {source}", "    ")]
     return lines + wrap(f"  cpuspec {verb} RUN --details ({what})", "    ")

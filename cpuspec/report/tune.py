@@ -49,7 +49,7 @@ def _probe_of(doc: dict, candidate: str) -> dict | None:
                  if isinstance(m, dict) and m.get("candidate") == candidate), None)
 
 
-def render_tune_screen(doc: dict, source: str = "RUN") -> str:
+def render_tune_screen(doc: dict, source: str | None = "RUN") -> str:
     """One screen: per task, the answer where SD pays most (or SD off), measured against raw
     on prompts the search did not choose on, its verdict (only an interval is one) and the
     terms of the rule; then the llama-server command of an answer measured faster."""
@@ -62,15 +62,14 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
               for m in (r.get("race") or []) if isinstance(m, dict)
               and m.get("state") == "slower" and _same(m, answers[task])}
     names, prefix = screen.short_names([b["candidate"] for b in answers.values()])
+    verdicts: dict[str, str] = {}
     for (task, best), name in zip(answers.items(), names):
         c, t = best.get("confirmed") or {}, best.get("terms") or {}
-        # files written before the range existed stored 2 prompts' min and max as an interval
-        ci = c.get("measured_speedup_ci") if c.get("n_prompts") else None
-        rng = c.get("measured_speedup_range") or (c.get("measured_speedup_ci")
-                                                  if not c.get("n_prompts") else None)
+        ci, rng = _ci_range(c)
         verdict = screen.verdict_of(ci, rng)
         if verdict == "-":
             verdict = "SD off" if not best.get("pays") else "predicted"
+        verdicts[task] = verdict
         rows.append([screen.cut(task, 12), screen.cut(name, 36), _k_cell(best),
                      screen.speedup(c.get("measured_speedup"), ci, rng), verdict,
                      f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
@@ -82,6 +81,7 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
                           + (f"; models {prefix}…" if prefix else "")), "",
              screen.table(["task", "target + draft", "k", "measured ×raw", "verdict",
                            "a vs 1+α+β"], rows)]
+    lines += _fastest_screen(doc)
     if beaten:
         lines += screen.wrap("Beaten in tune's race, × the leader at the look that stopped "
                              "it, on the same prompts: " + "; ".join(
@@ -91,6 +91,11 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
     lines.append("")
     lines += screen.more(source, "the ranking, the fastest per task, predictions, every "
                                  "command")
+    if server is None:   # else the fastest answer, where it was measured faster than the
+        # reference's raw decoding
+        server = next(((task, config_of(rec["command"]), _probe_of(doc, rec["candidate"]))
+                       for task, rec, verdict in _fastest_answers(doc) if verdict == "faster"
+                       and rec["k"] and task not in beaten and config_of(rec["command"])), None)
     if server:
         task, c, probe = server
         argv = invocations(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
@@ -105,9 +110,79 @@ def render_tune_screen(doc: dict, source: str = "RUN") -> str:
         lines += screen.wrap(f"Next: run what beat the SD answer ({', '.join(beaten)}); the "
                              "commands: cpuspec report RUN --details")
     else:
-        lines += screen.wrap("Next: no answer was measured faster on 5 or more prompts; "
-                             "cpuspec costs shows which term of the rule is short")
+        lines += _next_without_verdict(answers, verdicts)
     return "\n".join(lines)
+
+
+def _ci_range(c: dict) -> tuple:
+    """A confirmation's interval and range; files written before the range existed stored 2
+    prompts' min and max as an interval: a range."""
+    ci = c.get("measured_speedup_ci") if c.get("n_prompts") else None
+    rng = c.get("measured_speedup_range") or (c.get("measured_speedup_ci")
+                                              if not c.get("n_prompts") else None)
+    return ci, rng
+
+
+def _next_without_verdict(answers: dict, verdicts: dict) -> list[str]:
+    """What to do where no SD answer was measured faster: a lead over too few prompts is
+    confirmed on more; an answer the rule says pays (a > 1 + α + β) that the measurement did
+    not separate from raw is measured on more prompts; where a is short of 1 + α + β
+    everywhere, `cpuspec costs` shows which cost is high; where nothing was measured, say
+    so."""
+    lead = next((t for t, v in verdicts.items() if v == "faster*"), None)
+    rule = next((t for t, b in answers.items() if (b.get("terms") or {}) and b["terms"]["a"]
+                 > b["terms"]["break_even_a"] and verdicts[t] not in ("slower", "slower*")),
+                None)
+    task = lead or rule
+    if task is not None:
+        b = answers[task]
+        n = (b.get("confirmed") or {}).get("n_prompts")
+        why = (f"{task} leads over {n or 'too few'} prompts (a range, not an interval)"
+               if lead else
+               f"the rule says SD pays for {task} (a = {b['terms']['a']:.2f} > 1 + α + β = "
+               f"{b['terms']['break_even_a']:.2f}) but the measurement did not separate it "
+               "from raw")
+        return screen.wrap(f"Next: {why}; the evidence is thin, not negative. Confirm it on "
+                           "more prompts (bench runs until its interval decides):", "  ") \
+            + screen.command(b["command"])
+    if any(b.get("terms") for b in answers.values()):
+        return screen.wrap("Next: SD was not measured faster, and a is short of 1 + α + β for "
+                           "every task; cpuspec costs shows which cost term is high")
+    return screen.wrap("Next: no SD answer was measured (interrupted, or every candidate "
+                       "skipped); run cpuspec tune again with a larger --budget")
+
+
+def _fastest_answers(doc: dict) -> list[tuple[str, dict, str]]:
+    """Per task, the fastest answer where it is not the SD answer (a faster quant, another
+    draft or k) nor the reference's own raw decoding, with its verdict against the
+    reference's raw on the same prompts."""
+    ref = doc.get("reference_target") or doc["candidates"][0].split(" + ")[0]
+    out = []
+    for task, r in doc["recommendations"].items():
+        rec, best = r.get("recommended"), r.get("best_sd")
+        if not rec or not best or _same(rec, best) or (
+                not rec["k"] and rec["candidate"].removesuffix(" (SD off)") == ref):
+            continue
+        st = (rec.get("confirmed") or {}).get("vs_reference_raw_stats") or {}
+        out.append((task, rec, screen.verdict_of(st.get("ci"), st.get("range"))))
+    return out
+
+
+def _fastest_screen(doc: dict) -> list[str]:
+    """The fastest answers (_fastest_answers) against the reference target's raw decoding, with
+    the race members each could not be separated from."""
+    fastest = _fastest_answers(doc)
+    if not fastest:
+        return []
+    ref = doc.get("reference_target") or doc["candidates"][0].split(" + ")[0]
+    names, _ = screen.short_names([rec["candidate"] for _, rec, _ in fastest])
+    rows = [[screen.cut(task, 12), screen.cut(name, 40), _k_cell(rec),
+             _measured(rec.get("confirmed") or {}, "vs_reference_raw"), verdict]
+            for (task, rec, verdict), name in zip(fastest, names)]
+    ties = [t for t in _not_separated(doc) if t.split(":")[0] in {f[0] for f in fastest}]
+    return ["", *screen.wrap(f"Fastest per task, × {ref}'s raw speed on the same prompts:"),
+            screen.table(["task", "configuration", "k", "measured ×ref raw", "verdict"], rows),
+            *[w for t in ties for w in screen.wrap(t, "  ")]]
 
 
 def _same(a: dict, b: dict) -> bool:
