@@ -240,8 +240,11 @@ def _check_tokenizer_file(path: Path) -> None:
     from cpuspec.llama.gguf_meta import read_meta
     if not path.is_file():
         raise ShapeError(f"--tokenizer {path}: not a regular file")
+    from cpuspec.llama.gguf_meta import GGUFMetaError
     try:
         meta = read_meta(path)
+    except GGUFMetaError as exc:   # names the file and says why already
+        raise ShapeError(f"--tokenizer {path.parent / str(exc)}") from None
     except Exception as exc:   # gguf-py's reader raises what a damaged file makes it
         raise ShapeError(f"--tokenizer {path}: not a readable GGUF file "
                          f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})"
