@@ -78,11 +78,12 @@ def test_a_schema_2_row_is_read_with_its_level_unknown_and_the_board_says_so(tmp
     import pyarrow.parquet as pq
     path, table = export(B, tmp_path / "ds")
     old = table.drop_columns(["ci_level", "design", "stopped_at", "prompts_planned",
-                              "matrix_engine", "matrix_engine_used"])
+                              "matrix_engine", "matrix_engine_used", "target_repo",
+                              "draft_repo"])
     path.unlink()
     pq.write_table(old.replace_schema_metadata({b"cpuspec.dataset_schema": b"2"}),
                    tmp_path / "ds" / "old.parquet")
-    migrated = MIGRATIONS[2](old)
+    migrated = MIGRATIONS[3](MIGRATIONS[2](old))
     assert migrated.column_names == table.column_names
     assert set(migrated.column("ci_level").to_pylist()) == {None}
     res = run("leaderboard", tmp_path / "ds")
@@ -94,7 +95,7 @@ def test_a_schema_2_row_is_read_with_its_level_unknown_and_the_board_says_so(tmp
     export(B, tmp_path / "ds2")
     res = run("leaderboard", tmp_path / "ds2")
     assert "SD ×raw [95%]" in res.output and "lvl ?" not in res.output
-    assert DATASET_SCHEMA == 3
+    assert DATASET_SCHEMA >= 3
 
 
 def test_rows_that_cannot_be_are_passed_over_with_a_count(tmp_path):
@@ -136,7 +137,8 @@ def test_a_run_read_from_an_old_and_a_new_file_counts_once_without_a_false_confl
     import pyarrow.parquet as pq
     path, table = export(B, tmp_path / "ds")
     old = table.drop_columns(["ci_level", "design", "stopped_at", "prompts_planned",
-                              "matrix_engine", "matrix_engine_used"])
+                              "matrix_engine", "matrix_engine_used", "target_repo",
+                              "draft_repo"])
     lows = [None if v is None else v * (1 + 2e-4) for v in old.column("sd_ci_low").to_pylist()]
     import pyarrow as pa
     old = old.set_column(old.column_names.index("sd_ci_low"), "sd_ci_low",

@@ -16,7 +16,7 @@ from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.analysis.whatif import ASSUMED_P, whatif_row
 from cpuspec.results.records import Machine, engine_of_build
 
-DATASET_SCHEMA = 3
+DATASET_SCHEMA = 4
 
 
 def _method_of_drafter(drafter: str | None) -> str | None:
@@ -66,8 +66,21 @@ def _to_3(table):
                             pa.array([p[1] for p in pairs], pa.int64()))
 
 
+def _to_4(table):
+    """Schema 3 → 4: `target_repo` and `draft_repo` (issue 70: the public name a model came
+    by, a hub repo or an Ollama name), null in rows written before they were recorded."""
+    import pyarrow as pa
+    if "target_repo" in table.column_names:
+        return table
+    for role in ("target", "draft"):
+        at = table.column_names.index(f"{role}_label") + 1 \
+            if f"{role}_label" in table.column_names else table.num_columns
+        table = table.add_column(at, f"{role}_repo", pa.nulls(table.num_rows, pa.string()))
+    return table
+
+
 # version → function(Arrow table) → the table at version + 1
-MIGRATIONS: dict = {1: _to_2, 2: _to_3}
+MIGRATIONS: dict = {1: _to_2, 2: _to_3, 3: _to_4}
 # every column, in order, with its Arrow type name (results/parquet.py maps them)
 COLUMNS: list[tuple[str, str]] = [
     ("dataset_schema", "int"), ("row_id", "str"), ("run_id", "str"), ("kind", "str"),
@@ -81,8 +94,9 @@ COLUMNS: list[tuple[str, str]] = [
     ("device", "str"), ("matrix_engine", "str"), ("matrix_engine_used", "int"),
     # the models
     ("target_sha256", "str"), ("target_quant", "str"), ("target_params", "int"),
-    ("target_label", "str"), ("draft_sha256", "str"), ("draft_quant", "str"),
-    ("draft_params", "int"), ("draft_label", "str"),
+    ("target_label", "str"), ("target_repo", "str"), ("draft_sha256", "str"),
+    ("draft_quant", "str"), ("draft_params", "int"), ("draft_label", "str"),
+    ("draft_repo", "str"),
     # the settings
     ("task", "str"), ("k", "int"), ("drafter", "str"), ("method", "str"),
     ("policy", "str"), ("p_min", "float"),
@@ -188,8 +202,19 @@ def model_columns(doc: dict, target: dict | None = None) -> dict:
     for role, m in (("target", target or models.get("target") or {}),
                     ("draft", models.get("draft") or {})):
         out |= {f"{role}_sha256": m.get("sha256"), f"{role}_quant": _quant(m),
-                f"{role}_params": m.get("n_params"), f"{role}_label": _label(m) if m else None}
+                f"{role}_params": m.get("n_params"), f"{role}_label": _label(m) if m else None,
+                f"{role}_repo": public_repo(m.get("repo"))}
     return out
+
+
+def public_repo(repo: object) -> str | None:
+    """A model's repo as it may leave the machine: a hub repo (OWNER/REPO) or an Ollama name;
+    nothing for a local file (its path may name the user)."""
+    text = str(repo or "")
+    if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) or \
+            re.fullmatch(r"ollama:[\w.:/-]+", text) and ".." not in text:
+        return text
+    return None
 
 
 def run_id(doc: dict) -> str:

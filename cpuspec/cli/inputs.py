@@ -6,11 +6,13 @@ from pathlib import Path
 
 import click
 
+from cpuspec.cli.help import BadInput
 from cpuspec.cli.log import log
-
 from cpuspec.inputs.models import fetch_model, local_model
+from cpuspec.inputs.refs import Ref, RefError, file_sha256, parse_ref, remember, resolve_ref
 from cpuspec.inputs.registry import ModelError, load_registry
 from cpuspec.inputs.tasks import PromptsFileError, UnknownTaskError, load_prompts
+
 
 def prompts_or_exit(tasks, prompts_file, prompts_per_task, default_tasks=None) -> list:
     """load_prompts, its errors as click's: an unknown task is a bad --tasks."""
@@ -24,25 +26,70 @@ def prompts_or_exit(tasks, prompts_file, prompts_per_task, default_tasks=None) -
         raise click.UsageError(str(exc))
 
 
+REF_FORMS = ("a .gguf file, a registered name (`cpuspec models list`), OWNER/REPO[:QUANT], "
+             "OWNER/REPO/FILE.gguf or ollama:NAME[:TAG]")
+
+
+def parse_model(reg, name: str, check_file: bool = True) -> Ref:
+    """A model reference (inputs/refs.py), checked before anything is fetched: its syntax and
+    (check_file) a path's file (exit 2 on bad input)."""
+    try:
+        ref = parse_ref(name, set(reg.models))
+    except RefError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if ref.kind == "path" and check_file:
+        _check_path_ref(ref)
+    return ref
+
+
+def _check_path_ref(ref: Ref) -> None:
+    p = Path(ref.text)
+    if p.suffix != ".gguf" and not p.exists():
+        raise click.UsageError(f"unknown model {ref.text!r}: give {REF_FORMS}")
+    check_model_file(p)
+
+
+def model_ref(ctx, param, value):
+    """click callback of --target/--draft: the reference's syntax checked now; the file it
+    names (model_path) once the command's own checks have passed."""
+    return None if value is None else parse_model(registry(), value, check_file=False)
+
+
+def model_path(ref: Ref | None) -> Path | None:
+    """The file a reference names on this machine: a path as given; a registered model
+    fetched (or derived); a hub file found in a store or downloaded; an Ollama model's blob.
+    Where it came from is remembered with its hash (results name repo, revision, file)."""
+    if ref is None:
+        return None
+    if ref.kind == "path":
+        _check_path_ref(ref)
+        return Path(ref.text)
+    try:
+        if ref.kind == "name":
+            got = fetch_model(registry().model(ref.text), log)
+            remember(got.path, got.sha256 or file_sha256(got.path),
+                     {"repo": got.spec.repo, "file": got.spec.file, "store": "cpuspec",
+                      "verified": got.verified, "revision": None})
+            return got.path
+        return resolve_ref(ref, log).path
+    except RefError as exc:
+        raise BadInput(str(exc)) from None
+    except ModelError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def resolve_model(reg, name: str):
-    """A GGUF file given by path (hashed, used as is), or a registered model by name (fetched,
-    verified, or derived)."""
-    p = Path(name)
-    if p.suffix == ".gguf" or p.exists():
-        check_model_file(p)
-        return local_model(p)
-    return fetch_model(reg.model(name), log)
+    """Any model reference (parse_model) as a fetched model: a path hashed and used as is, a
+    registered model fetched, verified or derived, a hub or Ollama model found or fetched."""
+    ref = parse_model(reg, name)
+    if ref.kind == "name":
+        return fetch_model(reg.model(name), log)
+    return local_model(model_path(ref))
 
 
 def check_model_name(reg, name: str) -> None:
-    """What resolve_model would refuse, found before anything is fetched or derived: a GGUF
-    path that is not a file, or a name that models.toml does not know."""
-    p = Path(name)
-    if p.suffix == ".gguf" or p.exists():
-        check_model_file(p)
-    elif name not in reg.models:
-        raise click.UsageError(f"unknown model {name!r}; see `cpuspec models list`, or "
-                               "give a .gguf file")
+    """What resolve_model would refuse, found before anything is fetched or derived."""
+    parse_model(reg, name)
 
 
 def check_model_file(p: Path | None) -> None:

@@ -14,7 +14,7 @@ import click
 from cpuspec import __version__
 from cpuspec.harness.bench import BenchConfig, environment, run_bench
 from cpuspec.cli.measure import contention, costs, hw, paths, quality, tune
-from cpuspec.cli.models import models
+from cpuspec.cli.models import check_default_draft, models, pair_draft_file
 from cpuspec.cli.results import advise, compare, plot, report, runs
 from cpuspec.cli.dataset import export, leaderboard, publish
 from cpuspec.cli.heads import heads
@@ -22,7 +22,8 @@ from cpuspec.cli.engine import RUNS_MODELS, check_llama_build, rebuild
 from cpuspec.cli.help import CleanGroup, SectionedCommand
 from cpuspec.cli.bench_report import print_bench
 from cpuspec.cli.checks import check_bench_flags, check_depths, check_gate, check_size
-from cpuspec.cli.inputs import check_model_file, check_pair, prompts_or_exit, refuse_shape_true
+from cpuspec.cli.inputs import (check_model_file, check_pair, model_path, model_ref,
+                                prompts_or_exit, refuse_shape_true)
 from cpuspec.cli.log import configure_log, echo, log
 from cpuspec.cli.options import (cpu_list, finite, policy_list, positive, probabilities,
                                  quant_list, save_options, task_names, values, window_option)
@@ -80,10 +81,12 @@ BENCH_SECTIONS = {
 
 @main.command(cls=SectionedCommand, sections=BENCH_SECTIONS)
 @click.option("--pair", help="Model pair from models.toml (see `cpuspec models list`).")
-@click.option("--target", "target_path", type=click.Path(path_type=Path),
-              help="Use this local GGUF as the target instead of the pair's.")
-@click.option("--draft", "draft_path", type=click.Path(path_type=Path),
-              help="Use this local GGUF as the draft instead of the pair's.")
+@click.option("--target", "target_path", callback=model_ref, metavar="MODEL",
+              help="The target instead of the pair's: a .gguf file, a registered name, "
+                   "OWNER/REPO[:QUANT] or OWNER/REPO/FILE.gguf as llama.cpp's -hf takes it (a "
+                   "copy already on this machine is used in place), or ollama:NAME[:TAG].")
+@click.option("--draft", "draft_path", callback=model_ref, metavar="MODEL",
+              help="The draft instead of the pair's, named as --target.")
 @click.option("-t", "--threads", callback=values(1),
               help="Threads for both models; a list or range sweeps [default: the chosen "
                    "cores, else the physical cores in this process's affinity].")
@@ -221,10 +224,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
             "p_cores": p_cores, "e_cores": e_cores, "threads": threads or [0], "k": k,
             "depth": depth, "p_min": p_min}
     check_size(len(prompts), repetitions, math.prod(len(v) for v in axes.values()), yes)
-    check_pair(pair)
-    for p in (target_path, draft_path):
-        check_model_file(p)
-        refuse_shape_true(p)
+    target_path, draft_path = _bench_models(pair, target_path, draft_path, draft_quant, drafter)
     hw = detect_hardware()
     where = _bench_plan(hw, axes, smt, draft_cores, schedule)
     for note in where.notes:
@@ -262,6 +262,19 @@ def _design(fixed: bool, repetitions: int, policies: list[str],
     if fixed or repetitions > 1 or "static" not in policies:
         return None
     return {"alpha": ALPHA, "precision": precision}
+
+
+def _bench_models(pair, target, draft, draft_quant, drafter) -> tuple:
+    """The pair checked, then --target/--draft resolved to files (found, or fetched) and
+    checked; a target alone whose default draft cannot draft for it is told which can."""
+    check_pair(pair)
+    target_path, draft_path = model_path(target), model_path(draft)
+    for p in (target_path, draft_path):
+        check_model_file(p)
+        refuse_shape_true(p)
+    if target_path and not draft_path and not draft_quant and drafter != "lookup":
+        check_default_draft(target_path, pair_draft_file(pair))
+    return target_path, draft_path
 
 
 def _bench_prompts(tasks, prompts_file, prompts_per_task, depth) -> list:

@@ -14,7 +14,8 @@ from cpuspec.harness import paths as core
 from cpuspec.harness.bench import BenchConfig, environment, resolve_models
 from cpuspec.cli.checks import check_depths, check_limits, check_spec_files
 from cpuspec.cli.inputs import (check_model_file, check_model_name, check_pair,
-                                prompts_or_exit, refuse_shape_true, registry, resolve_model)
+                                prompts_or_exit, refuse_shape_true, registry, resolve_model,
+                                model_path, model_ref)
 from cpuspec.cli.log import echo, log
 from cpuspec.cli.options import (finite, positive, save_options, task_list, task_names, values,
                                  window_option)
@@ -89,8 +90,11 @@ def hw(as_json):
 
 @click.command()
 @click.option("--pair", help="Model pair from models.toml.")
-@click.option("--target", "target_path", type=click.Path(path_type=Path))
-@click.option("--draft", "draft_path", type=click.Path(path_type=Path))
+@click.option("--target", "target_path", callback=model_ref, metavar="MODEL",
+              help="A .gguf file, a registered name, OWNER/REPO[:QUANT], OWNER/REPO/FILE.gguf "
+                   "or ollama:NAME[:TAG] [default: the pair's].")
+@click.option("--draft", "draft_path", callback=model_ref, metavar="MODEL",
+              help="The draft, named as --target [default: the pair's].")
 @click.option("--p-cores", type=click.IntRange(min=0), default=0,
               help="Use N P-cores [default: one CPU per physical core in the affinity].")
 @click.option("--e-cores", type=click.IntRange(min=0), default=0, help="Use M E-cores.")
@@ -125,6 +129,7 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
     threads = threads or max(1, len(cpus) - 1)
     if threads > len(cpus):
         raise click.UsageError(f"--threads {threads} is more than the {len(cpus)} chosen CPUs")
+    target_path, draft_path = model_path(target_path), model_path(draft_path)
     for p in (target_path, draft_path):
         check_model_file(p)
     sink = prepare_outputs([json_path], [target_path, draft_path], force, save,
@@ -147,8 +152,11 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
 
 @click.command()
 @click.option("--pair", help="Model pair from models.toml.")
-@click.option("--target", "target_path", type=click.Path(path_type=Path))
-@click.option("--draft", "draft_path", type=click.Path(path_type=Path))
+@click.option("--target", "target_path", callback=model_ref, metavar="MODEL",
+              help="A .gguf file, a registered name, OWNER/REPO[:QUANT], OWNER/REPO/FILE.gguf "
+                   "or ollama:NAME[:TAG] [default: the pair's].")
+@click.option("--draft", "draft_path", callback=model_ref, metavar="MODEL",
+              help="The draft, named as --target [default: the pair's].")
 @click.option("-t", "--threads", type=int, callback=positive,
               help="Threads [default: the physical cores in this process's affinity].")
 @click.option("--max-n", type=click.IntRange(2, 33), default=16, show_default=True,
@@ -211,6 +219,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
             click.core.ParameterSource.DEFAULT:
         _check_only_quants(*whatif)
     check_pair(pair)
+    target_path, draft_path = model_path(target_path), model_path(draft_path)
     for p in (target_path, draft_path):
         check_model_file(p)
     hw = detect_hardware()

@@ -30,8 +30,13 @@ def models():
 
 @models.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def models_list(as_json):
+@click.option("--local", is_flag=True, help="Every GGUF on this machine instead, by store "
+              "(huggingface-hub's and llama.cpp's caches, LM Studio, Ollama, cpuspec's), "
+              "with the name to give it to --target/--draft.")
+def models_list(as_json, local):
     """List registered models and pairs, and whether each is cached and verified."""
+    if local:
+        return _list_local(as_json)
     reg = registry()
     rows = []
     for spec in reg.models.values():
@@ -48,6 +53,113 @@ def models_list(as_json):
         echo(json.dumps({"models": rows, "pairs": pairs}, indent=1))
         return
     echo(render_models(rows, pairs))
+
+
+def _list_local(as_json: bool) -> None:
+    from cpuspec.inputs.refs import local_ggufs, quant_of
+    from cpuspec.report.screen import grid
+    found = local_ggufs()
+    rows = [{"store": g.store, "name": g.ref, "path": str(g.path), "size_bytes": g.size,
+             "quant": quant_of(g.path.name) or quant_of(g.ref)} for g in found]
+    if as_json:
+        echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        echo("no GGUF model on this machine in huggingface-hub's or llama.cpp's caches, LM "
+             "Studio, Ollama or cpuspec's folder")
+        return
+    echo(grid([[r["store"], r["name"], f"{r['size_bytes'] / 1e9:.2f} GB", r["quant"] or "-"]
+               for r in rows], headers=["store", "name (for --target/--draft)", "size",
+                                        "quant"], disable_numparse=True))
+
+
+@models.command("drafts")
+@click.argument("target")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models_drafts(target, as_json):
+    """Which GGUFs on this machine can draft for TARGET: those that share its tokenizer (the
+    check SD applies), smallest first; the rest with the reason they are left out.
+
+    \b
+    Examples:
+      cpuspec models drafts unsloth/Qwen3-8B-GGUF:Q4_K_M
+      cpuspec models drafts ~/models/qwen2.5-7b-instruct-q4_k_m.gguf
+    """
+    from cpuspec.report.screen import grid
+    from cpuspec.cli.inputs import model_path, parse_model
+    path = model_path(parse_model(registry(), target))
+    size = path.stat().st_size
+    rows = draft_rows(path)
+    if as_json:
+        echo(json.dumps(rows, indent=1))
+        return
+    fits = [r for r in rows if r["fits"]]
+    echo(f"Drafts for {path.name} ({size / 1e9:.2f} GB) on this machine: {len(fits)} share its "
+         "tokenizer" + (", smallest first:" if fits else "."))
+    table = [[r["name"], r["store"], f"{r['size_bytes'] / 1e9:.2f} GB", r["quant"] or "-",
+              "fits" if r["fits"] else f"left out: {r['why_not']}"] for r in rows]
+    if table:
+        echo(grid(table, headers=["name (for --draft)", "store", "size", "quant", ""],
+                  disable_numparse=True))
+    if not fits:
+        echo("None fits: a draft must share the target's tokenizer (the same family); "
+             "fetch one with `cpuspec bench --target … --draft OWNER/REPO:Q8_0`.")
+
+
+def draft_rows(path: Path) -> list[dict]:
+    """Every GGUF on this machine but the target itself, whether it can draft for it (shares
+    its tokenizer) and why not, smallest first among those that fit."""
+    from cpuspec.inputs.refs import local_ggufs, quant_of
+    from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
+    from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_mismatch, tokenizer_of
+    try:
+        want = tokenizer_of(path)
+    except GGUFMetaError as exc:
+        raise click.UsageError(str(exc)) from None
+    rows = []
+    for g in local_ggufs():
+        try:
+            if g.path.resolve() == path.resolve():
+                continue
+            why = tokenizer_mismatch(want, tokenizer_of(g.path), VOCAB_MAX_SIZE_DIFFERENCE)
+        except (GGUFMetaError, OSError) as exc:
+            why = f"unreadable ({exc})"
+        rows.append({"name": g.ref, "store": g.store, "size_bytes": g.size,
+                     "quant": quant_of(g.path.name) or quant_of(g.ref), "fits": why is None,
+                     "why_not": why})
+    return sorted(rows, key=lambda r: (not r["fits"], r["size_bytes"]))
+
+
+def pair_draft_file(pair: str | None) -> Path | None:
+    """The file of the pair's draft where it is already in cpuspec's cache, else None."""
+    reg = registry()
+    p = reg.pairs.get(pair or reg.default_pair)
+    spec = reg.models.get(p.draft) if p else None
+    return cached_path(spec) if spec is not None and is_cached(spec) else None
+
+
+def check_default_draft(target: Path, draft: Path | None) -> None:
+    """A target named without a draft takes the pair's draft: where that draft is on this
+    machine and does not share the target's tokenizer, say which drafts here do (exit 2)
+    rather than fail after loading both."""
+    from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
+    from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_mismatch, tokenizer_of
+    if draft is None or not draft.is_file():
+        return
+    try:
+        why = tokenizer_mismatch(tokenizer_of(target), tokenizer_of(draft),
+                                 VOCAB_MAX_SIZE_DIFFERENCE)
+    except GGUFMetaError:
+        return   # the loader says what is wrong with it
+    if why is None:
+        return
+    fits = [r["name"] for r in draft_rows(target) if r["fits"]][:4]
+    raise click.UsageError(
+        f"the default draft ({draft.name}) cannot draft for {target.name}: {why}. "
+        + (f"Drafts on this machine that share its tokenizer: {', '.join(fits)}; give one with "
+           "--draft" if fits else "No GGUF on this machine shares its tokenizer: give --draft "
+           "OWNER/REPO:QUANT of the target's family")
+        + f" (`cpuspec models drafts {target}` lists them).")
 
 
 def _names_to_specs(reg, names):

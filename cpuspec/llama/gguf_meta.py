@@ -25,3 +25,33 @@ def read_meta(path: Path, max_array: int = 64) -> dict:
         except (ValueError, IndexError, TypeError):
             continue
     return out
+
+
+def tokenizer_of(path: Path) -> tuple[str | None, list[str]]:
+    """A GGUF's tokenizer: its kind (tokenizer.ggml.model) and its tokens' texts."""
+    from gguf import GGUFReader
+    try:
+        reader = GGUFReader(path)
+        kind = reader.fields.get("tokenizer.ggml.model")
+        tokens = reader.fields.get("tokenizer.ggml.tokens")
+        return (str(kind.contents()) if kind is not None else None,
+                list(tokens.contents()) if tokens is not None else [])
+    except (OSError, ValueError, IndexError) as exc:
+        raise GGUFMetaError(f"{Path(path).name}: not a readable GGUF file ({exc})") from None
+
+
+def tokenizer_mismatch(target: tuple[str | None, list[str]],
+                       draft: tuple[str | None, list[str]], max_size_difference: int) -> str | None:
+    """Why a draft cannot draft for a target (None: it can): the check the engine applies to
+    loaded models (llama/engine.py check_same_tokenizer), read from the files."""
+    (tkind, ttok), (dkind, dtok) = target, draft
+    if not dtok:
+        return "no tokenizer in the file"
+    if tkind != dkind:
+        return f"another tokenizer kind ({dkind} against the target's {tkind})"
+    if abs(len(ttok) - len(dtok)) > max_size_difference:
+        return f"another vocabulary ({len(dtok)} tokens against the target's {len(ttok)})"
+    for i, (a, b) in enumerate(zip(ttok, dtok)):
+        if a != b:
+            return f"another tokenizer (token {i} is {b!r}, the target's {a!r})"
+    return None

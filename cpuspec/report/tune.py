@@ -91,6 +91,12 @@ def render_tune_screen(doc: dict, source: str | None = "RUN") -> str:
     lines.append("")
     lines += screen.more(source, "the ranking, the fastest per task, predictions, every "
                                  "command")
+    return "\n".join(lines + _next_lines(doc, server, beaten, answers, verdicts))
+
+
+def _next_lines(doc: dict, server, beaten: dict, answers: dict, verdicts: dict) -> list[str]:
+    """The screen's last line: serve an answer measured faster (the SD answer, else the
+    fastest where it beat the reference's raw), run what beat it, or what the evidence asks."""
     if server is None:   # else the fastest answer, where it was measured faster than the
         # reference's raw decoding
         server = next(((task, config_of(rec["command"]), _probe_of(doc, rec["candidate"]))
@@ -104,14 +110,12 @@ def render_tune_screen(doc: dict, source: str | None = "RUN") -> str:
                          threads=c["threads"], drafter=c["drafter"], p_min=c["p_min"])
         share = server_share(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
                              doc.get("meta"), c["p_min"], probe, short=True)
-        lines += screen.wrap(f"Next: serve it ({task}; k = {c['k']}; {note}; {share}):",
-                             "  ") + screen.command(argv)
-    elif beaten:
-        lines += screen.wrap(f"Next: run what beat the SD answer ({', '.join(beaten)}); the "
-                             "commands: cpuspec report RUN --details")
-    else:
-        lines += _next_without_verdict(answers, verdicts)
-    return "\n".join(lines)
+        return screen.wrap(f"Next: serve it ({task}; k = {c['k']}; {note}; {share}):",
+                           "  ") + screen.command(argv)
+    if beaten:
+        return screen.wrap(f"Next: run what beat the SD answer ({', '.join(beaten)}); the "
+                           "commands: cpuspec report RUN --details")
+    return _next_without_verdict(answers, verdicts)
 
 
 def _ci_range(c: dict) -> tuple:

@@ -1,0 +1,579 @@
+"""A model by the name its owner already uses: a path, a Hugging Face reference as llama.cpp's
+`-hf` takes it (`OWNER/REPO[:QUANT]`, `OWNER/REPO/FILE.gguf`, `hf://OWNER/REPO[@REV]/FILE`), or an
+installed Ollama model (`ollama:NAME[:TAG]`); registered names (models.toml) are the registry's.
+
+A file already on this machine is used where it is, never copied: huggingface-hub's cache (which
+llama.cpp's `-hf` and llama-cpp-python's `from_pretrained` fill too; LLAMA_CACHE where set),
+LM Studio's models folder, llama.cpp's older flat cache, Ollama's blobs. Its sha256 is computed
+once and remembered by path, size and mtime (`known_files.json` in cpuspec's home), with where the
+file came from: a results file names the repo, revision, file and sha256 of each model.
+
+Hub files come through huggingface-hub (its cache, token, HF_HUB_OFFLINE and HF_ENDPOINT), are
+checked against the hub's size and sha256, and a download cut short is never used (the hub
+client removes its partial file)."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from cpuspec.inputs.registry import ModelError, cpuspec_home
+
+Log = Callable[[str], None]
+OLLAMA_PREFIX = "ollama:"
+HF_PREFIX = "hf://"
+# llama.cpp's choice when a repo is named without a quant (common/download.cpp find_best_model)
+DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")
+# file names that are not a model of their own (llama.cpp's gguf_filename_is_model)
+NOT_A_MODEL = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
+SPLIT = re.compile(r"^(.+)-(\d{5})-of-(\d{5})$", re.I)
+REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+HASH_CHUNK_BYTES = 1 << 22
+# A hub that does not answer a TCP connect within this time is treated as unreachable.
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+class RefError(ModelError):
+    """A model reference that cannot be resolved; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A parsed reference. kind: path, hf, ollama or name (a models.toml entry)."""
+    kind: str
+    text: str
+    repo: str | None = None       # hf: OWNER/REPO; ollama: NAME
+    quant: str | None = None      # hf: the tag after ':'
+    file: str | None = None       # hf: a file in the repo
+    revision: str | None = None   # hf: @REV of hf://
+    tag: str | None = None        # ollama
+
+
+def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
+    """What a --target/--draft value names. An existing path always wins; then ollama: and
+    hf://; then a registered name; then OWNER/REPO[:QUANT] and OWNER/REPO/FILE.gguf; anything
+    else is a path (that check_model_file then refuses if it is missing)."""
+    text = str(text).strip()
+    if not text:
+        raise RefError("an empty model reference: give a .gguf path, OWNER/REPO[:QUANT] or "
+                       "ollama:NAME[:TAG]")
+    p = Path(text).expanduser()
+    if p.exists():
+        return Ref("path", str(p))
+    if text.startswith(OLLAMA_PREFIX):
+        name = text[len(OLLAMA_PREFIX):]
+        name, _, tag = name.rpartition(":") if ":" in name.split("/")[-1] else (name, "", "")
+        if not name or not re.fullmatch(r"[\w.:/-]+", name) or ".." in name:
+            raise RefError(f"{text!r}: an Ollama reference is ollama:NAME[:TAG], e.g. "
+                           "ollama:qwen2.5-coder:1.5b")
+        return Ref("ollama", text, repo=name, tag=tag or "latest")
+    if text.startswith(HF_PREFIX):
+        rest = text[len(HF_PREFIX):].removeprefix("models/")
+        m = re.fullmatch(r"([\w.-]+/[\w.-]+)(?:@([\w.-]+))?(?:/(.+))?", rest)
+        if not m:
+            raise RefError(f"{text!r}: a hub reference is hf://OWNER/REPO[@REV][/FILE.gguf]")
+        repo, rev, file = m.groups()
+        return Ref("hf", text, repo=repo, file=file, revision=rev)
+    if text in registered:
+        return Ref("name", text)
+    head, _, quant = text.partition(":")
+    if REPO.fullmatch(head) and not text.endswith(".gguf"):
+        if ":" in text and not re.fullmatch(r"[\w.-]+", quant):
+            raise RefError(f"{text!r}: a hub reference is OWNER/REPO[:QUANT], e.g. "
+                           "unsloth/Qwen3-0.6B-GGUF:Q8_0")
+        return Ref("hf", text, repo=head, quant=quant or None)
+    parts = text.split("/")
+    if text.endswith(".gguf") and len(parts) >= 3 and not text.startswith(("/", ".", "~")) \
+            and REPO.fullmatch("/".join(parts[:2])):
+        return Ref("hf", text, repo="/".join(parts[:2]), file="/".join(parts[2:]))
+    return Ref("path", str(p))
+
+
+# ---------------------------------------------------------------- the hash cache
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def hub_reachable() -> bool:
+    """One quick TCP connect to the hub's endpoint, so an unreachable hub costs seconds, not
+    huggingface-hub's retry loop (five retries with back-off per file)."""
+    from huggingface_hub import constants
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urllib.parse.urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443),
+                                      timeout=HUB_PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+
+def _known_path() -> Path:
+    return cpuspec_home() / "known_files.json"
+
+
+def _known() -> dict:
+    try:
+        data = json.loads(_known_path().read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def recall(path: Path) -> dict | None:
+    """What is remembered of a file (sha256, where it came from), while its size and mtime are
+    those it was hashed at."""
+    try:
+        real, st = str(Path(path).resolve()), Path(path).stat()
+    except OSError:
+        return None
+    rec = _known().get(real)
+    if isinstance(rec, dict) and rec.get("size_bytes") == st.st_size and \
+            rec.get("mtime_ns") == st.st_mtime_ns and isinstance(rec.get("sha256"), str):
+        return rec
+    return None
+
+
+def remember(path: Path, sha256: str, origin: dict | None = None) -> None:
+    """Keep a file's sha256 (and origin) for next time. Best effort: a read-only home still
+    works, it only hashes again."""
+    try:
+        real, st = str(Path(path).resolve()), Path(path).stat()
+        known = _known()
+        old = known.get(real) if isinstance(known.get(real), dict) else {}
+        keep = {k: v for k, v in (old or {}).items() if k in ("repo", "revision", "file",
+                                                              "store", "verified")}
+        known[real] = {**keep, **(origin or {}), "sha256": sha256, "size_bytes": st.st_size,
+                       "mtime_ns": st.st_mtime_ns}
+        folder = _known_path().parent
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".known_files.", dir=folder)
+        try:   # written whole, then renamed: a crash never leaves half a file
+            with os.fdopen(fd, "w") as f:
+                json.dump(known, f, indent=0)
+            os.replace(tmp, _known_path())
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def file_sha256(path: Path, log: Log = lambda _: None) -> str:
+    """The file's sha256, hashed once (recall/remember)."""
+    rec = recall(path)
+    if rec:
+        return rec["sha256"]
+    size = Path(path).stat().st_size
+    if size > 1 << 30:
+        log(f"hashing {Path(path).name} ({size / 1e9:.1f} GB) once; remembered after")
+    digest = sha256_file(path)
+    remember(path, digest)
+    return digest
+
+
+# ---------------------------------------------------------------- the stores
+
+def hf_cache_dirs() -> list[Path]:
+    """huggingface-hub's cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub) and
+    LLAMA_CACHE where set (llama.cpp uses it as a hub-layout folder)."""
+    out = []
+    if os.environ.get("LLAMA_CACHE"):
+        out.append(Path(os.environ["LLAMA_CACHE"]))
+    try:
+        from huggingface_hub import constants
+        out.append(Path(constants.HF_HUB_CACHE))
+    except ImportError:
+        out.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return list(dict.fromkeys(out))
+
+
+def lmstudio_models() -> Path | None:
+    """LM Studio's models folder: LMSTUDIO_HOME, ~/.lmstudio-home-pointer, ~/.cache/lm-studio
+    or ~/.lmstudio; its settings.json's downloadsFolder where set, else <home>/models."""
+    home = None
+    if os.environ.get("LMSTUDIO_HOME"):
+        home = Path(os.environ["LMSTUDIO_HOME"])
+    else:
+        pointer = Path.home() / ".lmstudio-home-pointer"
+        try:
+            home = Path(pointer.read_text().strip()) if pointer.is_file() else None
+        except OSError:
+            home = None
+        if home is None:
+            legacy = Path.home() / ".cache" / "lm-studio"
+            home = legacy if legacy.is_dir() else Path.home() / ".lmstudio"
+    try:
+        folder = json.loads((home / "settings.json").read_text()).get("downloadsFolder")
+        if isinstance(folder, str) and folder:
+            return Path(folder)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return home / "models"
+
+
+def llamacpp_flat_cache() -> Path:
+    """llama.cpp's older -hf cache (OWNER_REPO_FILE.gguf in one folder)."""
+    if os.environ.get("LLAMA_CACHE"):
+        return Path(os.environ["LLAMA_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "llama.cpp"
+
+
+def ollama_roots() -> list[Path]:
+    if os.environ.get("OLLAMA_MODELS"):
+        return [Path(os.environ["OLLAMA_MODELS"])]
+    return [Path.home() / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models")]
+
+
+def _snapshot(repo_dir: Path, revision: str | None) -> Path | None:
+    """A hub-cache repo folder's snapshot for `revision` (a branch via refs/, or a commit)."""
+    rev = revision or "main"
+    ref = repo_dir / "refs" / rev
+    try:
+        commit = ref.read_text().strip() if ref.is_file() else rev
+    except OSError:
+        return None
+    snap = repo_dir / "snapshots" / commit
+    return snap if snap.is_dir() else None
+
+
+def _cached_repo_files(repo: str, revision: str | None) -> dict[str, tuple[Path, str]]:
+    """In-place copies of a repo's GGUFs on this machine: repo path → (file, store)."""
+    out: dict[str, tuple[Path, str]] = {}
+    folder = "models--" + repo.replace("/", "--")
+    for cache in hf_cache_dirs():
+        snap = _snapshot(cache / folder, revision)
+        if snap is not None:
+            for f in sorted(snap.rglob("*.gguf")):
+                out.setdefault(f.relative_to(snap).as_posix(), (f, "huggingface-hub cache"))
+    lms = lmstudio_models()
+    if lms is not None and (lms / repo).is_dir() and revision is None:
+        for f in sorted((lms / repo).rglob("*.gguf")):
+            out.setdefault(f.relative_to(lms / repo).as_posix(), (f, "LM Studio"))
+    flat = llamacpp_flat_cache()
+    prefix = repo.replace("/", "_") + "_"
+    if flat.is_dir() and revision is None:
+        for f in sorted(flat.glob(prefix + "*.gguf")):
+            out.setdefault(f.name[len(prefix):], (f, "llama.cpp cache"))
+    return out
+
+
+def is_model_file(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.endswith(".gguf") and not any(s in name.lower() for s in NOT_A_MODEL)
+
+
+def split_parts(path: str, files: list[str]) -> list[str]:
+    """A split model's parts in order (the file alone where it is not split)."""
+    m = SPLIT.match(path.removesuffix(".gguf"))
+    if not m:
+        return [path]
+    count = m.group(3)
+    parts = [f"{m.group(1)}-{i:05d}-of-{count}.gguf" for i in range(1, int(count) + 1)]
+    return parts
+
+
+def pick_file(files: list[str], quant: str | None, repo: str) -> str:
+    """llama.cpp's choice (common/download.cpp find_best_model): the first model file whose
+    path holds QUANT followed by '.' or '-' (any case; a split model by its first part);
+    without a quant Q4_K_M, then Q8_0, then the first model file."""
+    models = [f for f in files if is_model_file(f)]
+    firsts = [f for f in models if not SPLIT.match(f.removesuffix(".gguf"))
+              or SPLIT.match(f.removesuffix(".gguf")).group(2) == "00001"]
+    for tag in ([quant] if quant else list(DEFAULT_QUANTS)):
+        pattern = re.compile(re.escape(tag) + r"[.-]", re.I)
+        hit = next((f for f in firsts if pattern.search(f)), None)
+        if hit:
+            return hit
+    if not quant and firsts:
+        return firsts[0]
+    have = sorted({q for f in firsts if (q := quant_of(f))})
+    if quant:
+        raise RefError(f"{repo} has no {quant} GGUF; it has: {', '.join(have) or 'none'} "
+                       f"(e.g. {repo}:{have[0] if have else 'Q4_K_M'})")
+    raise RefError(f"{repo} holds no GGUF model file")
+
+
+def quant_of(name: str) -> str | None:
+    """The quant in a GGUF's file name (Q4_K_M, Q8_0, IQ4_XS, F16, BF16, MXFP4 ...)."""
+    stem = SPLIT.sub(r"\1", name.rsplit("/", 1)[-1].removesuffix(".gguf"))
+    m = re.search(r"(?:^|[-._])((?:I?Q\d+(?:_[A-Z0-9]+)*)|BF16|F16|F32|MXFP4(?:_MOE)?)$",
+                  stem, re.I)
+    return m.group(1).upper() if m else None
+
+
+# ---------------------------------------------------------------- resolving
+
+@dataclass
+class Resolved:
+    """A reference resolved to a file on this machine (the first part of a split model)."""
+    path: Path
+    sha256: str
+    origin: dict   # repo, revision, file, store, verified
+
+
+def resolve_ref(ref: Ref, log: Log = lambda _: None) -> Resolved | None:
+    """The file a reference names, on this machine (downloaded if it must be); None for a path
+    or a registered name (the registry's)."""
+    if ref.kind == "ollama":
+        return _ollama(ref, log)
+    if ref.kind == "hf":
+        return _hub(ref, log)
+    return None
+
+
+def _listing(repo: str, revision: str | None) -> tuple[str, dict[str, dict]] | None:
+    """The repo's commit and files (path → size, sha256) from the hub; None where the hub is
+    out of reach (offline, unreachable)."""
+    if not hub_reachable():
+        return None
+    from huggingface_hub import HfApi
+    from huggingface_hub import errors
+    try:
+        info = HfApi().model_info(repo, revision=revision, files_metadata=True)
+    except errors.GatedRepoError:
+        raise RefError(f"{repo} is gated: accept its terms on its hub page, then log in "
+                       "(`hf auth login`, or set HF_TOKEN)") from None
+    except errors.RevisionNotFoundError:
+        raise RefError(f"{repo} has no revision {revision!r}") from None
+    except errors.RepositoryNotFoundError:
+        raise RefError(f"no repo {repo} on the hub (a private one needs `hf auth login` or "
+                       "HF_TOKEN)") from None
+    except (errors.HfHubHTTPError, OSError) as exc:
+        raise RefError(f"{repo}: the hub answered with an error ({str(exc).splitlines()[0]})"
+                       ) from None
+    files = {}
+    for s in info.siblings or []:
+        lfs = s.lfs
+        files[s.rfilename] = {"size": s.size, "sha256": getattr(lfs, "sha256", None)
+                              if lfs is not None else None}
+    return info.sha, files
+
+
+def _hub(ref: Ref, log: Log) -> Resolved:
+    listed = _listing(ref.repo, ref.revision)
+    here = _cached_repo_files(ref.repo, ref.revision)
+    if listed is None:   # offline: what this machine holds of the repo, by the same rule
+        if not here:
+            raise RefError(f"{ref.text}: not on this machine, and the hub is out of reach "
+                           "(offline, HF_HUB_OFFLINE set, or no network)")
+        name = ref.file or pick_file(list(here), ref.quant, ref.repo)
+        if ref.file and name not in here:
+            raise RefError(f"{ref.text}: {name} is not on this machine, and the hub is out of "
+                           "reach")
+        parts = split_parts(name, list(here))
+        missing = [p for p in parts if p not in here]
+        if missing:
+            raise RefError(f"{ref.text}: a split model with {len(missing)} part(s) missing "
+                           f"here ({missing[0]}), and the hub is out of reach")
+        path, store = here[parts[0]]
+        for p in parts:
+            file_sha256(here[p][0], log)
+        origin = {"repo": ref.repo, "revision": ref.revision, "file": name, "store": store,
+                  "verified": False}
+        digest = file_sha256(path, log)
+        remember(path, digest, origin)
+        return Resolved(path, digest, origin)
+    commit, files = listed
+    name = ref.file or pick_file(list(files), ref.quant, ref.repo)
+    if name not in files:
+        raise RefError(f"{ref.repo} has no file {name}")
+    parts = split_parts(name, list(files))
+    missing = [p for p in parts if p not in files]
+    if missing:
+        raise RefError(f"{ref.repo}: {name} is a split model whose part {missing[0]} is not "
+                       "in the repo")
+    got = [_hub_file(ref.repo, commit, ref.revision, p, files[p], here, log) for p in parts]
+    path, digest, store = got[0]
+    return Resolved(path, digest, {"repo": ref.repo, "revision": commit, "file": name,
+                                   "store": store, "verified": True})
+
+
+def _hub_file(repo: str, commit: str, revision: str | None, name: str, meta: dict,
+              here: dict, log: Log) -> tuple[Path, str, str]:
+    """One file of a listed repo: the copy already here if its size and sha256 are the hub's,
+    else a download (room checked first), verified."""
+    size, want = meta.get("size"), meta.get("sha256")
+    if name in here:
+        path, store = here[name]
+        if size is None or path.stat().st_size == size:
+            digest = file_sha256(path, log)
+            if want is None or digest == want:
+                remember(path, digest, {"repo": repo, "revision": commit, "file": name,
+                                        "store": store, "verified": want is not None})
+                return path, digest, store
+            log(f"{store}: {path} is not the hub's {name} (sha256 differs); downloading it")
+    from huggingface_hub import constants, hf_hub_download
+    cache = Path(constants.HF_HUB_CACHE)
+    cache.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(cache).free
+    if size and size + (64 << 20) > free:
+        raise RefError(f"{repo}/{name} is {size / 1e9:.1f} GB; {cache} has {free / 1e9:.1f} GB "
+                       "free: make room, or point HF_HOME at a disk that has it")
+    log(f"hub: downloading {repo}/{name}" + (f" ({size / 1e9:.2f} GB)" if size else ""))
+    try:
+        path = Path(hf_hub_download(repo, name, revision=revision or "main"))
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:   # a dropped connection, a full disk: the partial file is gone
+        raise RefError(f"{repo}/{name}: the download failed ({type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); run it again "
+                       "to retry") from None
+    digest = sha256_file(path)
+    if want is not None and digest != want:
+        path.unlink(missing_ok=True)
+        raise RefError(f"{repo}/{name}: the downloaded file's sha256 {digest[:12]}… is not the "
+                       f"hub's {want[:12]}…; removed, run it again")
+    store = "huggingface-hub cache"
+    remember(path, digest, {"repo": repo, "revision": commit, "file": name, "store": store,
+                            "verified": want is not None})
+    return path, digest, store
+
+
+def _ollama_manifest(name: str, tag: str) -> tuple[Path, Path] | None:
+    """(manifest, models root) of an installed Ollama model, as Ollama names it: NAME is
+    [HOST/][NAMESPACE/]MODEL (registry.ollama.ai and library by default)."""
+    parts = name.split("/")
+    if len(parts) > 3:
+        return None
+    host, ns, model = ["registry.ollama.ai", "library"][:3 - len(parts)] + parts
+    for root in ollama_roots():
+        base = root / "manifests" / host / ns
+        want = base / model / tag
+        if want.is_file():
+            return want, root
+        if base.is_dir():   # Ollama compares names case-insensitively
+            for m in base.iterdir():
+                if m.name.lower() == model.lower() and m.is_dir():
+                    for t in m.iterdir():
+                        if t.name.lower() == tag.lower() and t.is_file():
+                            return t, root
+    return None
+
+
+def _ollama(ref: Ref, log: Log) -> Resolved:
+    found = _ollama_manifest(ref.repo, ref.tag)
+    if found is None:
+        roots = ", ".join(str(r) for r in ollama_roots())
+        raise RefError(f"{ref.text}: not installed in Ollama (looked in {roots}; OLLAMA_MODELS "
+                       f"names another store); `ollama pull {ref.repo}:{ref.tag}` installs it")
+    manifest, root = found
+    try:
+        layers = json.loads(manifest.read_text()).get("layers") or []
+        layer = next(x for x in layers if isinstance(x, dict)
+                     and x.get("mediaType") == OLLAMA_MODEL_LAYER)
+        digest = str(layer["digest"])
+    except (OSError, ValueError, StopIteration, KeyError, AttributeError):
+        raise RefError(f"{ref.text}: its manifest ({manifest}) names no model layer") from None
+    m = re.fullmatch(r"sha256[:-]([0-9a-f]{64})", digest)
+    blob = root / "blobs" / f"sha256-{m.group(1)}" if m else None
+    if blob is None or not blob.is_file():
+        raise RefError(f"{ref.text}: its model layer {digest[:20]}… is missing from "
+                       f"{root / 'blobs'}")
+    with open(blob, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise RefError(f"{ref.text}: its model layer is not a GGUF file (a model Ollama "
+                           "stores in another format); pass a .gguf instead")
+    sha = file_sha256(blob, log)
+    if sha != m.group(1):
+        raise RefError(f"{ref.text}: the blob's sha256 is not its name's: a damaged store")
+    origin = {"repo": f"ollama:{ref.repo}:{ref.tag}", "revision": None, "file": blob.name,
+              "store": "Ollama", "verified": True}
+    remember(blob, sha, origin)
+    return Resolved(blob, sha, origin)
+
+
+# ---------------------------------------------------------------- what is on this machine
+
+@dataclass(frozen=True)
+class LocalGGUF:
+    store: str
+    ref: str        # how to name it to cpuspec
+    path: Path
+    size: int
+
+
+def local_ggufs() -> list[LocalGGUF]:
+    """Every GGUF model file cpuspec can see on this machine, by store (first parts only)."""
+    out: list[LocalGGUF] = []
+
+    def add(store: str, ref: str, path: Path) -> None:
+        try:
+            size = sum(p.stat().st_size for p in _parts_on_disk(path))
+        except OSError:
+            return
+        out.append(LocalGGUF(store, ref, path, size))
+    for cache in hf_cache_dirs():
+        if not cache.is_dir():
+            continue
+        for repo_dir in sorted(cache.glob("models--*--*")):
+            repo = repo_dir.name.removeprefix("models--").replace("--", "/", 1)
+            snap = _snapshot(repo_dir, None)
+            for f in sorted(snap.rglob("*.gguf")) if snap else []:
+                rel = f.relative_to(snap).as_posix()
+                if _first_part(rel):
+                    add("huggingface-hub cache", f"{repo}/{rel}", f)
+    lms = lmstudio_models()
+    if lms is not None and lms.is_dir():
+        for f in sorted(lms.glob("*/*/**/*.gguf")):
+            rel = f.relative_to(lms).as_posix()
+            if _first_part(rel):
+                add("LM Studio", str(f), f)
+    flat = llamacpp_flat_cache()
+    if flat.is_dir():
+        for f in sorted(flat.glob("*.gguf")):
+            if _first_part(f.name):
+                add("llama.cpp cache", str(f), f)
+    for root in ollama_roots():
+        for manifest in sorted(root.glob("manifests/*/*/*/*")) if root.is_dir() else []:
+            host, ns, model, tag = manifest.parts[-4:]
+            name = model if (host, ns) == ("registry.ollama.ai", "library") else \
+                f"{host}/{ns}/{model}"
+            try:
+                got = _ollama(Ref("ollama", f"ollama:{name}:{tag}", repo=name, tag=tag),
+                              lambda _: None)
+            except RefError:
+                continue
+            add("Ollama", f"ollama:{name}:{tag}", got.path)
+    from cpuspec.inputs.registry import load_registry, models_dir
+    own = models_dir()
+    try:   # a registered model by its name
+        names = {own / s.file: n for n, s in load_registry().models.items()}
+    except ModelError:
+        names = {}
+    if own.is_dir():
+        for f in sorted(own.rglob("*.gguf")):
+            if "shape-true" not in f.parts:
+                add("cpuspec", names.get(f, str(f)), f)
+    return out
+
+
+def _first_part(rel: str) -> bool:
+    m = SPLIT.match(rel.removesuffix(".gguf"))
+    return is_model_file(rel) and (m is None or m.group(2) == "00001")
+
+
+def _parts_on_disk(path: Path) -> list[Path]:
+    m = SPLIT.match(path.name.removesuffix(".gguf"))
+    if not m:
+        return [path]
+    return [path.with_name(p) for p in split_parts(path.name, [])]

@@ -1,0 +1,254 @@
+"""Issue 70: a model by the name its owner already uses. A local HTTP server poses as the
+Hugging Face hub (HF_ENDPOINT; tests/fake_hub.py serves its API for repos of tiny real GGUFs), a
+fake Ollama store holds manifests and blobs written from a real tiny GGUF, and an LM Studio
+folder holds one; `cpuspec bench --target OWNER/REPO:QUANT --draft OWNER/REPO2:QUANT` runs end
+to end against them in a child process (huggingface-hub reads HF_ENDPOINT when imported)."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cpuspec.inputs.refs import Ref, RefError, parse_ref, pick_file, quant_of
+
+from fake_hub import FakeHub
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def hub(tiny_models):
+    h = FakeHub()
+    t, d = tiny_models["target"].read_bytes(), tiny_models["draft"].read_bytes()
+    h.add_repo("acme/tiny-GGUF", {"tiny-Q8_0.gguf": t, "tiny-Q4_K_M.gguf": t,
+                                  "README.md": b"# tiny\n"})
+    h.add_repo("acme/tiny-draft-GGUF", {"tiny-draft-Q8_0.gguf": d,
+                                        "tiny-draft-Q4_0.gguf": d})
+    h.add_repo("acme/split-GGUF", {"big-Q4_K_M-00001-of-00002.gguf": t[:4096],
+                                   "big-Q4_K_M-00002-of-00002.gguf": t[4096:]})
+    h.add_repo("acme/gated-GGUF", {"g-Q4_K_M.gguf": t})
+    h.gated.add("acme/gated-GGUF")
+    h.start()
+    yield h
+    h.stop()
+
+
+def cpuspec(tmp_path: Path, *args: str, endpoint: str = "http://127.0.0.1:9",
+            extra: dict | None = None, timeout: int = 300):
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "LLAMA_CACHE")}
+    env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf"),
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+                "OLLAMA_MODELS": str(tmp_path / "ollama"), "LMSTUDIO_HOME": str(tmp_path / "lms"),
+                "XDG_CACHE_HOME": str(tmp_path / "xdg"), **(extra or {})})
+    return subprocess.run([sys.executable, "-m", "cpuspec", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout, cwd=tmp_path)
+
+
+BENCH = ["bench", "--tasks", "json", "--prompts-per-task", "1", "-n", "8", "--warmup", "0",
+         "--threads", "1", "-k", "2", "--fixed", "--policy", "static"]
+
+
+def test_bench_by_hub_references_end_to_end(hub, tiny_models, tmp_path):
+    out = tmp_path / "run.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF:Q4_K_M", "--draft",
+                  "acme/tiny-draft-GGUF:q8_0", "--json", str(out), "--no-save",
+                  endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-3000:]
+    models = json.loads(out.read_text())["models"]
+    want = {"target": ("acme/tiny-GGUF", "tiny-Q4_K_M.gguf", tiny_models["target"]),
+            "draft": ("acme/tiny-draft-GGUF", "tiny-draft-Q8_0.gguf", tiny_models["draft"])}
+    for role, (repo, file, src) in want.items():
+        m = models[role]
+        assert (m["repo"], m["file"]) == (repo, file)
+        assert m["revision"] == hub.repos[repo]["sha"] and m["verified"] is True
+        assert m["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+        assert m["store"] == "huggingface-hub cache"
+    # the files are where huggingface-hub (and llama.cpp's -hf) keep them: used again in place,
+    # offline, without a request
+    n = len(hub.log)
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF:Q4_K_M", "--draft",
+                  "acme/tiny-draft-GGUF:Q8_0", "--json", str(tmp_path / "again.json"),
+                  "--no-save", endpoint=hub.endpoint, extra={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert len(hub.log) == n, [x[:2] for x in hub.log[n:]]
+    again = json.loads((tmp_path / "again.json").read_text())["models"]["target"]
+    assert again["repo"] == "acme/tiny-GGUF" and again["sha256"] == models["target"]["sha256"]
+
+
+def test_export_carries_the_repo_and_no_local_path(hub, tmp_path):
+    out = tmp_path / "run.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF", "--draft",
+                  "acme/tiny-draft-GGUF:Q4_0", "--json", str(out), "--no-save",
+                  endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = cpuspec(tmp_path, "export", str(out), "--out", str(tmp_path / "pub"))
+    assert res.returncode == 0, res.stderr
+    import pyarrow.parquet as pq
+    table = pq.read_table(next((tmp_path / "pub").rglob("*.parquet")))
+    text = json.dumps(table.to_pylist(), default=str)
+    assert "acme/tiny-GGUF" in text and "acme/tiny-draft-GGUF" in text
+    assert str(tmp_path) not in text and os.environ.get("USER", "root") + "/" not in text
+
+
+@pytest.mark.parametrize("ref, message", [
+    ("acme/nosuch-GGUF:Q4_K_M", "no repo acme/nosuch-GGUF"),
+    ("acme/tiny-GGUF:Q2_K", "has no Q2_K GGUF; it has: Q4_K_M, Q8_0"),
+    ("acme/gated-GGUF", "is gated"),
+])
+def test_bad_hub_references_get_one_line_and_exit_2(hub, tmp_path, ref, message):
+    res = cpuspec(tmp_path, *BENCH, "--target", ref, "--no-save", endpoint=hub.endpoint)
+    assert res.returncode == 2 and message in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    assert not list((tmp_path / "hf").rglob("*.gguf"))
+
+
+def test_a_split_model_is_fetched_whole_and_a_dropped_download_is_never_used(hub, tmp_path):
+    from cpuspec.inputs.refs import _hub
+    env_script = (
+        "import sys, json\n"
+        "from cpuspec.inputs.refs import parse_ref, resolve_ref\n"
+        "r = resolve_ref(parse_ref(sys.argv[1]))\n"
+        "print(json.dumps({'path': str(r.path), 'origin': r.origin}))\n")
+    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf"),
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "CPUSPEC_HOME": str(tmp_path / "home")}
+    res = subprocess.run([sys.executable, "-c", env_script, "acme/split-GGUF"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["origin"]["file"] == "big-Q4_K_M-00001-of-00002.gguf"
+    first = Path(got["path"])
+    assert (first.parent / "big-Q4_K_M-00002-of-00002.gguf").is_file()   # both parts
+    # a connection dropped every time: an error, no file left to be used
+    hub.drop_after[("acme/tiny-draft-GGUF", "tiny-draft-Q4_0.gguf")] = (100, 99)
+    res = subprocess.run([sys.executable, "-c", env_script, "acme/tiny-draft-GGUF:Q4_0"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode != 0 and "download failed" in res.stderr, res.stderr[-2000:]
+    assert not [p for p in (tmp_path / "hf").rglob("*") if "tiny-draft" in p.name
+                and p.is_file()]
+
+
+def ollama_store(root: Path, gguf: Path, name: str = "tiny", tag: str = "latest",
+                 media: str = "application/vnd.ollama.image.model") -> Path:
+    data = gguf.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    blob = root / "blobs" / f"sha256-{digest}"
+    blob.write_bytes(data)
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / name / tag
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
+        {"mediaType": media, "digest": f"sha256:{digest}", "size": len(data)}]}))
+    return blob
+
+
+def test_ollama_and_lm_studio_models_are_used_in_place(tiny_models, tmp_path):
+    blob = ollama_store(tmp_path / "ollama", tiny_models["target"], "tiny", "q8")
+    lms = tmp_path / "lms" / "models" / "acme" / "tiny-draft-GGUF"
+    lms.mkdir(parents=True)
+    (lms / "tiny-draft-Q4_0.gguf").write_bytes(tiny_models["draft"].read_bytes())
+    out = tmp_path / "run.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", "ollama:tiny:q8", "--draft",
+                  "acme/tiny-draft-GGUF:Q4_0", "--json", str(out), "--no-save",
+                  extra={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = json.loads(out.read_text())["models"]
+    assert m["target"]["path"] == str(blob) and m["target"]["repo"] == "ollama:tiny:q8"
+    assert m["target"]["verified"] is True
+    assert m["draft"]["path"] == str(lms / "tiny-draft-Q4_0.gguf")
+    assert m["draft"]["store"] == "LM Studio" and m["draft"]["repo"] == "acme/tiny-draft-GGUF"
+    # listed by store
+    res = cpuspec(tmp_path, "models", "list", "--local", extra={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, res.stderr
+    assert "ollama:tiny:q8" in res.stdout and "LM Studio" in res.stdout
+
+
+def test_bad_ollama_references(tiny_models, tmp_path):
+    ollama_store(tmp_path / "ollama", tiny_models["target"], "weird", "latest",
+                 "application/vnd.ollama.image.tensor")
+    for ref, message in (("ollama:nosuch", "not installed in Ollama"),
+                         ("ollama:weird", "names no model layer")):
+        res = cpuspec(tmp_path, *BENCH, "--target", ref, "--no-save")
+        assert res.returncode == 2 and message in res.stderr, res.stderr
+
+
+def test_models_drafts_lists_what_shares_the_targets_tokenizer(tiny_models, tmp_path):
+    from tiny_gguf import make_weights, write_model
+    lms = tmp_path / "lms" / "models" / "acme" / "drafts-GGUF"
+    lms.mkdir(parents=True)
+    (lms / "a-Q4_0.gguf").write_bytes(tiny_models["draft"].read_bytes())
+    (lms / "b-Q8_0.gguf").write_bytes(tiny_models["same"].read_bytes())
+    write_model(lms / "c-Q4_0.gguf", make_weights(7), "tiny-other", swap_tokens=100)
+    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]),
+                  extra={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    fits = [x for x in lines if "a-Q4_0.gguf" in x or "b-Q8_0.gguf" in x]
+    assert len(fits) == 2 and all("fits" in x for x in fits), res.stdout
+    left = [x for x in lines if "c-Q4_0.gguf" in x]
+    assert left and "tokenizer" in left[0], res.stdout
+
+
+def test_references_parse_as_llama_cpp_names_them(tmp_path, monkeypatch):
+    assert parse_ref("unsloth/Qwen3-8B-GGUF:Q4_K_M") == Ref(
+        "hf", "unsloth/Qwen3-8B-GGUF:Q4_K_M", repo="unsloth/Qwen3-8B-GGUF", quant="Q4_K_M")
+    assert parse_ref("unsloth/Qwen3-8B-GGUF/sub/x.gguf").file == "sub/x.gguf"
+    r = parse_ref("hf://unsloth/Qwen3-8B-GGUF@abc123/x.gguf")
+    assert (r.repo, r.revision, r.file) == ("unsloth/Qwen3-8B-GGUF", "abc123", "x.gguf")
+    assert parse_ref("ollama:qwen2.5-coder:1.5b") == Ref(
+        "ollama", "ollama:qwen2.5-coder:1.5b", repo="qwen2.5-coder", tag="1.5b")
+    assert parse_ref("ollama:hf.co/bartowski/X:Q4_K_M").repo == "hf.co/bartowski/X"
+    assert parse_ref("ollama:llama3.2").tag == "latest"
+    assert parse_ref("qwen2.5-coder-0.5b", {"qwen2.5-coder-0.5b"}).kind == "name"
+    f = tmp_path / "owner" / "repo"
+    f.mkdir(parents=True)
+    (f / "m.gguf").write_bytes(b"GGUF")
+    monkeypatch.chdir(tmp_path)
+    assert parse_ref("owner/repo/m.gguf").kind == "path"      # a file here wins
+    with pytest.raises(RefError):
+        parse_ref("ollama:../../etc")
+
+
+def test_the_quant_is_picked_by_llama_cpps_rule():
+    files = ["README.md", "m-Q4_K_S.gguf", "m-Q4_K_M.gguf", "mmproj-m-Q4_K_M.gguf",
+             "m-Q8_0.gguf", "big/m-Q6_K-00002-of-00002.gguf", "big/m-Q6_K-00001-of-00002.gguf"]
+    assert pick_file(files, None, "r") == "m-Q4_K_M.gguf"           # the default
+    assert pick_file(files, "q8_0", "r") == "m-Q8_0.gguf"           # any case
+    assert pick_file(files, "Q6_K", "r") == "big/m-Q6_K-00001-of-00002.gguf"
+    with pytest.raises(RefError, match="it has: Q4_K_M, Q4_K_S, Q6_K, Q8_0"):
+        pick_file(files, "Q4_K", "r")                               # not Q4_K_M's prefix
+    assert quant_of("Qwen3-8B-UD-IQ4_XS.gguf") == "IQ4_XS"
+
+
+def test_a_target_alone_whose_default_draft_does_not_fit_is_told_which_do(tiny_models,
+                                                                          tmp_path,
+                                                                          monkeypatch,
+                                                                          cpuspec_home):
+    """bench with only --target: the pair's draft (here a file of another tokenizer, cached)
+    cannot draft for it; bench names the drafts on this machine that can, exit 2."""
+    from click.testing import CliRunner
+
+    from cpuspec.cli.main import main
+    from cpuspec.inputs.models import _write_stamp
+    from tiny_gguf import make_weights, write_model
+    other = write_model(tmp_path / "other.gguf", make_weights(3), "other", swap_tokens=100)
+    data = other.read_bytes()
+    reg = tmp_path / "models.toml"
+    reg.write_text(f'[models.d]\nrepo = "X/D"\nfile = "d.gguf"\nsha256 = '
+                   f'"{hashlib.sha256(data).hexdigest()}"\n[pairs.p]\ntarget = "d"\n'
+                   'draft = "d"\n')
+    monkeypatch.setenv("CPUSPEC_MODELS", str(reg))
+    (cpuspec_home / "models").mkdir(parents=True)
+    cached = cpuspec_home / "models" / "d.gguf"
+    cached.write_bytes(data)
+    _write_stamp(cached, hashlib.sha256(data).hexdigest(), "test")
+    lms = tmp_path / "lms" / "models" / "acme" / "fit-GGUF"
+    lms.mkdir(parents=True)
+    (lms / "fit-Q8_0.gguf").write_bytes(tiny_models["draft"].read_bytes())
+    monkeypatch.setenv("LMSTUDIO_HOME", str(tmp_path / "lms"))
+    res = CliRunner().invoke(main, [*BENCH, "--target", str(tiny_models["target"]),
+                                    "--pair", "p", "--no-save"])
+    assert res.exit_code == 2, res.output
+    assert "cannot draft for target.gguf" in res.output and "fit-Q8_0.gguf" in res.output
