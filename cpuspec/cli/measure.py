@@ -500,8 +500,9 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
 
 @click.command()
 @click.option("--pair", help="Model pair from models.toml [default: the default pair].")
-@click.option("--target", help="Target: a registered name or a GGUF file [default: the pair's].")
-@click.option("--draft", help="Draft: a registered name or a GGUF file [default: the pair's].")
+@click.option("--target", help="Target: a registered name, a GGUF file, OWNER/REPO[:QUANT] or "
+              "ollama:NAME[:TAG] [default: the pair's].")
+@click.option("--draft", help="Draft, named as --target [default: the pair's].")
 @click.option("-k", "--draft-len", "k", type=click.IntRange(1, 32), default=4, show_default=True,
               help="Draft tokens per round (llama.cpp's --spec-draft-n-max).")
 @click.option("--drafter", type=click.Choice(DRAFTER_NAMES), default="model",
@@ -684,7 +685,7 @@ def _load_test(cfg, levels: list[int], batches: int, per_client: int, save_doc,
 def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path, save, force):
     """A quality proxy for quants: perplexity and top-1 agreement with a reference.
 
-    MODEL is a registered name or a GGUF file. Perplexity is measured on a fixed built-in text
+    MODEL is a registered name, a GGUF file, OWNER/REPO[:QUANT] or ollama:NAME[:TAG]. Perplexity is measured on a fixed built-in text
     (prose, code, JSON); agreement is the share of the reference's greedy tokens on the
     built-in json, code and story prompts that the model's argmax reproduces.
 
@@ -749,11 +750,11 @@ def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[
 @click.command()
 @click.option("--targets", default="qwen2.5-coder-1.5b-q4km,qwen2.5-coder-1.5b-q4_0,"
               "qwen2.5-coder-1.5b-q8_0",
-              show_default=True, help="Comma list of target models (names or GGUF files); the "
+              show_default=True, help="Comma list of target models (names, GGUF files, OWNER/REPO[:QUANT], ollama:NAME); the "
                                       "first is the reference raw speed.")
 @click.option("--drafts", default="qwen2.5-coder-0.5b-q4_0,lookup,hybrid:qwen2.5-coder-0.5b-q4_0",
               show_default=True,
-              help="Comma list of draft models (names or GGUF files); 'lookup' for the "
+              help="Comma list of draft models (named as --targets); 'lookup' for the "
                    "prompt-lookup drafter; 'hybrid:MODEL' for lookup backed by MODEL.")
 @click.option("--k-max", type=click.IntRange(1, 16), default=8, show_default=True,
               help="Measure once at this k; predict every k up to it.")
