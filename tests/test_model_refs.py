@@ -252,3 +252,15 @@ def test_a_target_alone_whose_default_draft_does_not_fit_is_told_which_do(tiny_m
                                     "--pair", "p", "--no-save"])
     assert res.exit_code == 2, res.output
     assert "cannot draft for target.gguf" in res.output and "fit-Q8_0.gguf" in res.output
+
+
+def test_a_file_of_a_repo_by_path_and_by_hf_url_end_to_end(hub, tmp_path):
+    out = tmp_path / "run.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF/tiny-Q8_0.gguf", "--draft",
+                  "hf://acme/tiny-draft-GGUF/tiny-draft-Q4_0.gguf", "--json", str(out),
+                  "--no-save", endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = json.loads(out.read_text())["models"]
+    assert (m["target"]["repo"], m["target"]["file"]) == ("acme/tiny-GGUF", "tiny-Q8_0.gguf")
+    assert (m["draft"]["repo"], m["draft"]["file"]) == ("acme/tiny-draft-GGUF",
+                                                        "tiny-draft-Q4_0.gguf")
