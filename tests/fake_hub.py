@@ -14,6 +14,7 @@ def git_blob_sha1(data: bytes) -> str:
 class FakeHub:
     def __init__(self):
         self.repos, self.gated, self.drop_after, self.log = {}, set(), {}, []
+        self.private = set()
         self.redirect_lfs = self.bare_errors = False
 
     def add_repo(self, repo_id, files, sha=None, lfs_suffixes=(".gguf", ".bin", ".safetensors")):
@@ -104,7 +105,8 @@ class Handler(BaseHTTPRequestHandler):
                 if e["lfs"]:
                     s["lfs"] = {"size": e["size"], "sha256": e["lfs"]["oid"], "pointerSize": e["lfs"]["pointerSize"]}
             sibs.append(s)
-        self._json({"_id": "x", "id": repo_id, "modelId": repo_id, "sha": repo["sha"], "private": False,
+        self._json({"_id": "x", "id": repo_id, "modelId": repo_id, "sha": repo["sha"],
+                    "private": repo_id in self.hub.private,
                     "gated": False, "disabled": False, "tags": ["gguf"], "siblings": sibs,
                     "lastModified": "2025-01-01T00:00:00.000Z"})
 

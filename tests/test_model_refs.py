@@ -76,9 +76,13 @@ def test_bench_by_hub_references_end_to_end(hub, tiny_models, tmp_path):
     assert len(hub.log) == n, [x[:2] for x in hub.log[n:]]
     again = json.loads((tmp_path / "again.json").read_text())["models"]["target"]
     assert again["repo"] == "acme/tiny-GGUF" and again["sha256"] == models["target"]["sha256"]
+    assert again["revision"] == hub.repos["acme/tiny-GGUF"]["sha"]   # the snapshot's commit
 
 
 def test_export_carries_the_repo_and_no_local_path(hub, tmp_path):
+    """The public repo's name leaves the machine; a private repo's does not (its name may be
+    its owner's), nor any path."""
+    hub.private.add("acme/tiny-draft-GGUF")
     out = tmp_path / "run.json"
     res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF", "--draft",
                   "acme/tiny-draft-GGUF:Q4_0", "--json", str(out), "--no-save",
@@ -89,7 +93,9 @@ def test_export_carries_the_repo_and_no_local_path(hub, tmp_path):
     import pyarrow.parquet as pq
     table = pq.read_table(next((tmp_path / "pub").rglob("*.parquet")))
     text = json.dumps(table.to_pylist(), default=str)
-    assert "acme/tiny-GGUF" in text and "acme/tiny-draft-GGUF" in text
+    rows = table.to_pylist()
+    assert {r["target_repo"] for r in rows} == {"acme/tiny-GGUF"}
+    assert {r["draft_repo"] for r in rows} == {None} and "acme/tiny-draft-GGUF" not in text
     assert str(tmp_path) not in text and os.environ.get("USER", "root") + "/" not in text
 
 
@@ -102,11 +108,9 @@ def test_bad_hub_references_get_one_line_and_exit_2(hub, tmp_path, ref, message)
     res = cpuspec(tmp_path, *BENCH, "--target", ref, "--no-save", endpoint=hub.endpoint)
     assert res.returncode == 2 and message in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
-    assert not list((tmp_path / "hf").rglob("*.gguf"))
 
 
 def test_a_split_model_is_fetched_whole_and_a_dropped_download_is_never_used(hub, tmp_path):
-    from cpuspec.inputs.refs import _hub
     env_script = (
         "import sys, json\n"
         "from cpuspec.inputs.refs import parse_ref, resolve_ref\n"
@@ -126,8 +130,10 @@ def test_a_split_model_is_fetched_whole_and_a_dropped_download_is_never_used(hub
     res = subprocess.run([sys.executable, "-c", env_script, "acme/tiny-draft-GGUF:Q4_0"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode != 0 and "download failed" in res.stderr, res.stderr[-2000:]
-    assert not [p for p in (tmp_path / "hf").rglob("*") if "tiny-draft" in p.name
-                and p.is_file()]
+    repo = tmp_path / "hf" / "hub" / "models--acme--tiny-draft-GGUF"
+    assert not [p for p in repo.rglob("*") if p.is_file() and p.parent.name == "blobs"], \
+        "a partial or whole blob of the dropped download is left"
+    assert not list(repo.rglob("*.gguf"))
 
 
 def ollama_store(root: Path, gguf: Path, name: str = "tiny", tag: str = "latest",
@@ -264,3 +270,67 @@ def test_a_file_of_a_repo_by_path_and_by_hf_url_end_to_end(hub, tmp_path):
     assert (m["target"]["repo"], m["target"]["file"]) == ("acme/tiny-GGUF", "tiny-Q8_0.gguf")
     assert (m["draft"]["repo"], m["draft"]["file"]) == ("acme/tiny-draft-GGUF",
                                                         "tiny-draft-Q4_0.gguf")
+
+
+def test_a_bad_draft_fails_before_the_target_is_downloaded(hub, tmp_path):
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF:Q4_K_M", "--draft",
+                  "acme/tiny-draft-GGUF:Q9_9", "--no-save", endpoint=hub.endpoint)
+    assert res.returncode == 2 and "has no Q9_9 GGUF" in res.stderr, res.stderr
+    assert not list((tmp_path / "hf").rglob("*.gguf"))
+
+
+@pytest.mark.parametrize("ref", ["acme/foo--bar", "hf://../..", "hf://acme/x/../../y.gguf",
+                                 "acme/x/../y.gguf"])
+def test_refs_the_hub_would_refuse_or_that_climb_out_are_refused(tmp_path, ref):
+    res = cpuspec(tmp_path, *BENCH, "--target", ref, "--no-save")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_hub_that_hangs_up_is_one_line(tmp_path):
+    """An endpoint that accepts and closes (a proxy, a captive portal): one line, exit 2."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF", "--no-save",
+                      endpoint=f"http://127.0.0.1:{srv.getsockname()[1]}", timeout=120)
+    finally:
+        srv.close()
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "did not answer as the hub" in res.stderr
+
+
+def test_a_snapshot_link_whose_blob_is_gone_is_no_copy(tiny_models, tmp_path):
+    snap = tmp_path / "hf" / "hub" / "models--acme--t" / "snapshots" / ("a" * 40)
+    snap.mkdir(parents=True)
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text("a" * 40)
+    (snap / "t-Q4_K_M.gguf").symlink_to(tmp_path / "gone")
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/t", "--no-save",
+                  extra={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 2 and "no copy of it on this machine" in res.stderr, res.stderr
+
+
+def test_a_file_changed_since_it_was_hashed_loses_its_origin(tiny_models, tmp_path,
+                                                             cpuspec_home):
+    from cpuspec.inputs.models import local_model
+    from cpuspec.inputs.refs import remember, sha256_file
+    f = tmp_path / "m.gguf"
+    f.write_bytes(tiny_models["target"].read_bytes())
+    remember(f, sha256_file(f), {"repo": "acme/x", "file": "m.gguf", "store": "LM Studio",
+                                 "verified": True, "public": True, "revision": "c" * 40})
+    assert local_model(f).spec.repo == "acme/x"
+    f.write_bytes(tiny_models["draft"].read_bytes())   # other contents, same path
+    got = local_model(f)
+    assert got.spec.repo == "(local file)" and not got.verified and got.revision is None

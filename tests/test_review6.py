@@ -113,3 +113,19 @@ def test_tune_prints_one_screen_and_report_details_the_rest():
     lines = res.output.splitlines()
     assert len(lines) <= 40 and max(map(len, lines)) <= 100
     assert "Fastest per task" in res.output and "Next: serve it" in res.output
+
+
+def test_compare_says_undecided_for_a_range_that_straddles_one(tmp_path):
+    """Four prompts (two json, two story): the overall figure is a range over 4 prompts from
+    below 1 to above; that is not 'no difference' (an interval inside the precision)."""
+    keep = {"json-1", "json-2", "story-1", "story-2"}
+
+    def four(doc):
+        for key in ("prompts", "runs", "audit"):
+            doc[key] = [r for r in doc[key] if r["prompt_id"] in keep]
+        doc["settings"]["tasks"] = ["json", "story"]
+    good, few = real(tmp_path, "good.json"), real(tmp_path, "four.json", four)
+    res = CliRunner().invoke(main, ["compare", str(good), str(few), "--force"])
+    assert res.exit_code == 0, res.output
+    overall = next(x for x in res.output.splitlines() if x.startswith("overall") and "run 2" in x)
+    assert "undecided" in overall and "no difference" not in overall, overall

@@ -203,13 +203,15 @@ def model_columns(doc: dict, target: dict | None = None) -> dict:
                     ("draft", models.get("draft") or {})):
         out |= {f"{role}_sha256": m.get("sha256"), f"{role}_quant": _quant(m),
                 f"{role}_params": m.get("n_params"), f"{role}_label": _label(m) if m else None,
-                f"{role}_repo": public_repo(m.get("repo"))}
+                f"{role}_repo": public_repo(m.get("repo")) if m.get("public") is True
+                else None}
     return out
 
 
 def public_repo(repo: object) -> str | None:
-    """A model's repo as it may leave the machine: a hub repo (OWNER/REPO) or an Ollama name;
-    nothing for a local file (its path may name the user)."""
+    """A model's repo as it may leave the machine, where the run recorded it as public (a
+    public hub repo, an Ollama library name): OWNER/REPO or ollama:NAME:TAG; nothing else (a
+    local file's path, a private repo's name may name the user)."""
     text = str(repo or "")
     if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) or \
             re.fullmatch(r"ollama:[\w.:/-]+", text) and ".." not in text:

@@ -9,7 +9,7 @@ import click
 from cpuspec.cli.help import BadInput
 from cpuspec.cli.log import log
 from cpuspec.inputs.models import fetch_model, local_model
-from cpuspec.inputs.refs import Ref, RefError, file_sha256, parse_ref, remember, resolve_ref
+from cpuspec.inputs.refs import Ref, RefError, check_room, fetch_plan, parse_ref, plan_ref
 from cpuspec.inputs.registry import ModelError, load_registry
 from cpuspec.inputs.tasks import PromptsFileError, UnknownTaskError, load_prompts
 
@@ -56,24 +56,35 @@ def model_ref(ctx, param, value):
 
 
 def model_path(ref: Ref | None) -> Path | None:
-    """The file a reference names on this machine: a path as given; a registered model
+    """The file a reference names on this machine (model_paths)."""
+    return model_paths(ref)[0]
+
+
+def model_paths(*refs: Ref | None) -> list[Path | None]:
+    """The files references name on this machine: a path as given; a registered model
     fetched (or derived); a hub file found in a store or downloaded; an Ollama model's blob.
-    Where it came from is remembered with its hash (results name repo, revision, file)."""
-    if ref is None:
-        return None
-    if ref.kind == "path":
-        _check_path_ref(ref)
-        return Path(ref.text)
+    Every reference is planned (listed, picked, checked) and the room for every download
+    checked before the first byte is fetched. Where each came from is remembered with its
+    hash (results name repo, revision, file)."""
+    from cpuspec.core.text import printable
     try:
-        if ref.kind == "name":
-            got = fetch_model(registry().model(ref.text), log)
-            remember(got.path, got.sha256 or file_sha256(got.path),
-                     {"repo": got.spec.repo, "file": got.spec.file, "store": "cpuspec",
-                      "verified": got.verified, "revision": None})
-            return got.path
-        return resolve_ref(ref, log).path
-    except RefError as exc:
-        raise BadInput(str(exc)) from None
+        plans = [plan_ref(r) if r is not None and r.kind in ("hf", "ollama") else None
+                 for r in refs]
+        check_room(plans)
+        out: list[Path | None] = []
+        for ref, plan in zip(refs, plans):
+            if ref is None:
+                out.append(None)
+            elif ref.kind == "path":
+                _check_path_ref(ref)
+                out.append(Path(ref.text))
+            elif ref.kind == "name":
+                out.append(fetch_model(registry().model(ref.text), log).path)
+            else:
+                out.append(fetch_plan(plan, log).path)
+        return out
+    except RefError as exc:   # names from the hub's listing: one line, cleaned
+        raise BadInput(printable(str(exc))) from None
     except ModelError as exc:
         raise click.ClickException(str(exc)) from None
 

@@ -22,7 +22,7 @@ from cpuspec.cli.engine import RUNS_MODELS, check_llama_build, rebuild
 from cpuspec.cli.help import CleanGroup, SectionedCommand
 from cpuspec.cli.bench_report import print_bench
 from cpuspec.cli.checks import check_bench_flags, check_depths, check_gate, check_size
-from cpuspec.cli.inputs import (check_model_file, check_pair, model_path, model_ref,
+from cpuspec.cli.inputs import (check_model_file, check_pair, model_paths, model_ref,
                                 prompts_or_exit, refuse_shape_true)
 from cpuspec.cli.log import configure_log, echo, log
 from cpuspec.cli.options import (cpu_list, finite, policy_list, positive, probabilities,
@@ -268,7 +268,7 @@ def _bench_models(pair, target, draft, draft_quant, drafter) -> tuple:
     """The pair checked, then --target/--draft resolved to files (found, or fetched) and
     checked; a target alone whose default draft cannot draft for it is told which can."""
     check_pair(pair)
-    target_path, draft_path = model_path(target), model_path(draft)
+    target_path, draft_path = model_paths(target, draft)
     for p in (target_path, draft_path):
         check_model_file(p)
         refuse_shape_true(p)

@@ -15,7 +15,7 @@ from cpuspec.harness.bench import BenchConfig, environment, resolve_models
 from cpuspec.cli.checks import check_depths, check_limits, check_spec_files
 from cpuspec.cli.inputs import (check_model_file, check_model_name, check_pair,
                                 prompts_or_exit, refuse_shape_true, registry, resolve_model,
-                                model_path, model_ref)
+                                model_paths, model_ref)
 from cpuspec.cli.log import echo, log
 from cpuspec.cli.options import (finite, positive, save_options, task_list, task_names, values,
                                  window_option)
@@ -129,7 +129,7 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
     threads = threads or max(1, len(cpus) - 1)
     if threads > len(cpus):
         raise click.UsageError(f"--threads {threads} is more than the {len(cpus)} chosen CPUs")
-    target_path, draft_path = model_path(target_path), model_path(draft_path)
+    target_path, draft_path = model_paths(target_path, draft_path)
     for p in (target_path, draft_path):
         check_model_file(p)
     sink = prepare_outputs([json_path], [target_path, draft_path], force, save,
@@ -219,7 +219,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
             click.core.ParameterSource.DEFAULT:
         _check_only_quants(*whatif)
     check_pair(pair)
-    target_path, draft_path = model_path(target_path), model_path(draft_path)
+    target_path, draft_path = model_paths(target_path, draft_path)
     for p in (target_path, draft_path):
         check_model_file(p)
     hw = detect_hardware()

@@ -131,11 +131,19 @@ def draft_rows(path: Path) -> list[dict]:
 
 
 def pair_draft_file(pair: str | None) -> Path | None:
-    """The file of the pair's draft where it is already in cpuspec's cache, else None."""
+    """The file of the pair's draft, fetched now where it is not in cpuspec's cache (bench
+    would fetch it next); None where it cannot be had (bench then says why)."""
     reg = registry()
     p = reg.pairs.get(pair or reg.default_pair)
     spec = reg.models.get(p.draft) if p else None
-    return cached_path(spec) if spec is not None and is_cached(spec) else None
+    if spec is None:
+        return None
+    if is_cached(spec):
+        return cached_path(spec)
+    try:
+        return fetch_model(spec, log).path
+    except ModelError:
+        return None
 
 
 def check_default_draft(target: Path, draft: Path | None) -> None:

@@ -69,10 +69,11 @@ class FetchedModel:
     shape_true: str | None = None  # SHAPE_TRUE where the weights are random (inputs/shapes.py)
     revision: str | None = None    # the hub commit a file by reference came from
     store: str | None = None       # where it was found: huggingface-hub cache, LM Studio, ...
+    public: bool = False           # its repo is a name anyone can fetch (export carries it)
 
     def to_dict(self) -> dict:
         return {"name": self.spec.name, "repo": self.spec.repo, "file": self.spec.file,
-                "revision": self.revision, "store": self.store,
+                "revision": self.revision, "store": self.store, "public": self.public,
                 "path": str(self.path), "size_bytes": self.path.stat().st_size,
                 "sha256": self.sha256, "source": self.source, "verified": self.verified,
                 "verified_by": self.verified_by, "warnings": list(self.warnings),
@@ -448,5 +449,6 @@ def local_model(path: Path) -> FetchedModel:
                             verified_by="sha256 of the file, against the hub's listing"
                             if not origin["repo"].startswith("ollama:") else
                             "sha256 of the file, against its Ollama digest",
-                            revision=origin.get("revision"), store=origin.get("store"))
+                            revision=origin.get("revision"), store=origin.get("store"),
+                            public=origin.get("public") is True)
     return FetchedModel(spec, path, digest, "local-file", False)

@@ -38,6 +38,8 @@ NOT_A_MODEL = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
 SPLIT = re.compile(r"^(.+)-(\d{5})-of-(\d{5})$", re.I)
 REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+# what is remembered of where a file came from (known_files.json)
+ORIGIN_KEYS = ("repo", "revision", "file", "store", "verified", "public")
 HASH_CHUNK_BYTES = 1 << 22
 # A hub that does not answer a TCP connect within this time is treated as unreachable.
 HUB_PROBE_TIMEOUT_S = 3.0
@@ -83,7 +85,8 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
         if not m:
             raise RefError(f"{text!r}: a hub reference is hf://OWNER/REPO[@REV][/FILE.gguf]")
         repo, rev, file = m.groups()
-        return Ref("hf", text, repo=repo, file=file, revision=rev)
+        return Ref("hf", text, repo=_repo_id(repo, text), file=_in_repo(file, text),
+                   revision=rev)
     if text in registered:
         return Ref("name", text)
     head, _, quant = text.partition(":")
@@ -91,12 +94,34 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
         if ":" in text and not re.fullmatch(r"[\w.-]+", quant):
             raise RefError(f"{text!r}: a hub reference is OWNER/REPO[:QUANT], e.g. "
                            "unsloth/Qwen3-0.6B-GGUF:Q8_0")
-        return Ref("hf", text, repo=head, quant=quant or None)
+        return Ref("hf", text, repo=_repo_id(head, text), quant=quant or None)
     parts = text.split("/")
     if text.endswith(".gguf") and len(parts) >= 3 and not text.startswith(("/", ".", "~")) \
             and REPO.fullmatch("/".join(parts[:2])):
-        return Ref("hf", text, repo="/".join(parts[:2]), file="/".join(parts[2:]))
+        return Ref("hf", text, repo=_repo_id("/".join(parts[:2]), text),
+                   file=_in_repo("/".join(parts[2:]), text))
     return Ref("path", str(p))
+
+
+def _repo_id(repo: str, text: str) -> str:
+    """A repo id the hub accepts (huggingface-hub's own rule: no '..', '--', leading or
+    trailing '.' or '-', at most 96 characters)."""
+    try:
+        from huggingface_hub.utils import validate_repo_id
+        validate_repo_id(repo)
+    except ImportError:
+        pass
+    except ValueError:
+        raise RefError(f"{text!r}: {repo!r} is not a Hugging Face repo id (OWNER/REPO)") \
+            from None
+    return repo
+
+
+def _in_repo(file: str | None, text: str) -> str | None:
+    """A file's path inside a repo: relative, no '.' or '..' part."""
+    if file is not None and (file.startswith("/") or {".", "..", ""} & set(file.split("/"))):
+        raise RefError(f"{text!r}: {file!r} is not a path inside a repo")
+    return file
 
 
 # ---------------------------------------------------------------- the hash cache
@@ -153,26 +178,30 @@ def recall(path: Path) -> dict | None:
 
 
 def remember(path: Path, sha256: str, origin: dict | None = None) -> None:
-    """Keep a file's sha256 (and origin) for next time. Best effort: a read-only home still
-    works, it only hashes again."""
+    """Keep a file's sha256 (and origin) for next time; an origin remembered for other
+    contents is dropped. Under a lock (two cpuspec processes keep each other's entries). Best
+    effort: a read-only home still works, it only hashes again."""
+    import fcntl
     try:
         real, st = str(Path(path).resolve()), Path(path).stat()
-        known = _known()
-        old = known.get(real) if isinstance(known.get(real), dict) else {}
-        keep = {k: v for k, v in (old or {}).items() if k in ("repo", "revision", "file",
-                                                              "store", "verified")}
-        known[real] = {**keep, **(origin or {}), "sha256": sha256, "size_bytes": st.st_size,
-                       "mtime_ns": st.st_mtime_ns}
         folder = _known_path().parent
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".known_files.", dir=folder)
-        try:   # written whole, then renamed: a crash never leaves half a file
-            with os.fdopen(fd, "w") as f:
-                json.dump(known, f, indent=0)
-            os.replace(tmp, _known_path())
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with open(folder / ".known_files.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            known = _known()
+            old = known.get(real) if isinstance(known.get(real), dict) else {}
+            keep = {k: v for k, v in old.items() if k in ORIGIN_KEYS} \
+                if old.get("sha256") == sha256 else {}
+            known[real] = {**keep, **(origin or {}), "sha256": sha256,
+                           "size_bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+            fd, tmp = tempfile.mkstemp(prefix=".known_files.", dir=folder)
+            try:   # written whole, then renamed: a crash never leaves half a file
+                with os.fdopen(fd, "w") as f:
+                    json.dump(known, f, indent=0)
+                os.replace(tmp, _known_path())
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
     except OSError:
         pass
 
@@ -256,25 +285,41 @@ def _snapshot(repo_dir: Path, revision: str | None) -> Path | None:
     return snap if snap.is_dir() else None
 
 
-def _cached_repo_files(repo: str, revision: str | None) -> dict[str, tuple[Path, str]]:
-    """In-place copies of a repo's GGUFs on this machine: repo path → (file, store)."""
-    out: dict[str, tuple[Path, str]] = {}
+@dataclass
+class _Copy:
+    """One store's copy of (some of) a repo's files: repo path → file on this machine."""
+    store: str
+    commit: str | None       # a hub-cache snapshot's commit
+    files: dict[str, Path]
+
+
+def _copies(repo: str, revision: str | None) -> list[_Copy]:
+    """The copies of a repo's GGUFs on this machine, store by store: huggingface-hub's cache
+    (and LLAMA_CACHE), then LM Studio's folder and llama.cpp's flat cache (which keep no
+    revision: used only where none is asked). Files only (a snapshot link whose blob is gone
+    is no copy)."""
+    out: list[_Copy] = []
     folder = "models--" + repo.replace("/", "--")
     for cache in hf_cache_dirs():
         snap = _snapshot(cache / folder, revision)
         if snap is not None:
-            for f in sorted(snap.rglob("*.gguf")):
-                out.setdefault(f.relative_to(snap).as_posix(), (f, "huggingface-hub cache"))
+            files = {f.relative_to(snap).as_posix(): f for f in sorted(snap.rglob("*.gguf"))
+                     if f.is_file()}
+            out.append(_Copy("huggingface-hub cache", snap.name, files))
+    if revision is not None:
+        return out
     lms = lmstudio_models()
-    if lms is not None and (lms / repo).is_dir() and revision is None:
-        for f in sorted((lms / repo).rglob("*.gguf")):
-            out.setdefault(f.relative_to(lms / repo).as_posix(), (f, "LM Studio"))
+    if lms is not None and (lms / repo).is_dir() and \
+            (lms / repo).resolve().is_relative_to(lms.resolve()):
+        out.append(_Copy("LM Studio", None, {
+            f.relative_to(lms / repo).as_posix(): f for f in sorted((lms / repo).rglob("*.gguf"))
+            if f.is_file()}))
     flat = llamacpp_flat_cache()
     prefix = repo.replace("/", "_") + "_"
-    if flat.is_dir() and revision is None:
-        for f in sorted(flat.glob(prefix + "*.gguf")):
-            out.setdefault(f.name[len(prefix):], (f, "llama.cpp cache"))
-    return out
+    if flat.is_dir():
+        out.append(_Copy("llama.cpp cache", None, {
+            f.name[len(prefix):]: f for f in sorted(flat.glob(prefix + "*.gguf")) if f.is_file()}))
+    return [c for c in out if c.files]
 
 
 def is_model_file(path: str) -> bool:
@@ -328,28 +373,141 @@ class Resolved:
     """A reference resolved to a file on this machine (the first part of a split model)."""
     path: Path
     sha256: str
-    origin: dict   # repo, revision, file, store, verified
+    origin: dict   # repo, revision, file, store, verified, public
+
+
+@dataclass
+class Plan:
+    """What resolving a reference will do, decided before anything is downloaded: the file
+    picked (its parts), the hub's commit and each part's size and sha256 (None offline), the
+    copy on this machine that holds every part (None: a download)."""
+    ref: Ref
+    name: str
+    parts: list[str]
+    commit: str | None = None
+    meta: dict | None = None
+    copy: _Copy | None = None
+    public: bool = False
+    blob: Path | None = None   # ollama: the model layer's blob
+
+    def missing_bytes(self) -> int:
+        if self.copy is not None or self.blob is not None or not self.meta:
+            return 0
+        return sum(self.meta[p].get("size") or 0 for p in self.parts)
+
+
+def plan_ref(ref: Ref) -> Plan | None:
+    """The plan of a hub or Ollama reference (RefError where it cannot be resolved: an unknown
+    repo, a quant it lacks, a gated repo, a missing part, an Ollama model not installed); None
+    for a path or a registered name."""
+    if ref.kind == "ollama":
+        blob = _ollama_blob(ref)
+        return Plan(ref, blob.name, [blob.name], blob=blob, public=_ollama_public(ref.repo))
+    if ref.kind != "hf":
+        return None
+    listed = _listing(ref.repo, ref.revision)
+    copies = _copies(ref.repo, ref.revision)
+    if listed is None:   # offline: what this machine holds of the repo, by the same rule
+        for copy in copies:
+            try:
+                name = ref.file or pick_file(list(copy.files), ref.quant, ref.repo)
+            except RefError:
+                continue
+            parts = split_parts(name, [])
+            if all(p in copy.files for p in parts):
+                return Plan(ref, name, parts, copy.commit, None, copy)
+        where = "no copy of it" if not copies else "no whole copy of that file"
+        raise RefError(f"{ref.text}: {where} on this machine, and the hub is out of reach "
+                       "(offline, HF_HUB_OFFLINE set, or no network)")
+    commit, files, private = listed
+    name = ref.file or pick_file(list(files), ref.quant, ref.repo)
+    if name not in files:
+        raise RefError(f"{ref.repo} has no file {name}")
+    parts = split_parts(name, [])
+    missing = [p for p in parts if p not in files]
+    if missing:
+        raise RefError(f"{ref.repo}: {name} is a split model whose part {missing[0]} is not "
+                       "in the repo")
+    meta = {p: files[p] for p in parts}
+    copy = next((c for c in copies if all(p in c.files and (meta[p]["size"] is None or
+                 c.files[p].stat().st_size == meta[p]["size"]) for p in parts)), None)
+    return Plan(ref, name, parts, commit, meta, copy, public=not private)
 
 
 def resolve_ref(ref: Ref, log: Log = lambda _: None) -> Resolved | None:
     """The file a reference names, on this machine (downloaded if it must be); None for a path
     or a registered name (the registry's)."""
-    if ref.kind == "ollama":
-        return _ollama(ref, log)
-    if ref.kind == "hf":
-        return _hub(ref, log)
-    return None
+    plan = plan_ref(ref)
+    return None if plan is None else fetch_plan(plan, log)
 
 
-def _listing(repo: str, revision: str | None) -> tuple[str, dict[str, dict]] | None:
-    """The repo's commit and files (path → size, sha256) from the hub; None where the hub is
-    out of reach (offline, unreachable)."""
+def check_room(plans: list[Plan | None]) -> None:
+    """Every download the plans need fits on the disk of huggingface-hub's cache, together."""
+    need = sum(p.missing_bytes() for p in plans if p is not None)
+    if not need:
+        return
+    from huggingface_hub import constants
+    cache = Path(constants.HF_HUB_CACHE)
+    cache.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(cache).free
+    if need + (64 << 20) > free:
+        raise RefError(f"the download needs {need / 1e9:.1f} GB; {cache} has {free / 1e9:.1f} "
+                       "GB free: make room, or point HF_HOME at a disk that has it")
+
+
+def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
+    """Carry a plan out: the copy on this machine, verified against the hub's sha256 where
+    the hub was listed (a blob named by its sha256 needs no hashing), else a download of every
+    part, verified; an Ollama blob, verified against its digest once."""
+    ref = plan.ref
+    if plan.blob is not None:
+        return _ollama_resolved(plan, log)
+    origin = {"repo": ref.repo, "revision": plan.commit or ref.revision, "file": plan.name,
+              "store": None, "verified": plan.meta is not None, "public": plan.public}
+    if plan.copy is not None:
+        digests = [_verified(plan.copy.files[p], (plan.meta or {}).get(p, {}).get("sha256"),
+                             log) for p in plan.parts]
+        if all(d is not None for d in digests):
+            origin["store"] = plan.copy.store
+            path = plan.copy.files[plan.parts[0]]
+            remember(path, digests[0], origin)
+            return Resolved(path, digests[0], origin)
+        log(f"{plan.copy.store}: its copy of {ref.repo}/{plan.name} is not the hub's (sha256 "
+            "differs); downloading it")
+    check_room([Plan(ref, plan.name, plan.parts, plan.commit, plan.meta)])
+    got = [_download(ref.repo, ref.revision, p, plan.meta[p], log) for p in plan.parts]
+    origin["store"] = "huggingface-hub cache"
+    remember(got[0][0], got[0][1], origin)
+    return Resolved(got[0][0], got[0][1], origin)
+
+
+def _verified(path: Path, want: str | None, log: Log) -> str | None:
+    """The file's sha256 where it is the hub's (or nothing was listed to check it against);
+    None where it differs."""
+    if want is not None and path.resolve().name == want:   # a hub-cache blob: named by it
+        return want
+    digest = file_sha256(path, log)
+    return digest if want is None or digest == want else None
+
+
+def _listing(repo: str, revision: str | None) -> tuple[str, dict[str, dict], bool] | None:
+    """The repo's commit, files (path → size, sha256) and whether it is private, from the
+    hub (its tree, which pages past a thousand files); None where the hub is out of reach
+    (offline, unreachable)."""
     if not hub_reachable():
         return None
     from huggingface_hub import HfApi
     from huggingface_hub import errors
+    api = HfApi()
     try:
-        info = HfApi().model_info(repo, revision=revision, files_metadata=True)
+        info = api.model_info(repo, revision=revision)
+        files = {}
+        for f in api.list_repo_tree(repo, revision=info.sha, recursive=True):
+            if getattr(f, "size", None) is None:   # a folder
+                continue
+            lfs = getattr(f, "lfs", None)
+            files[f.path] = {"size": f.size, "sha256": getattr(lfs, "sha256", None)
+                             if lfs is not None else None}
     except errors.GatedRepoError:
         raise RefError(f"{repo} is gated: accept its terms on its hub page, then log in "
                        "(`hf auth login`, or set HF_TOKEN)") from None
@@ -357,78 +515,21 @@ def _listing(repo: str, revision: str | None) -> tuple[str, dict[str, dict]] | N
         raise RefError(f"{repo} has no revision {revision!r}") from None
     except errors.RepositoryNotFoundError:
         raise RefError(f"no repo {repo} on the hub (a private one needs `hf auth login` or "
-                       "HF_TOKEN)") from None
-    except (errors.HfHubHTTPError, OSError) as exc:
-        raise RefError(f"{repo}: the hub answered with an error ({str(exc).splitlines()[0]})"
-                       ) from None
-    files = {}
-    for s in info.siblings or []:
-        lfs = s.lfs
-        files[s.rfilename] = {"size": s.size, "sha256": getattr(lfs, "sha256", None)
-                              if lfs is not None else None}
-    return info.sha, files
+                       "HF_TOKEN; a file needs its path to exist)") from None
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:   # the hub's HTTP errors, a dropped connection, a proxy's page
+        raise RefError(f"{repo}: the hub did not answer as the hub ({type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
+    return info.sha, files, bool(getattr(info, "private", False))
 
 
-def _hub(ref: Ref, log: Log) -> Resolved:
-    listed = _listing(ref.repo, ref.revision)
-    here = _cached_repo_files(ref.repo, ref.revision)
-    if listed is None:   # offline: what this machine holds of the repo, by the same rule
-        if not here:
-            raise RefError(f"{ref.text}: not on this machine, and the hub is out of reach "
-                           "(offline, HF_HUB_OFFLINE set, or no network)")
-        name = ref.file or pick_file(list(here), ref.quant, ref.repo)
-        if ref.file and name not in here:
-            raise RefError(f"{ref.text}: {name} is not on this machine, and the hub is out of "
-                           "reach")
-        parts = split_parts(name, list(here))
-        missing = [p for p in parts if p not in here]
-        if missing:
-            raise RefError(f"{ref.text}: a split model with {len(missing)} part(s) missing "
-                           f"here ({missing[0]}), and the hub is out of reach")
-        path, store = here[parts[0]]
-        for p in parts:
-            file_sha256(here[p][0], log)
-        origin = {"repo": ref.repo, "revision": ref.revision, "file": name, "store": store,
-                  "verified": False}
-        digest = file_sha256(path, log)
-        remember(path, digest, origin)
-        return Resolved(path, digest, origin)
-    commit, files = listed
-    name = ref.file or pick_file(list(files), ref.quant, ref.repo)
-    if name not in files:
-        raise RefError(f"{ref.repo} has no file {name}")
-    parts = split_parts(name, list(files))
-    missing = [p for p in parts if p not in files]
-    if missing:
-        raise RefError(f"{ref.repo}: {name} is a split model whose part {missing[0]} is not "
-                       "in the repo")
-    got = [_hub_file(ref.repo, commit, ref.revision, p, files[p], here, log) for p in parts]
-    path, digest, store = got[0]
-    return Resolved(path, digest, {"repo": ref.repo, "revision": commit, "file": name,
-                                   "store": store, "verified": True})
-
-
-def _hub_file(repo: str, commit: str, revision: str | None, name: str, meta: dict,
-              here: dict, log: Log) -> tuple[Path, str, str]:
-    """One file of a listed repo: the copy already here if its size and sha256 are the hub's,
-    else a download (room checked first), verified."""
+def _download(repo: str, revision: str | None, name: str, meta: dict,
+              log: Log) -> tuple[Path, str]:
+    """One part, through huggingface-hub into its cache, verified against the listing; a
+    download that fails or differs leaves nothing to be used."""
+    from huggingface_hub import hf_hub_download
     size, want = meta.get("size"), meta.get("sha256")
-    if name in here:
-        path, store = here[name]
-        if size is None or path.stat().st_size == size:
-            digest = file_sha256(path, log)
-            if want is None or digest == want:
-                remember(path, digest, {"repo": repo, "revision": commit, "file": name,
-                                        "store": store, "verified": want is not None})
-                return path, digest, store
-            log(f"{store}: {path} is not the hub's {name} (sha256 differs); downloading it")
-    from huggingface_hub import constants, hf_hub_download
-    cache = Path(constants.HF_HUB_CACHE)
-    cache.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(cache).free
-    if size and size + (64 << 20) > free:
-        raise RefError(f"{repo}/{name} is {size / 1e9:.1f} GB; {cache} has {free / 1e9:.1f} GB "
-                       "free: make room, or point HF_HOME at a disk that has it")
     log(f"hub: downloading {repo}/{name}" + (f" ({size / 1e9:.2f} GB)" if size else ""))
     try:
         path = Path(hf_hub_download(repo, name, revision=revision or "main"))
@@ -440,13 +541,13 @@ def _hub_file(repo: str, commit: str, revision: str | None, name: str, meta: dic
                        "to retry") from None
     digest = sha256_file(path)
     if want is not None and digest != want:
+        blob = path.resolve()
         path.unlink(missing_ok=True)
+        blob.unlink(missing_ok=True)
         raise RefError(f"{repo}/{name}: the downloaded file's sha256 {digest[:12]}… is not the "
                        f"hub's {want[:12]}…; removed, run it again")
-    store = "huggingface-hub cache"
-    remember(path, digest, {"repo": repo, "revision": commit, "file": name, "store": store,
-                            "verified": want is not None})
-    return path, digest, store
+    remember(path, digest)
+    return path, digest
 
 
 def _ollama_manifest(name: str, tag: str) -> tuple[Path, Path] | None:
@@ -470,7 +571,14 @@ def _ollama_manifest(name: str, tag: str) -> tuple[Path, Path] | None:
     return None
 
 
-def _ollama(ref: Ref, log: Log) -> Resolved:
+def _ollama_public(name: str) -> bool:
+    """An Ollama name anyone can pull: the library's, or a hub repo's (hf.co/OWNER/REPO)."""
+    parts = name.split("/")
+    return len(parts) == 1 or (len(parts) == 3 and parts[0] in ("hf.co", "huggingface.co"))
+
+
+def _ollama_blob(ref: Ref) -> Path:
+    """An installed Ollama model's GGUF blob (its manifest's model layer), not yet hashed."""
     found = _ollama_manifest(ref.repo, ref.tag)
     if found is None:
         roots = ", ".join(str(r) for r in ollama_roots())
@@ -493,11 +601,16 @@ def _ollama(ref: Ref, log: Log) -> Resolved:
         if f.read(4) != b"GGUF":
             raise RefError(f"{ref.text}: its model layer is not a GGUF file (a model Ollama "
                            "stores in another format); pass a .gguf instead")
+    return blob
+
+
+def _ollama_resolved(plan: Plan, log: Log) -> Resolved:
+    ref, blob = plan.ref, plan.blob
     sha = file_sha256(blob, log)
-    if sha != m.group(1):
+    if sha != blob.name.removeprefix("sha256-"):
         raise RefError(f"{ref.text}: the blob's sha256 is not its name's: a damaged store")
     origin = {"repo": f"ollama:{ref.repo}:{ref.tag}", "revision": None, "file": blob.name,
-              "store": "Ollama", "verified": True}
+              "store": "Ollama", "verified": True, "public": plan.public}
     remember(blob, sha, origin)
     return Resolved(blob, sha, origin)
 
@@ -548,12 +661,11 @@ def local_ggufs() -> list[LocalGGUF]:
             host, ns, model, tag = manifest.parts[-4:]
             name = model if (host, ns) == ("registry.ollama.ai", "library") else \
                 f"{host}/{ns}/{model}"
-            try:
-                got = _ollama(Ref("ollama", f"ollama:{name}:{tag}", repo=name, tag=tag),
-                              lambda _: None)
+            try:   # the blob's name is its sha256: listing hashes nothing
+                blob = _ollama_blob(Ref("ollama", f"ollama:{name}:{tag}", repo=name, tag=tag))
             except RefError:
                 continue
-            add("Ollama", f"ollama:{name}:{tag}", got.path)
+            add("Ollama", f"ollama:{name}:{tag}", blob)
     from cpuspec.inputs.registry import load_registry, models_dir
     own = models_dir()
     try:   # a registered model by its name

@@ -117,7 +117,8 @@ def render_compare_screen(runs: list[dict], names: list[str]) -> str:
                          screen.speedup(st.get("sd_speedup"), st.get("sd_speedup_ci"),
                                         st.get("sd_speedup_range")),
                          "nothing measured" if fmt_value(st.get("sd_speedup"), "") == "-"
-                         else {"unclear": "no difference"}.get(m, m),
+                         else m if m != "unclear" else "no difference"
+                         if st.get("sd_significance") == "not significant" else "undecided",
                          f"{a:.2f} vs {need:.2f}" if a is not None and need is not None
                          else "-", fmt_value(st.get("raw_tok_s"), ".1f"), ratio])
     lines += ["", screen.table(["task", "run", "SD ×raw e2e", "measured", "a vs 1+α+β",

@@ -75,7 +75,8 @@ def more(source: str | None, what: str, verb: str = "report") -> list[str]:
         return wrap("More (RUN: a saved run's file or id; this one was not saved, --no-save):") \
             + wrap(f"  cpuspec {verb} RUN --details ({what})", "    ")
     head = f"More (RUN = {clean(source)}):"
-    lines = [head] if len(head) <= WIDTH else ["More:", *wrap(f"  RUN = {source}", "    ")]
+    lines = [head] if len(head) <= WIDTH else \
+        ["More:", *wrap(f"  RUN = {clean(source)}", "    ")]
     return lines + wrap(f"  cpuspec {verb} RUN --details ({what})", "    ")
 
 
