@@ -129,3 +129,12 @@ def test_compare_says_undecided_for_a_range_that_straddles_one(tmp_path):
     assert res.exit_code == 0, res.output
     overall = next(x for x in res.output.splitlines() if x.startswith("overall") and "run 2" in x)
     assert "undecided" in overall and "no difference" not in overall, overall
+
+
+def test_costs_acceptance_from_a_damaged_file_says_damaged(tmp_path):
+    def damaged(doc):
+        doc["models"] = "abc"
+    bad = real(tmp_path, "damaged.json", damaged)
+    res = CliRunner().invoke(main, ["costs", "--sizes", "0.5b", "--acceptance", str(bad),
+                                    "--no-save"])
+    assert res.exit_code == 2 and "damaged results file" in res.output, res.output

@@ -314,8 +314,10 @@ def _profiles(ref: str) -> dict:
                                  param_hint="'--acceptance'")
     try:
         profiles = acceptance_profiles(doc)
-    except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError):
-        profiles = {}      # a damaged or foreign record: nothing to borrow
+    except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise click.BadParameter(f"{ref}: a damaged results file, nothing to borrow "
+                                 f"({type(exc).__name__}: {str(exc)[:120]})",
+                                 param_hint="'--acceptance'") from None
     if not profiles:
         raise click.BadParameter(f"{ref}: no speculative rounds to read acceptance from",
                                  param_hint="'--acceptance'")
