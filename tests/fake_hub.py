@@ -1,6 +1,7 @@
 """Stdlib fake of the HF Hub for huggingface_hub 2.4.0 (model_info/list_repo_tree/get_paths_info/
 list_repo_refs/hf_hub_download/HfFileSystem) and llama.cpp hf-cache.cpp (/refs, /tree?recursive=true).
 Faults: hub.gated.add(repo); hub.drop_after[(repo, path)] = (nbytes, times); hub.bare_errors = True;
+hub.slow[(repo, path)] = seconds between 4 KiB chunks (a download long enough to interrupt);
 hub.redirect_lfs = True (302 to http://localhost:PORT/cdn/<sha256>: another origin, like the real CDN)."""
 import hashlib, json, re, socket, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,7 +15,7 @@ def git_blob_sha1(data: bytes) -> str:
 class FakeHub:
     def __init__(self):
         self.repos, self.gated, self.drop_after, self.log = {}, set(), {}, []
-        self.private = set()
+        self.private, self.slow = set(), {}
         self.redirect_lfs = self.bare_errors = False
 
     def add_repo(self, repo_id, files, sha=None, lfs_suffixes=(".gguf", ".bin", ".safetensors")):
@@ -178,5 +179,16 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body[:n]); self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        pause = self.hub.slow.get((repo_id, fpath))
+        if pause:
+            import time
+            try:
+                for i in range(0, len(body), 4096):
+                    self.wfile.write(body[i:i + 4096])
+                    self.wfile.flush()
+                    time.sleep(pause)
+            except OSError:   # the client went away
+                self.close_connection = True
             return
         self.wfile.write(body)

@@ -334,3 +334,59 @@ def test_a_file_changed_since_it_was_hashed_loses_its_origin(tiny_models, tmp_pa
     f.write_bytes(tiny_models["draft"].read_bytes())   # other contents, same path
     got = local_model(f)
     assert got.spec.repo == "(local file)" and not got.verified and got.revision is None
+
+
+def test_ctrl_c_during_a_download_leaves_nothing_to_be_used(hub, tmp_path):
+    """SIGINT while a file downloads: exit 130, no blob (partial or whole) left, no run saved."""
+    import signal
+    import time
+    hub.slow[("acme/tiny-GGUF", "tiny-Q4_K_M.gguf")] = 0.2
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env.update({"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf"),
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+    proc = subprocess.Popen([sys.executable, "-m", "cpuspec", *BENCH, "--target",
+                             "acme/tiny-GGUF:Q4_K_M", "--json", str(tmp_path / "r.json")],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(
+            m == "GET" and "resolve" in u for m, u, _ in hub.log):
+        time.sleep(0.1)
+    time.sleep(1.0)                       # some chunks in, most to come
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    repo = tmp_path / "hf" / "hub" / "models--acme--tiny-GGUF"
+    assert not [p for p in repo.rglob("*") if p.is_file() and p.parent.name == "blobs"]
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_room_for_every_download_is_checked_before_the_first(monkeypatch, tmp_path):
+    from collections import namedtuple
+
+    from cpuspec.inputs import refs
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(refs.shutil, "disk_usage", lambda p: usage(10 << 30, 0, 1 << 30))
+    plans = [refs.Plan(Ref("hf", "a/b"), "b.gguf", ["b.gguf"], "c" * 40,
+                       {"b.gguf": {"size": 700 << 20, "sha256": None}}) for _ in range(2)]
+    refs.check_room(plans[:1])            # 0.7 GB of 1 GB free: fits
+    with pytest.raises(RefError, match="needs 1.5 GB"):
+        refs.check_room(plans)             # both together do not
+
+
+def test_llama_caches_folder_is_used_in_place(tiny_models, tmp_path):
+    """LLAMA_CACHE: llama.cpp's -hf keeps the hub's layout there; its copy is used offline."""
+    sha = "b" * 40
+    snap = tmp_path / "llama" / "models--acme--t" / "snapshots" / sha
+    snap.mkdir(parents=True)
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text(sha)
+    (snap / "t-Q8_0.gguf").write_bytes(tiny_models["target"].read_bytes())
+    out = tmp_path / "run.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/t:Q8_0", "--drafter", "lookup",
+                  "--json", str(out), "--no-save", extra={"HF_HUB_OFFLINE": "1",
+                                      "LLAMA_CACHE": str(tmp_path / "llama")})
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = json.loads(out.read_text())["models"]["target"]
+    assert m["path"] == str(snap / "t-Q8_0.gguf") and m["revision"] == sha

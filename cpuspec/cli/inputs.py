@@ -66,6 +66,12 @@ def model_paths(*refs: Ref | None) -> list[Path | None]:
     Every reference is planned (listed, picked, checked) and the room for every download
     checked before the first byte is fetched. Where each came from is remembered with its
     hash (results name repo, revision, file)."""
+    from cpuspec.cli.outputs import guarded
+    with guarded():   # Ctrl-C in a download: exit 130, the partial file gone (hf's own)
+        return _model_paths(refs)
+
+
+def _model_paths(refs) -> list[Path | None]:
     from cpuspec.core.text import printable
     try:
         plans = [plan_ref(r) if r is not None and r.kind in ("hf", "ollama") else None

@@ -141,7 +141,8 @@ def pair_draft_file(pair: str | None) -> Path | None:
     if is_cached(spec):
         return cached_path(spec)
     try:
-        return fetch_model(spec, log).path
+        with guarded():   # Ctrl-C in the fetch: exit 130, nothing half-written kept
+            return fetch_model(spec, log).path
     except ModelError:
         return None
 
