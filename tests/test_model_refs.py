@@ -30,6 +30,8 @@ def hub(tiny_models):
     h.add_repo("acme/split-GGUF", {"big-Q4_K_M-00001-of-00002.gguf": t[:4096],
                                    "big-Q4_K_M-00002-of-00002.gguf": t[4096:]})
     h.add_repo("acme/gated-GGUF", {"g-Q4_K_M.gguf": t})
+    h.add_repo("acme/evil-GGUF", {"../evil-Q4_K_M.gguf": t, "e\x1b]52;c;SGk=\x07-Q4_K_M.gguf": t,
+                                  "good-Q8_0.gguf": t})
     h.gated.add("acme/gated-GGUF")
     h.start()
     yield h
@@ -103,6 +105,8 @@ def test_export_carries_the_repo_and_no_local_path(hub, tmp_path):
     ("acme/nosuch-GGUF:Q4_K_M", "no repo acme/nosuch-GGUF"),
     ("acme/tiny-GGUF:Q2_K", "has no Q2_K GGUF; it has: Q4_K_M, Q8_0"),
     ("acme/gated-GGUF", "is gated"),
+    # names in a listing that climb out of the repo or carry escapes are never picked
+    ("acme/evil-GGUF:Q4_K_M", "has no Q4_K_M GGUF; it has: Q8_0"),
 ])
 def test_bad_hub_references_get_one_line_and_exit_2(hub, tmp_path, ref, message):
     res = cpuspec(tmp_path, *BENCH, "--target", ref, "--no-save", endpoint=hub.endpoint)

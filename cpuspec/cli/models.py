@@ -97,7 +97,8 @@ def models_drafts(target, as_json):
     echo(f"Drafts for {path.name} ({size / 1e9:.2f} GB) on this machine: {len(fits)} share its "
          "tokenizer" + (", smallest first:" if fits else "."))
     table = [[r["name"], r["store"], f"{r['size_bytes'] / 1e9:.2f} GB", r["quant"] or "-",
-              "fits" if r["fits"] else f"left out: {r['why_not']}"] for r in rows]
+              ("fits" if r["size_bytes"] < size else "fits, but not smaller than the target")
+              if r["fits"] else f"left out: {r['why_not']}"] for r in rows]
     if table:
         echo(grid(table, headers=["name (for --draft)", "store", "size", "quant", ""],
                   disable_numparse=True))

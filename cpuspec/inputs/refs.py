@@ -117,9 +117,15 @@ def _repo_id(repo: str, text: str) -> str:
     return repo
 
 
+def _plain(path: str) -> bool:
+    """A path inside a repo that names nothing outside it and carries no control character."""
+    return not (path.startswith("/") or {".", "..", ""} & set(path.split("/"))
+                or re.search(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", path))
+
+
 def _in_repo(file: str | None, text: str) -> str | None:
     """A file's path inside a repo: relative, no '.' or '..' part."""
-    if file is not None and (file.startswith("/") or {".", "..", ""} & set(file.split("/"))):
+    if file is not None and not _plain(file):
         raise RefError(f"{text!r}: {file!r} is not a path inside a repo")
     return file
 
@@ -420,6 +426,8 @@ def plan_ref(ref: Ref) -> Plan | None:
         raise RefError(f"{ref.text}: {where} on this machine, and the hub is out of reach "
                        "(offline, HF_HUB_OFFLINE set, or no network)")
     commit, files, private = listed
+    # a name the listing gave is used only as a plain path inside the repo
+    files = {f: m for f, m in files.items() if _plain(f)}
     name = ref.file or pick_file(list(files), ref.quant, ref.repo)
     if name not in files:
         raise RefError(f"{ref.repo} has no file {name}")
