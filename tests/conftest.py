@@ -49,6 +49,16 @@ def heavy_draft(tmp_path_factory):
                        make_wide_weights(2, 2048, 8), "tiny-heavy-draft")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def session_home(tmp_path_factory):
+    """Before any test (and the module fixtures that run models before a test's own home is
+    set): a cpuspec home of the session's, so nothing a fixture does (a file's hash
+    remembered) reaches ~/.cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CPUSPEC_HOME", str(tmp_path_factory.mktemp("session-home")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def cpuspec_home(tmp_path, monkeypatch):
     """Every test gets its own cpuspec cache, so nothing leaks between tests or into ~/.cache."""

@@ -394,3 +394,63 @@ def test_llama_caches_folder_is_used_in_place(tiny_models, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     m = json.loads(out.read_text())["models"]["target"]
     assert m["path"] == str(snap / "t-Q8_0.gguf") and m["revision"] == sha
+
+
+def test_a_cached_blob_changed_since_is_caught_and_fetched_again(hub, tiny_models, tmp_path):
+    """A byte of the hub cache's blob flipped (same size): the next run hashes it, finds it is
+    not the hub's, downloads it again and records the true sha256 (a blob's name is no proof)."""
+    args = [*BENCH, "--target", "acme/tiny-GGUF:Q8_0", "--drafter", "lookup", "--no-save"]
+    assert cpuspec(tmp_path, *args, "--json", str(tmp_path / "a.json"),
+                   endpoint=hub.endpoint).returncode == 0
+    blob = next((tmp_path / "hf" / "hub" / "models--acme--tiny-GGUF" / "blobs").iterdir())
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    res = cpuspec(tmp_path, *args, "--json", str(tmp_path / "b.json"), endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "is not the hub's" in res.stderr
+    m = json.loads((tmp_path / "b.json").read_text())["models"]["target"]
+    want = hashlib.sha256(tiny_models["target"].read_bytes()).hexdigest()
+    assert m["sha256"] == want == hashlib.sha256(Path(m["path"]).read_bytes()).hexdigest()
+
+
+def test_each_role_keeps_the_name_that_named_it(tiny_models, tmp_path):
+    """Two Ollama names of one blob as target and draft, with cpuspec's memory of files
+    unwritable: each role is recorded under its own name."""
+    ollama_store(tmp_path / "ollama", tiny_models["target"], "one", "latest")
+    ollama_store(tmp_path / "ollama", tiny_models["target"], "two", "latest")
+    home = tmp_path / "home"
+    (home / "known_files.json").mkdir(parents=True)        # cannot be written
+    out = tmp_path / "run.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", "ollama:one", "--draft", "ollama:two",
+                  "--json", str(out), "--no-save",
+                  extra={"HF_HUB_OFFLINE": "1", "CPUSPEC_HOME": str(home)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = json.loads(out.read_text())["models"]
+    assert (m["target"]["repo"], m["draft"]["repo"]) == ("ollama:one:latest", "ollama:two:latest")
+    assert m["target"]["verified"] and m["draft"]["verified"]
+
+
+@pytest.mark.parametrize("ref, extra", [
+    ("a" * 300, {}),                                        # longer than a file name may be
+    ("hf://acme/tiny-GGUF@../x/t.gguf", {}),                # a revision that climbs out
+    ("acme/tiny-GGUF:Q4_K_M", {"HF_ENDPOINT": "http://127.0.0.1:99999"}),   # no URL
+    ("acme/tiny-GGUF:Q4_K_M", {"HF_ENDPOINT": "http://[::1"}),
+])
+def test_odd_references_and_endpoints_are_one_line(tmp_path, ref, extra):
+    res = cpuspec(tmp_path, *BENCH, "--target", ref, "--no-save", extra=extra)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+
+
+def test_a_refs_file_that_holds_no_commit_is_no_copy(tiny_models, tmp_path):
+    """refs/main naming another repo's snapshot folder: not followed."""
+    other = tmp_path / "hf" / "hub" / "models--acme--real" / "snapshots" / ("c" * 40)
+    other.mkdir(parents=True)
+    (other / "t-Q4_K_M.gguf").write_bytes(tiny_models["target"].read_bytes())
+    trav = tmp_path / "hf" / "hub" / "models--acme--trav"
+    (trav / "refs").mkdir(parents=True)
+    (trav / "snapshots").mkdir()
+    (trav / "refs" / "main").write_text("../../models--acme--real/snapshots/" + "c" * 40)
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/trav:Q4_K_M", "--no-save",
+                  extra={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 2 and "no copy of it" in res.stderr, res.stderr[-2000:]

@@ -44,7 +44,11 @@ def parse_model(reg, name: str, check_file: bool = True) -> Ref:
 
 def _check_path_ref(ref: Ref) -> None:
     p = Path(ref.text)
-    if p.suffix != ".gguf" and not p.exists():
+    try:
+        there = p.exists()
+    except OSError:   # a name too long to be a path
+        there = False
+    if not there and (p.suffix != ".gguf" or len(p.name) > 255):
         raise click.UsageError(f"unknown model {ref.text!r}: give {REF_FORMS}")
     check_model_file(p)
 
@@ -56,38 +60,39 @@ def model_ref(ctx, param, value):
 
 
 def model_path(ref: Ref | None) -> Path | None:
-    """The file a reference names on this machine (model_paths)."""
-    return model_paths(ref)[0]
+    """The file a reference names on this machine (model_files)."""
+    return model_files(ref)[0][0]
 
 
-def model_paths(*refs: Ref | None) -> list[Path | None]:
-    """The files references name on this machine: a path as given; a registered model
-    fetched (or derived); a hub file found in a store or downloaded; an Ollama model's blob.
-    Every reference is planned (listed, picked, checked) and the room for every download
-    checked before the first byte is fetched. Where each came from is remembered with its
-    hash (results name repo, revision, file)."""
+def model_files(*refs: Ref | None) -> list[tuple[Path | None, dict | None]]:
+    """The files references name on this machine, each with where it came from (None for a
+    path or a registered name): a path as given; a registered model fetched (or derived); a
+    hub file found in a store or downloaded; an Ollama model's blob. Every reference is
+    planned (listed, picked, checked) and the room for every download checked before the
+    first byte is fetched."""
     from cpuspec.cli.outputs import guarded
     with guarded():   # Ctrl-C in a download: exit 130, the partial file gone (hf's own)
-        return _model_paths(refs)
+        return _model_files(refs)
 
 
-def _model_paths(refs) -> list[Path | None]:
+def _model_files(refs) -> list[tuple[Path | None, dict | None]]:
     from cpuspec.core.text import printable
     try:
         plans = [plan_ref(r) if r is not None and r.kind in ("hf", "ollama") else None
                  for r in refs]
         check_room(plans)
-        out: list[Path | None] = []
+        out: list[tuple[Path | None, dict | None]] = []
         for ref, plan in zip(refs, plans):
             if ref is None:
-                out.append(None)
+                out.append((None, None))
             elif ref.kind == "path":
                 _check_path_ref(ref)
-                out.append(Path(ref.text))
+                out.append((Path(ref.text), None))
             elif ref.kind == "name":
-                out.append(fetch_model(registry().model(ref.text), log).path)
+                out.append((fetch_model(registry().model(ref.text), log).path, None))
             else:
-                out.append(fetch_plan(plan, log).path)
+                got = fetch_plan(plan, log)
+                out.append((got.path, got.origin))
         return out
     except RefError as exc:   # names from the hub's listing: one line, cleaned
         raise BadInput(printable(str(exc))) from None
@@ -101,7 +106,8 @@ def resolve_model(reg, name: str):
     ref = parse_model(reg, name)
     if ref.kind == "name":
         return fetch_model(reg.model(name), log)
-    return local_model(model_path(ref))
+    (path, origin), = model_files(ref)
+    return local_model(path, origin)
 
 
 def check_model_name(reg, name: str) -> None:

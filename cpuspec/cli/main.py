@@ -22,7 +22,7 @@ from cpuspec.cli.engine import RUNS_MODELS, check_llama_build, rebuild
 from cpuspec.cli.help import CleanGroup, SectionedCommand
 from cpuspec.cli.bench_report import print_bench
 from cpuspec.cli.checks import check_bench_flags, check_depths, check_gate, check_size
-from cpuspec.cli.inputs import (check_model_file, check_pair, model_paths, model_ref,
+from cpuspec.cli.inputs import (check_model_file, check_pair, model_files, model_ref,
                                 prompts_or_exit, refuse_shape_true)
 from cpuspec.cli.log import configure_log, echo, log
 from cpuspec.cli.options import (cpu_list, finite, policy_list, positive, probabilities,
@@ -224,7 +224,8 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
             "p_cores": p_cores, "e_cores": e_cores, "threads": threads or [0], "k": k,
             "depth": depth, "p_min": p_min}
     check_size(len(prompts), repetitions, math.prod(len(v) for v in axes.values()), yes)
-    target_path, draft_path = _bench_models(pair, target_path, draft_path, draft_quant, drafter)
+    (target_path, target_origin), (draft_path, draft_origin) = _bench_models(
+        pair, target_path, draft_path, draft_quant, drafter)
     hw = detect_hardware()
     where = _bench_plan(hw, axes, smt, draft_cores, schedule)
     for note in where.notes:
@@ -238,6 +239,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
     base = BenchConfig(prompts=prompts, threads=1, max_tokens=max_tokens,
                        repetitions=repetitions, warmup=warmup, pair=pair,
                        target_path=target_path, draft_path=draft_path, policies=policies,
+                       target_origin=target_origin, draft_origin=draft_origin,
                        drafter=drafter, draft_cpus=where.draft_cpus,
                        draft_threads=draft_threads, temperature=temperature, seed=seed,
                        max_noise=max_noise, adaptive_scope=adaptive_scope, schedule=schedule,
@@ -268,13 +270,14 @@ def _bench_models(pair, target, draft, draft_quant, drafter) -> tuple:
     """The pair checked, then --target/--draft resolved to files (found, or fetched) and
     checked; a target alone whose default draft cannot draft for it is told which can."""
     check_pair(pair)
-    target_path, draft_path = model_paths(target, draft)
-    for p in (target_path, draft_path):
+    files = model_files(target, draft)
+    for p, _ in files:
         check_model_file(p)
         refuse_shape_true(p)
+    (target_path, _), (draft_path, _) = files
     if target_path and not draft_path and not draft_quant and drafter != "lookup":
         check_default_draft(target_path, pair_draft_file(pair))
-    return target_path, draft_path
+    return files
 
 
 def _bench_prompts(tasks, prompts_file, prompts_per_task, depth) -> list:

@@ -15,7 +15,7 @@ from cpuspec.harness.bench import BenchConfig, environment, resolve_models
 from cpuspec.cli.checks import check_depths, check_limits, check_spec_files
 from cpuspec.cli.inputs import (check_model_file, check_model_name, check_pair,
                                 prompts_or_exit, refuse_shape_true, registry, resolve_model,
-                                model_paths, model_ref)
+                                model_files, model_ref)
 from cpuspec.cli.log import echo, log
 from cpuspec.cli.options import (finite, positive, save_options, task_list, task_names, values,
                                  window_option)
@@ -129,7 +129,7 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
     threads = threads or max(1, len(cpus) - 1)
     if threads > len(cpus):
         raise click.UsageError(f"--threads {threads} is more than the {len(cpus)} chosen CPUs")
-    target_path, draft_path = model_paths(target_path, draft_path)
+    (target_path, target_origin), (draft_path, draft_origin) = model_files(target_path, draft_path)
     for p in (target_path, draft_path):
         check_model_file(p)
     sink = prepare_outputs([json_path], [target_path, draft_path], force, save,
@@ -138,7 +138,8 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
         try:
             target_f, draft_f, _ = resolve_models(
                 BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
-                            draft_path=draft_path), log)
+                            draft_path=draft_path, target_origin=target_origin,
+                            draft_origin=draft_origin), log)
             res = run_contention(ContentionConfig(target_f.path, draft_f.path, cpus, threads,
                                                   k, n_tokens), log)
         except (ModelError, EngineError) as exc:
@@ -219,7 +220,7 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
             click.core.ParameterSource.DEFAULT:
         _check_only_quants(*whatif)
     check_pair(pair)
-    target_path, draft_path = model_paths(target_path, draft_path)
+    (target_path, target_origin), (draft_path, draft_origin) = model_files(target_path, draft_path)
     for p in (target_path, draft_path):
         check_model_file(p)
     hw = detect_hardware()
@@ -230,8 +231,8 @@ def costs(pair, target_path, draft_path, threads, max_n, reps, depth, json_path,
     sink = prepare_outputs([json_path], [target_path, draft_path], force, save, "costs",
                             hw.cpu_model)
     cfg = BenchConfig(prompts=[], threads=threads, pair=pair, target_path=target_path,
-                      draft_path=draft_path, k=max_n - 1, depth=depth,
-                      argv=["cpuspec", *sys.argv[1:]])
+                      draft_path=draft_path, target_origin=target_origin, draft_origin=draft_origin,
+                      k=max_n - 1, depth=depth, argv=["cpuspec", *sys.argv[1:]])
     with guarded(sink):
         try:
             res = run_costs(cfg, reps, log)
@@ -687,9 +688,10 @@ def _load_test(cfg, levels: list[int], batches: int, per_client: int, save_doc,
 def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path, save, force):
     """A quality proxy for quants: perplexity and top-1 agreement with a reference.
 
-    MODEL is a registered name, a GGUF file, OWNER/REPO[:QUANT] or ollama:NAME[:TAG]. Perplexity is measured on a fixed built-in text
-    (prose, code, JSON); agreement is the share of the reference's greedy tokens on the
-    built-in json, code and story prompts that the model's argmax reproduces.
+    MODEL is a registered name, a GGUF file, OWNER/REPO[:QUANT] or ollama:NAME[:TAG].
+    Perplexity is measured on a fixed built-in text (prose, code, JSON); agreement is the
+    share of the reference's greedy tokens on the built-in json, code and story prompts that
+    the model's argmax reproduces.
 
     \b
     Examples:
@@ -752,8 +754,9 @@ def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[
 @click.command()
 @click.option("--targets", default="qwen2.5-coder-1.5b-q4km,qwen2.5-coder-1.5b-q4_0,"
               "qwen2.5-coder-1.5b-q8_0",
-              show_default=True, help="Comma list of target models (names, GGUF files, OWNER/REPO[:QUANT], ollama:NAME); the "
-                                      "first is the reference raw speed.")
+              show_default=True, help="Comma list of target models (names, GGUF files, "
+                                      "OWNER/REPO[:QUANT], ollama:NAME); the first is the "
+                                      "reference raw speed.")
 @click.option("--drafts", default="qwen2.5-coder-0.5b-q4_0,lookup,hybrid:qwen2.5-coder-0.5b-q4_0",
               show_default=True,
               help="Comma list of draft models (named as --targets); 'lookup' for the "

@@ -57,6 +57,10 @@ class BenchConfig:
     warmup: int = 1
     pair: str | None = None
     target_path: Path | None = None
+    # where --target/--draft came from (inputs/refs.py: repo, revision, file, store, ...), as
+    # the reference named it; None: a path, as found (its remembered origin, if any)
+    target_origin: dict | None = None
+    draft_origin: dict | None = None
     draft_path: Path | None = None
     policies: list[str] = field(default_factory=lambda: ["static", "adaptive"])
     drafter: str = "model"  # "lookup": prompt lookup, no draft model; "hybrid": lookup first,
@@ -95,11 +99,11 @@ def resolve_models(cfg: BenchConfig, log: Log
                    ) -> tuple[FetchedModel, FetchedModel | None, str]:
     registry = load_registry()
     pair = registry.pair(cfg.pair)
-    target = local_model(cfg.target_path) if cfg.target_path else \
+    target = local_model(cfg.target_path, cfg.target_origin) if cfg.target_path else \
         fetch_model(registry.model(pair.target), log)
     if cfg.drafter == "lookup":
         return target, None, pair.name
-    draft = local_model(cfg.draft_path) if cfg.draft_path else \
+    draft = local_model(cfg.draft_path, cfg.draft_origin) if cfg.draft_path else \
         fetch_model(registry.model(pair.draft), log)
     return target, draft, pair.name
 

@@ -422,8 +422,10 @@ def fetch_model(spec: ModelSpec, log: Callable[[str], None] = lambda _: None) ->
         + f". Download it by hand and pass --target/--draft PATH, or place it at {cached_path(spec)}")
 
 
-def local_model(path: Path) -> FetchedModel:
-    """A user-supplied GGUF path: hashed and used as is (no pin to check it against)."""
+def local_model(path: Path, origin: dict | None = None) -> FetchedModel:
+    """A user-supplied GGUF path: hashed and used as is (no pin to check it against); where a
+    reference named it, `origin` (inputs/refs.py Resolved.origin) says where it came from, else
+    what is remembered of the file (while its contents are unchanged)."""
     path = Path(path)
     if path.is_dir():
         raise ModelError(f"model file {path} is a folder; pass the .gguf file in it")
@@ -438,8 +440,8 @@ def local_model(path: Path) -> FetchedModel:
                             warnings=[f"{path.name}: {SHAPE_TRUE}: real shapes and quant "
                                       "types, no real outputs"], shape_true=SHAPE_TRUE)
     digest = file_sha256(path)      # hashed once, remembered by path, size and mtime
-    origin = recall(path) or {}
-    if origin.get("repo"):          # a file named by a hub or Ollama reference (inputs/refs.py)
+    origin = origin or recall(path) or {}
+    if all(isinstance(origin.get(k), str) for k in ("repo", "file")):   # named by a reference
         name = origin["file"].rsplit("/", 1)[-1].removesuffix(".gguf") \
             if not origin["repo"].startswith("ollama:") else origin["repo"]
         spec = ModelSpec(name=name, repo=origin["repo"], file=origin["file"])

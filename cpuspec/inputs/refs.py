@@ -70,7 +70,11 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
         raise RefError("an empty model reference: give a .gguf path, OWNER/REPO[:QUANT] or "
                        "ollama:NAME[:TAG]")
     p = Path(text).expanduser()
-    if p.exists():
+    try:
+        here = p.exists()
+    except OSError:   # a name too long to be a path here
+        here = False
+    if here:
         return Ref("path", str(p))
     if text.startswith(OLLAMA_PREFIX):
         name = text[len(OLLAMA_PREFIX):]
@@ -85,6 +89,8 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
         if not m:
             raise RefError(f"{text!r}: a hub reference is hf://OWNER/REPO[@REV][/FILE.gguf]")
         repo, rev, file = m.groups()
+        if rev is not None and (rev in (".", "..") or rev.startswith(".")):
+            raise RefError(f"{text!r}: {rev!r} is not a revision (a branch, tag or commit)")
         return Ref("hf", text, repo=_repo_id(repo, text), file=_in_repo(file, text),
                    revision=rev)
     if text in registered:
@@ -103,14 +109,23 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
     return Ref("path", str(p))
 
 
+def _hub_ready() -> None:
+    """huggingface-hub imported; it reads HF_ENDPOINT when imported and refuses one that is
+    no URL (ValueError), said in one line."""
+    try:
+        import huggingface_hub.constants  # noqa: F401
+    except ValueError as exc:
+        raise RefError(f"huggingface-hub cannot start: {exc} (is HF_ENDPOINT "
+                       f"{os.environ.get('HF_ENDPOINT', '')!r} a URL?)") from None
+
+
 def _repo_id(repo: str, text: str) -> str:
     """A repo id the hub accepts (huggingface-hub's own rule: no '..', '--', leading or
     trailing '.' or '-', at most 96 characters)."""
+    _hub_ready()
+    from huggingface_hub.utils import validate_repo_id
     try:
-        from huggingface_hub.utils import validate_repo_id
         validate_repo_id(repo)
-    except ImportError:
-        pass
     except ValueError:
         raise RefError(f"{text!r}: {repo!r} is not a Hugging Face repo id (OWNER/REPO)") \
             from None
@@ -147,12 +162,12 @@ def hub_reachable() -> bool:
     from huggingface_hub import constants
     if constants.HF_HUB_OFFLINE:
         return False
-    url = urllib.parse.urlparse(constants.ENDPOINT)
     try:
-        with socket.create_connection((url.hostname, url.port or 443),
-                                      timeout=HUB_PROBE_TIMEOUT_S):
+        url = urllib.parse.urlparse(constants.ENDPOINT)
+        port = url.port or (80 if url.scheme == "http" else 443)
+        with socket.create_connection((url.hostname, port), timeout=HUB_PROBE_TIMEOUT_S):
             return True
-    except OSError:
+    except (OSError, ValueError, TypeError):   # unreachable, or HF_ENDPOINT is no URL
         return False
 
 
@@ -250,15 +265,18 @@ def lmstudio_models() -> Path | None:
     else:
         pointer = Path.home() / ".lmstudio-home-pointer"
         try:
-            home = Path(pointer.read_text().strip()) if pointer.is_file() else None
-        except OSError:
+            text = pointer.read_text().strip() if pointer.is_file() else ""
+            home = Path(text) if text and Path(text).is_absolute() else None
+        except (OSError, ValueError):   # unreadable, or not text
             home = None
         if home is None:
             legacy = Path.home() / ".cache" / "lm-studio"
             home = legacy if legacy.is_dir() else Path.home() / ".lmstudio"
     try:
         folder = json.loads((home / "settings.json").read_text()).get("downloadsFolder")
-        if isinstance(folder, str) and folder:
+        # an absolute folder below the root only: '/' would make every GGUF LM Studio's
+        if isinstance(folder, str) and Path(folder).is_absolute() and Path(folder).parent != \
+                Path(folder):
             return Path(folder)
     except (OSError, ValueError, AttributeError):
         pass
@@ -285,7 +303,9 @@ def _snapshot(repo_dir: Path, revision: str | None) -> Path | None:
     ref = repo_dir / "refs" / rev
     try:
         commit = ref.read_text().strip() if ref.is_file() else rev
-    except OSError:
+    except (OSError, ValueError):   # unreadable, or not text
+        return None
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):   # refs hold a commit, nothing else
         return None
     snap = repo_dir / "snapshots" / commit
     return snap if snap.is_dir() else None
@@ -301,9 +321,8 @@ class _Copy:
 
 def _copies(repo: str, revision: str | None) -> list[_Copy]:
     """The copies of a repo's GGUFs on this machine, store by store: huggingface-hub's cache
-    (and LLAMA_CACHE), then LM Studio's folder and llama.cpp's flat cache (which keep no
-    revision: used only where none is asked). Files only (a snapshot link whose blob is gone
-    is no copy)."""
+    (and LLAMA_CACHE), then LM Studio's folder (which keeps no revision: used only where none
+    is asked). Files only (a snapshot link whose blob is gone is no copy)."""
     out: list[_Copy] = []
     folder = "models--" + repo.replace("/", "--")
     for cache in hf_cache_dirs():
@@ -320,11 +339,8 @@ def _copies(repo: str, revision: str | None) -> list[_Copy]:
         out.append(_Copy("LM Studio", None, {
             f.relative_to(lms / repo).as_posix(): f for f in sorted((lms / repo).rglob("*.gguf"))
             if f.is_file()}))
-    flat = llamacpp_flat_cache()
-    prefix = repo.replace("/", "_") + "_"
-    if flat.is_dir():
-        out.append(_Copy("llama.cpp cache", None, {
-            f.name[len(prefix):]: f for f in sorted(flat.glob(prefix + "*.gguf")) if f.is_file()}))
+    # llama.cpp's older flat cache (OWNER_REPO_FILE.gguf) is not read as a repo's copy: its
+    # names cannot say where the repo's name ends (acme_tiny_v2_m.gguf); it is listed, by path
     return [c for c in out if c.files]
 
 
@@ -471,7 +487,9 @@ def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
     if plan.blob is not None:
         return _ollama_resolved(plan, log)
     origin = {"repo": ref.repo, "revision": plan.commit or ref.revision, "file": plan.name,
-              "store": None, "verified": plan.meta is not None, "public": plan.public}
+              "store": None, "public": plan.public,   # verified: a sha256 was compared
+              "verified": bool(plan.meta) and all(plan.meta[p].get("sha256")
+                                                   for p in plan.parts)}
     if plan.copy is not None:
         digests = [_verified(plan.copy.files[p], (plan.meta or {}).get(p, {}).get("sha256"),
                              log) for p in plan.parts]
@@ -483,7 +501,9 @@ def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
         log(f"{plan.copy.store}: its copy of {ref.repo}/{plan.name} is not the hub's (sha256 "
             "differs); downloading it")
     check_room([Plan(ref, plan.name, plan.parts, plan.commit, plan.meta)])
-    got = [_download(ref.repo, ref.revision, p, plan.meta[p], log) for p in plan.parts]
+    # a copy found damaged: the hub cache's own blob is replaced, not returned again
+    got = [_download(ref.repo, ref.revision, p, plan.meta[p], log, force=plan.copy is not None)
+           for p in plan.parts]
     origin["store"] = "huggingface-hub cache"
     remember(got[0][0], got[0][1], origin)
     return Resolved(got[0][0], got[0][1], origin)
@@ -492,9 +512,7 @@ def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
 def _verified(path: Path, want: str | None, log: Log) -> str | None:
     """The file's sha256 where it is the hub's (or nothing was listed to check it against);
     None where it differs."""
-    if want is not None and path.resolve().name == want:   # a hub-cache blob: named by it
-        return want
-    digest = file_sha256(path, log)
+    digest = file_sha256(path, log)   # hashed once (a blob's name is no proof of its bytes)
     return digest if want is None or digest == want else None
 
 
@@ -532,15 +550,16 @@ def _listing(repo: str, revision: str | None) -> tuple[str, dict[str, dict], boo
     return info.sha, files, bool(getattr(info, "private", False))
 
 
-def _download(repo: str, revision: str | None, name: str, meta: dict,
-              log: Log) -> tuple[Path, str]:
+def _download(repo: str, revision: str | None, name: str, meta: dict, log: Log,
+              force: bool = False) -> tuple[Path, str]:
     """One part, through huggingface-hub into its cache, verified against the listing; a
     download that fails or differs leaves nothing to be used."""
     from huggingface_hub import hf_hub_download
     size, want = meta.get("size"), meta.get("sha256")
     log(f"hub: downloading {repo}/{name}" + (f" ({size / 1e9:.2f} GB)" if size else ""))
     try:
-        path = Path(hf_hub_download(repo, name, revision=revision or "main"))
+        path = Path(hf_hub_download(repo, name, revision=revision or "main",
+                                    force_download=force))
     except KeyboardInterrupt:
         raise
     except Exception as exc:   # a dropped connection, a full disk: the partial file is gone
@@ -580,9 +599,9 @@ def _ollama_manifest(name: str, tag: str) -> tuple[Path, Path] | None:
 
 
 def _ollama_public(name: str) -> bool:
-    """An Ollama name anyone can pull: the library's, or a hub repo's (hf.co/OWNER/REPO)."""
-    parts = name.split("/")
-    return len(parts) == 1 or (len(parts) == 3 and parts[0] in ("hf.co", "huggingface.co"))
+    """An Ollama name anyone can pull: the library's (a hub repo pulled through hf.co may be
+    a private one, pulled with a key)."""
+    return "/" not in name
 
 
 def _ollama_blob(ref: Ref) -> Path:
