@@ -454,3 +454,23 @@ def test_a_refs_file_that_holds_no_commit_is_no_copy(tiny_models, tmp_path):
     res = cpuspec(tmp_path, *BENCH, "--target", "acme/trav:Q4_K_M", "--no-save",
                   extra={"HF_HUB_OFFLINE": "1"})
     assert res.returncode == 2 and "no copy of it" in res.stderr, res.stderr[-2000:]
+
+
+def test_tune_measures_a_target_named_twice_once(hub, tiny_models, tmp_path):
+    """tune --targets REPO:Q8_0,REPO/FILE: one file by two names, measured once."""
+    out = tmp_path / "tune.json"
+    res = cpuspec(tmp_path, "tune", "--targets",
+                  "acme/tiny-GGUF:Q8_0,acme/tiny-GGUF/tiny-Q8_0.gguf", "--drafts", "lookup",
+                  "--tasks", "json", "--prompts-per-task", "2",
+                  "--max-tokens", "16", "--k-max", "2", "--threads", "1", "--json", str(out),
+                  "--no-save", "--no-confirm", endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "is a file named already; measured once" in res.stderr
+    assert len(json.loads(out.read_text())["candidates"]) == 1
+
+
+def test_the_same_file_as_target_and_draft_is_said(hub, tmp_path):
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF:Q8_0", "--draft",
+                  "acme/tiny-GGUF/tiny-Q8_0.gguf", "--no-save", endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "the draft is the target" in res.stderr

@@ -275,6 +275,9 @@ def _bench_models(pair, target, draft, draft_quant, drafter) -> tuple:
         check_model_file(p)
         refuse_shape_true(p)
     (target_path, _), (draft_path, _) = files
+    if target_path and draft_path and target_path.resolve() == draft_path.resolve():
+        log(f"note: --target and --draft name one file ({target_path.name}): the draft is the "
+            "target, every draft is accepted; this measures SD's ceiling, not a draft")
     if target_path and not draft_path and not draft_quant and drafter != "lookup":
         check_default_draft(target_path, pair_draft_file(pair))
     return files

@@ -725,6 +725,20 @@ def quality(models_, reference, threads, max_tokens, prompts_per_task, json_path
     finish_outputs(sink)
 
 
+def _one_each(models: list, option: str) -> list:
+    """Each file once, however it was named (a repo reference and its file's path are one
+    target: measured twice, it would race against itself)."""
+    seen, out = set(), []
+    for m in models:
+        key = m.path.resolve()
+        if key in seen:
+            log(f"{option}: {m.spec.name} is a file named already; measured once")
+            continue
+        seen.add(key)
+        out.append(m)
+    return out
+
+
 def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[str]]:
     """--targets and --drafts as lists of names, each checked before minutes of fetching or
     deriving."""
@@ -838,7 +852,7 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
                       draft_window=draft_window, argv=["cpuspec", *sys.argv[1:]])
     with guarded(sink):
         try:
-            tgt = [resolve_model(reg, n) for n in names["targets"]]
+            tgt = _one_each([resolve_model(reg, n) for n in names["targets"]], "--targets")
             drf = [(None, False) if n == "lookup" else
                    (resolve_model(reg, n.removeprefix("hybrid:")), n.startswith("hybrid:"))
                    for n in names["drafts"]]
