@@ -349,14 +349,13 @@ def is_model_file(path: str) -> bool:
     return name.endswith(".gguf") and not any(s in name.lower() for s in NOT_A_MODEL)
 
 
-def split_parts(path: str, files: list[str]) -> list[str]:
+def split_parts(path: str) -> list[str]:
     """A split model's parts in order (the file alone where it is not split)."""
     m = SPLIT.match(path.removesuffix(".gguf"))
     if not m:
         return [path]
     count = m.group(3)
-    parts = [f"{m.group(1)}-{i:05d}-of-{count}.gguf" for i in range(1, int(count) + 1)]
-    return parts
+    return [f"{m.group(1)}-{i:05d}-of-{count}.gguf" for i in range(1, int(count) + 1)]
 
 
 def pick_file(files: list[str], quant: str | None, repo: str) -> str:
@@ -435,7 +434,7 @@ def plan_ref(ref: Ref) -> Plan | None:
                 name = ref.file or pick_file(list(copy.files), ref.quant, ref.repo)
             except RefError:
                 continue
-            parts = split_parts(name, [])
+            parts = split_parts(name)
             if all(p in copy.files for p in parts):
                 return Plan(ref, name, parts, copy.commit, None, copy)
         where = "no copy of it" if not copies else "no whole copy of that file"
@@ -447,7 +446,7 @@ def plan_ref(ref: Ref) -> Plan | None:
     name = ref.file or pick_file(list(files), ref.quant, ref.repo)
     if name not in files:
         raise RefError(f"{ref.repo} has no file {name}")
-    parts = split_parts(name, [])
+    parts = split_parts(name)
     missing = [p for p in parts if p not in files]
     if missing:
         raise RefError(f"{ref.repo}: {name} is a split model whose part {missing[0]} is not "
@@ -715,4 +714,4 @@ def _parts_on_disk(path: Path) -> list[Path]:
     m = SPLIT.match(path.name.removesuffix(".gguf"))
     if not m:
         return [path]
-    return [path.with_name(p) for p in split_parts(path.name, [])]
+    return [path.with_name(p) for p in split_parts(path.name)]
