@@ -1,7 +1,6 @@
 """Issue 69, item 12 (two red teams): verdicts the evidence does not support, usage errors
 that exit 2, and a child left running. Each test fails on the code before it; files are the
 project's recorded runs, altered only where a test needs a disturbed or broken record."""
-import copy
 import gzip
 import json
 import os

@@ -228,7 +228,6 @@ def test_each_family_loads_and_decodes_without_nan_at_a_tiny_width(arch, extra, 
     """Every dense family's writer at a tiny width (the published sizes in bench scripts),
     tied and untied, under current llama.cpp's mix: the vendored loader takes the file (it
     refuses a missing, extra or misshapen tensor) and it decodes without NaN or Inf."""
-    from dataclasses import replace
 
     import numpy as np
     from llama_cpp import Llama

@@ -1,8 +1,6 @@
 """Printing a bench run: the first screen, or everything with --details."""
 from __future__ import annotations
 
-import click
-
 from cpuspec.cli.log import close_log, echo
 
 from cpuspec.report.advice import advise, render_advice

@@ -111,15 +111,15 @@ def render_heads(doc: dict, source: str = "RUN") -> str:
                          "L); a* = 1 + α + β: a round's cost in plain decodes (the SD server's "
                          "decode time per round over the plain server's per token); SD pays "
                          "where a > a*.", "  ")
-    lines += ["", *screen.wrap(f"Published acceptance lengths priced here (decode-only ×raw = "
-                               f"τ ÷ a*; published, not measured here; each only at the draft "
-                               f"length and block it was measured at):")]
+    lines += ["", *screen.wrap("Published acceptance lengths priced here (decode-only ×raw = "
+                               "τ ÷ a*; published, not measured here; each only at the draft "
+                               "length and block it was measured at):")]
     for label, sm in summary.items():
         lines += _published_lines(label, sm, s)
     lines += screen.wrap(f"The claim: {DSPARK_CLAIM}.", "  ")
     if not doc.get("complete", True):
         lines.append("INCOMPLETE: the drafters and lengths that finished are shown")
-    lines += ["", *screen.wrap(f"Measure a real head: cpuspec paths --target TARGET.gguf --paths "
+    lines += ["", *screen.wrap("Measure a real head: cpuspec paths --target TARGET.gguf --paths "
                                "llama-server --server-flags \"--spec-type draft-eagle3 -md "
                                "HEAD.gguf\" (acceptance then measured, not given)")]
     return "\n".join(lines)
