@@ -1,6 +1,6 @@
 """The dataset shipped inside the package (cpuspec/data/dataset/): every bench and what-if run
 recorded under bench/results/ (NAME.json, or NAME.json.gz for the large ones; superseded runs
-left out), exported with today's code as one Parquet file. tests/test_dataset.py checks that
+and the runs recorded beside a deliberate disturbance, in folders named `disturbed`, left out), exported with today's code as one Parquet file. tests/test_dataset.py checks that
 the shipped rows equal a fresh export.
 Usage: python bench/build_dataset.py"""
 from pathlib import Path
@@ -18,7 +18,7 @@ def recorded_rows() -> list[dict]:
     rows = []
     # in the order of the names without .gz: compressing a file leaves the rows as they were
     for path in results_files(ROOT / "bench" / "results", recursive=True):
-        if "superseded" in path.parts:
+        if {"superseded", "disturbed"} & set(path.parts):
             continue
         try:
             doc = read_json(path)     # fills in the kind of schema-1 bench files

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from cpuspec.core.costs import beyond_measured, choose_k, round_terms
 from cpuspec.analysis.server_k import server_k
-from cpuspec.analysis.predict import choose_k_by_replay, predict_from_probe, replay_inputs
+from cpuspec.analysis.predict import (choose_k_by_replay, predict_from_probe, probe_contradicted,
+                                      replay_inputs)
 from cpuspec.results.records import CostProbe
 from cpuspec.report.tables import fmt_value
 from cpuspec.report.verdict import measured_verdict
@@ -29,7 +30,7 @@ def advise(results: dict, paths_doc: dict | None = None) -> dict[str, dict]:
     if not probe:
         raise ResultsError("this results file has no cost probe (written by an older cpuspec)")
     costs = CostProbe.of(probe)
-    why = costs.disturbed()
+    why = costs.disturbed() or probe_contradicted(results)
     if why:
         raise ResultsError(f"no advice from this run's cost probe: {why}; measure again on a "
                            "quiet machine (`cpuspec costs` takes seconds)")

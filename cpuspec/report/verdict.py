@@ -12,6 +12,7 @@ from cpuspec.report.paths import server_share
 from cpuspec.report.screen import WIDTH, command, cut, table as _table, wrap
 from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import MIN_CI_UNITS
+from cpuspec.analysis.predict import probe_contradicted
 from cpuspec.analysis.summary import OVERALL
 from cpuspec.results.records import Machine
 from cpuspec.analysis.sequential import PRECISION
@@ -183,6 +184,9 @@ def _legend(results: dict, summary: dict, n_prompts: int) -> str:
            f"(k = {seq['ceiling_k']}), said before the prompts that no acceptance pays: each "
            f"task ran at most {ran} to confirm it" if "ceiling" in seq else
            "each task stopped once decided")
+    if "ceiling" in seq and probe_contradicted(results):
+        why += (", and the prompts measured above the probe's ceiling at their own k (the "
+                "warning below): the stop rests on a probe the measurement contradicts")
     precision = seq.get("precision", PRECISION)
     within = "" if precision == PRECISION else \
         f"; 'no difference' once within ±{100 * precision:g} %"
