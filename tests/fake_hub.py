@@ -2,7 +2,9 @@
 list_repo_refs/hf_hub_download/HfFileSystem) and llama.cpp hf-cache.cpp (/refs, /tree?recursive=true).
 Faults: hub.gated.add(repo); hub.drop_after[(repo, path)] = (nbytes, times); hub.bare_errors = True;
 hub.slow[(repo, path)] = seconds between 4 KiB chunks (a download long enough to interrupt);
-hub.redirect_lfs = True (302 to http://localhost:PORT/cdn/<sha256>: another origin, like the real CDN)."""
+hub.redirect_lfs = True (302 to http://localhost:PORT/cdn/<sha256>: another origin, like the real CDN);
+hub.move_on_list[repo] = (sha, files): once the repo's tree is listed, a new commit replaces it (a push
+between a client's listing and its download)."""
 import hashlib, json, re, socket, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -15,7 +17,7 @@ def git_blob_sha1(data: bytes) -> str:
 class FakeHub:
     def __init__(self):
         self.repos, self.gated, self.drop_after, self.log = {}, set(), {}, []
-        self.private, self.slow = set(), {}
+        self.private, self.slow, self.move_on_list = set(), {}, {}
         self.redirect_lfs = self.bare_errors = False
 
     def add_repo(self, repo_id, files, sha=None, lfs_suffixes=(".gguf", ".bin", ".safetensors")):
@@ -127,6 +129,9 @@ class Handler(BaseHTTPRequestHandler):
         if repo:
             self._json([self._item(e) for p, e in repo["files"].items()
                         if not sub or p.startswith(sub.rstrip("/") + "/")])
+            moved = self.hub.move_on_list.pop(repo_id, None)
+            if moved:
+                self.hub.add_repo(repo_id, moved[1], sha=moved[0])
 
     def paths_info(self, repo_id, rev, q):
         repo = self._repo(repo_id, rev)

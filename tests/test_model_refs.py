@@ -201,6 +201,69 @@ def test_models_drafts_lists_what_shares_the_targets_tokenizer(tiny_models, tmp_
     assert left and "tokenizer" in left[0], res.stdout
 
 
+def test_models_drafts_reads_a_hub_targets_header_without_downloading_it(hub, tiny_models,
+                                                                          tmp_path):
+    """A hub target not on this machine: its tokenizer is read from the hub's copy by range
+    (its header only); nothing lands in huggingface-hub's cache."""
+    from tiny_gguf import make_weights, write_model
+    lms = tmp_path / "lms" / "models" / "acme" / "drafts-GGUF"
+    lms.mkdir(parents=True)
+    (lms / "a-Q4_0.gguf").write_bytes(tiny_models["draft"].read_bytes())
+    write_model(lms / "c-Q4_0.gguf", make_weights(7), "tiny-other", swap_tokens=100)
+    res = cpuspec(tmp_path, "models", "drafts", "acme/tiny-GGUF:Q4_K_M", endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr
+    assert "acme/tiny-GGUF/tiny-Q4_K_M.gguf" in res.stdout and "read from the hub" in res.stdout
+    lines = res.stdout.splitlines()
+    assert any("a-Q4_0.gguf" in x and "fits" in x for x in lines), res.stdout
+    assert any("c-Q4_0.gguf" in x and "left out" in x and "tokenizer" in x for x in lines)
+    repo = tmp_path / "hf" / "hub" / "models--acme--tiny-GGUF"
+    assert not [f for f in repo.rglob("*") if f.is_file() and "blobs" in f.parts], \
+        "the target was downloaded"
+
+
+def test_a_header_is_read_in_growing_pieces_and_only_as_far_as_it_goes(tiny_models,
+                                                                       monkeypatch):
+    from cpuspec.llama import gguf_meta
+    from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_of, tokenizer_of_head
+    data = tiny_models["target"].read_bytes()
+    asked = []
+
+    def read(n):
+        asked.append(n)
+        return data[:n]
+    monkeypatch.setattr(gguf_meta, "HEAD_FIRST", 64)
+    got = tokenizer_of_head(read, len(data), "tiny")
+    assert got == tokenizer_of(tiny_models["target"]) and got[1]
+    assert asked[0] == 64 and asked == sorted(asked) and len(asked) > 1
+    junk = bytes(range(256)) * 64
+    with pytest.raises(GGUFMetaError, match="not a readable GGUF"):
+        tokenizer_of_head(lambda n: junk[:n], len(junk), "junk")
+
+
+def test_a_repo_that_moves_between_listing_and_download_is_said_so(hub, tiny_models,
+                                                                    tmp_path):
+    """A push between cpuspec's listing and huggingface-hub's download (which follows the
+    branch): the new file is not the listed one; it is removed and the message says why."""
+    t, d = tiny_models["target"].read_bytes(), tiny_models["draft"].read_bytes()
+    hub.add_repo("acme/mover-GGUF", {"m-Q8_0.gguf": t}, sha="a" * 40)
+    hub.move_on_list["acme/mover-GGUF"] = ("b" * 40, {"m-Q8_0.gguf": d})
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/mover-GGUF:Q8_0", "--draft",
+                  "acme/tiny-draft-GGUF:Q8_0", "--no-save", endpoint=hub.endpoint)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "acme/mover-GGUF changed on the hub while cpuspec fetched it (listed at aaaaaaaaaaaa, " \
+        "downloaded at bbbbbbbbbbbb" in res.stderr, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    blobs = tmp_path / "hf" / "hub" / "models--acme--mover-GGUF" / "blobs"
+    assert not [f for f in blobs.rglob("*") if f.is_file()] if blobs.exists() else True
+    # listed again, the new commit is what is fetched
+    out = tmp_path / "run.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/mover-GGUF:Q8_0", "--draft",
+                  "acme/tiny-draft-GGUF:Q8_0", "--no-save", "--json", str(out),
+                  endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(out.read_text())["models"]["target"]["revision"] == "b" * 40
+
+
 def test_references_parse_as_llama_cpp_names_them(tmp_path, monkeypatch):
     assert parse_ref("unsloth/Qwen3-8B-GGUF:Q4_K_M") == Ref(
         "hf", "unsloth/Qwen3-8B-GGUF:Q4_K_M", repo="unsloth/Qwen3-8B-GGUF", quant="Q4_K_M")

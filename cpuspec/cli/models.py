@@ -86,16 +86,14 @@ def models_drafts(target, as_json):
       cpuspec models drafts ~/models/qwen2.5-7b-instruct-q4_k_m.gguf
     """
     from cpuspec.report.screen import grid
-    from cpuspec.cli.inputs import model_path, parse_model
-    path = model_path(parse_model(registry(), target))
-    size = path.stat().st_size
-    rows = draft_rows(path)
+    name, size, want, path = _target_tokenizer(target)
+    rows = draft_rows(path, want)
     if as_json:
         echo(json.dumps(rows, indent=1))
         return
     fits = [r for r in rows if r["fits"]]
-    echo(f"Drafts for {path.name} ({size / 1e9:.2f} GB) on this machine: {len(fits)} share its "
-         "tokenizer" + (", smallest first:" if fits else "."))
+    echo(f"Drafts for {name} ({size / 1e9:.2f} GB{'' if path else ', read from the hub'}) on "
+         f"this machine: {len(fits)} share its tokenizer" + (", smallest first:" if fits else "."))
     table = [[r["name"], r["store"], f"{r['size_bytes'] / 1e9:.2f} GB", r["quant"] or "-",
               ("fits" if r["size_bytes"] < size else "fits, but not smaller than the target")
               if r["fits"] else f"left out: {r['why_not']}"] for r in rows]
@@ -107,20 +105,49 @@ def models_drafts(target, as_json):
              "fetch one with `cpuspec bench --target … --draft OWNER/REPO:Q8_0`.")
 
 
-def draft_rows(path: Path) -> list[dict]:
-    """Every GGUF on this machine but the target itself, whether it can draft for it (shares
-    its tokenizer) and why not, smallest first among those that fit."""
+def _target_tokenizer(target: str) -> tuple[str, int, tuple, Path | None]:
+    """(name, size, tokenizer, path) of the target: a hub file not on this machine is read
+    from the hub's copy, its header only (path None: nothing downloaded); any other
+    reference is resolved to its file as bench resolves it."""
+    from cpuspec.cli.help import BadInput
+    from cpuspec.cli.inputs import model_path, parse_model
+    from cpuspec.core.text import printable
+    from cpuspec.inputs.refs import RefError, plan_ref, remote_head
+    from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_of, tokenizer_of_head
+    ref = parse_model(registry(), target)
+    try:
+        with guarded():
+            plan = plan_ref(ref) if ref.kind == "hf" else None
+            head = remote_head(plan) if plan is not None else None
+            if head is None:
+                path = model_path(ref)
+                return path.name, path.stat().st_size, tokenizer_of(path), path
+            read, first = head
+            name = f"{ref.repo}/{plan.name}"
+            whole = sum(plan.meta[p].get("size") or 0 for p in plan.parts)
+            return name, whole, tokenizer_of_head(read, first, name), None
+    except RefError as exc:
+        raise BadInput(printable(str(exc))) from None
+    except GGUFMetaError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def draft_rows(path: Path | None, want: tuple | None = None) -> list[dict]:
+    """Every GGUF on this machine but the target itself (path; None: it is not on this
+    machine), whether it can draft for it (shares its tokenizer, `want`: read from path where
+    not given) and why not, smallest first among those that fit."""
     from cpuspec.inputs.refs import local_ggufs, quant_of
     from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
     from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_mismatch, tokenizer_of
-    try:
-        want = tokenizer_of(path)
-    except GGUFMetaError as exc:
-        raise click.UsageError(str(exc)) from None
+    if want is None:
+        try:
+            want = tokenizer_of(path)
+        except GGUFMetaError as exc:
+            raise click.UsageError(str(exc)) from None
     rows = []
     for g in local_ggufs():
         try:
-            if g.path.resolve() == path.resolve():
+            if path is not None and g.path.resolve() == path.resolve():
                 continue
             why = tokenizer_mismatch(want, tokenizer_of(g.path), VOCAB_MAX_SIZE_DIFFERENCE)
         except (GGUFMetaError, OSError) as exc:

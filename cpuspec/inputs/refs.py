@@ -501,11 +501,39 @@ def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
             "differs); downloading it")
     check_room([Plan(ref, plan.name, plan.parts, plan.commit, plan.meta)])
     # a copy found damaged: the hub cache's own blob is replaced, not returned again
-    got = [_download(ref.repo, ref.revision, p, plan.meta[p], log, force=plan.copy is not None)
-           for p in plan.parts]
+    got = [_download(ref.repo, ref.revision, p, plan.meta[p], log, force=plan.copy is not None,
+                     listed=plan.commit) for p in plan.parts]
     origin["store"] = "huggingface-hub cache"
     remember(got[0][0], got[0][1], origin)
     return Resolved(got[0][0], got[0][1], origin)
+
+
+def remote_head(plan: Plan) -> tuple[Callable[[int], bytes], int] | None:
+    """(read, size) of a planned hub file that is not on this machine: read(n) gives the first
+    n bytes of its first part by a range request at the listed commit (huggingface-hub's
+    HfFileSystem; nothing written to its cache), size that part's size. None where the plan
+    has a copy here, or no listing (offline)."""
+    if plan.copy is not None or plan.blob is not None or not plan.meta:
+        return None
+    first = plan.parts[0]
+    size = plan.meta[first].get("size")
+    if not size:
+        return None
+    from huggingface_hub import HfFileSystem
+    ref = plan.ref
+
+    def read(n: int) -> bytes:
+        try:
+            with HfFileSystem().open(f"{ref.repo}/{first}", "rb",
+                                     revision=plan.commit or ref.revision,
+                                     block_size=0) as f:
+                return f.read(n)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:   # the hub's HTTP errors, a dropped connection
+            raise RefError(f"{ref.repo}/{first}: reading its header failed ({type(exc).__name__}"
+                           f": {str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
+    return read, size
 
 
 def _verified(path: Path, want: str | None, log: Log) -> str | None:
@@ -550,9 +578,10 @@ def _listing(repo: str, revision: str | None) -> tuple[str, dict[str, dict], boo
 
 
 def _download(repo: str, revision: str | None, name: str, meta: dict, log: Log,
-              force: bool = False) -> tuple[Path, str]:
-    """One part, through huggingface-hub into its cache, verified against the listing; a
-    download that fails or differs leaves nothing to be used."""
+              force: bool = False, listed: str | None = None) -> tuple[Path, str]:
+    """One part, through huggingface-hub into its cache (by branch, as llama.cpp's -hf does,
+    so the cache's refs/ stay current), verified against the listing made at commit `listed`;
+    a download that fails or differs leaves nothing to be used."""
     from huggingface_hub import hf_hub_download
     size, want = meta.get("size"), meta.get("sha256")
     log(f"hub: downloading {repo}/{name}" + (f" ({size / 1e9:.2f} GB)" if size else ""))
@@ -570,10 +599,24 @@ def _download(repo: str, revision: str | None, name: str, meta: dict, log: Log,
         blob = path.resolve()
         path.unlink(missing_ok=True)
         blob.unlink(missing_ok=True)
+        got = _snapshot_commit(path, name)
+        if listed and got and got != listed:
+            raise RefError(f"{repo} changed on the hub while cpuspec fetched it (listed at "
+                           f"{listed[:12]}, downloaded at {got[:12]}, another {name}): removed, "
+                           "run it again")
         raise RefError(f"{repo}/{name}: the downloaded file's sha256 {digest[:12]}… is not the "
                        f"hub's {want[:12]}…; removed, run it again")
     remember(path, digest)
     return path, digest
+
+
+def _snapshot_commit(path: Path, name: str) -> str | None:
+    """The commit of the hub-cache snapshot a downloaded file lies in (…/snapshots/COMMIT/NAME)."""
+    parts = path.parts
+    depth = len(Path(name).parts)
+    if len(parts) > depth + 1 and parts[-depth - 2] == "snapshots":
+        return parts[-depth - 1]
+    return None
 
 
 def _ollama_manifest(name: str, tag: str) -> tuple[Path, Path] | None:

@@ -3,6 +3,7 @@ long arrays skipped): what the checks need to know before llama.cpp loads anythi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 
 class GGUFMetaError(ValueError):
@@ -31,13 +32,47 @@ def tokenizer_of(path: Path) -> tuple[str | None, list[str]]:
     """A GGUF's tokenizer: its kind (tokenizer.ggml.model) and its tokens' texts."""
     from gguf import GGUFReader
     try:
-        reader = GGUFReader(path)
-        kind = reader.fields.get("tokenizer.ggml.model")
-        tokens = reader.fields.get("tokenizer.ggml.tokens")
-        return (str(kind.contents()) if kind is not None else None,
-                list(tokens.contents()) if tokens is not None else [])
+        return _tokenizer(GGUFReader(path))
     except (OSError, ValueError, IndexError) as exc:
         raise GGUFMetaError(f"{Path(path).name}: not a readable GGUF file ({exc})") from None
+
+
+def _tokenizer(reader) -> tuple[str | None, list[str]]:
+    kind = reader.fields.get("tokenizer.ggml.model")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    return (str(kind.contents()) if kind is not None else None,
+            list(tokens.contents()) if tokens is not None else [])
+
+
+HEAD_FIRST = 16 << 20    # bytes read first: a 150 000-token vocabulary's header is ~8 MB
+HEAD_MAX = 1 << 30       # no GGUF header is larger; past it the file is not a GGUF
+
+
+def tokenizer_of_head(read: Callable[[int], bytes], size: int, name: str
+                      ) -> tuple[str | None, list[str]]:
+    """tokenizer_of for a file of `size` bytes that is not on this machine, from its first
+    bytes only (read(n): the first n): gguf-py reads a sparse file of the same size holding
+    them, and a header that runs past them (its data offset beyond, or the zeros after them
+    read as keys) is read again four times longer."""
+    import tempfile
+    from gguf import GGUFReader
+    n = min(HEAD_FIRST, size)
+    while True:
+        head = read(n)
+        with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
+            tmp.write(head)
+            tmp.truncate(size)
+            tmp.flush()
+            try:
+                reader = GGUFReader(tmp.name)
+                if reader.data_offset <= len(head):
+                    return _tokenizer(reader)
+                why = "its header runs past the bytes read"
+            except (ValueError, IndexError, KeyError) as exc:
+                why = str(exc)
+        if len(head) < n or n >= min(size, HEAD_MAX):
+            raise GGUFMetaError(f"{name}: not a readable GGUF file ({why})")
+        n = min(4 * n, size, HEAD_MAX)
 
 
 def tokenizer_mismatch(target: tuple[str | None, list[str]],
