@@ -68,6 +68,9 @@ def test_bench_by_hub_references_end_to_end(hub, tiny_models, tmp_path):
         assert m["revision"] == hub.repos[repo]["sha"] and m["verified"] is True
         assert m["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
         assert m["store"] == "huggingface-hub cache"
+    # the names llama.cpp's -hf/-hfd take, as they were typed
+    assert (models["target"]["hf_ref"], models["draft"]["hf_ref"]) == \
+        ("acme/tiny-GGUF:Q4_K_M", "acme/tiny-draft-GGUF:q8_0")
     # the files are where huggingface-hub (and llama.cpp's -hf) keep them: used again in place,
     # offline, without a request
     n = len(hub.log)
@@ -264,6 +267,30 @@ def test_a_repo_that_moves_between_listing_and_download_is_said_so(hub, tiny_mod
     assert json.loads(out.read_text())["models"]["target"]["revision"] == "b" * 40
 
 
+def test_the_serving_commands_name_hub_models_as_llama_cpp_takes_them(tmp_path):
+    """A run whose models came from the hub by OWNER/REPO:QUANT (a real recorded run where SD
+    pays, its models' hf_ref set as such a run records them): the llama-server and llama-cli
+    lines fetch the same files with -hf and -hfd; a run by path keeps -m and -md."""
+    import gzip
+    from click.testing import CliRunner
+    from cpuspec.cli.main import main
+    src = ROOT / "tests" / "recorded" / "epyc-family25-model17" / "bench_q8_0_k7.json.gz"
+    doc = json.loads(gzip.open(src).read())
+    doc["models"]["target"]["hf_ref"] = "acme/coder-1.5b-GGUF:Q8_0"
+    doc["models"]["draft"]["hf_ref"] = "acme/coder-0.5b-GGUF:Q4_0"
+    hub_run = tmp_path / "hub.json"
+    hub_run.write_text(json.dumps(doc))
+    for cmd in (["report", str(hub_run)], ["advise", str(hub_run), "--details"]):
+        res = CliRunner().invoke(main, cmd)
+        assert res.exit_code == 0, res.output
+        flat = " ".join(res.output.replace("\\\n", " ").split())   # commands wrap with \
+        assert "-hf acme/coder-1.5b-GGUF:Q8_0" in flat and \
+            "-hfd acme/coder-0.5b-GGUF:Q4_0" in flat, res.output
+        assert " -md " not in flat and "llama-server -m " not in flat
+    res = CliRunner().invoke(main, ["report", str(src)])
+    assert "llama-server -m " in " ".join(res.output.split()) and "-hf " not in res.output
+
+
 def test_references_parse_as_llama_cpp_names_them(tmp_path, monkeypatch):
     assert parse_ref("unsloth/Qwen3-8B-GGUF:Q4_K_M") == Ref(
         "hf", "unsloth/Qwen3-8B-GGUF:Q4_K_M", repo="unsloth/Qwen3-8B-GGUF", quant="Q4_K_M")
@@ -337,6 +364,8 @@ def test_a_file_of_a_repo_by_path_and_by_hf_url_end_to_end(hub, tmp_path):
     assert (m["target"]["repo"], m["target"]["file"]) == ("acme/tiny-GGUF", "tiny-Q8_0.gguf")
     assert (m["draft"]["repo"], m["draft"]["file"]) == ("acme/tiny-draft-GGUF",
                                                         "tiny-draft-Q4_0.gguf")
+    # a file named in the repo: llama.cpp's -hfd takes no file, so no -hf name is recorded
+    assert m["target"]["hf_ref"] is None and m["draft"]["hf_ref"] is None
 
 
 def test_a_bad_draft_fails_before_the_target_is_downloaded(hub, tmp_path):

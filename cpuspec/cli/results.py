@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from cpuspec.core.commands import SERVER, invocations
+from cpuspec.core.commands import SERVER, hub_names, invocations
 from cpuspec.report import screen
 from cpuspec.report.advice import (advise as advise_results, on_k, render_advice,
                                    render_advice_screen)
@@ -91,7 +91,8 @@ def advise(run, as_json, details):
                                              p_min=settings.get("p_min") or 0.0,
                                              tasks=[t for t, k in on.items()
                                                     if k == k_best and t != OVERALL],
-                                             probe=results.get("cost_probe"))))
+                                             probe=results.get("cost_probe"),
+                                             hub=hub_names(models))))
     if target:
         echo("\n" + "\n".join(draftless_lines(target, settings["threads"],
                                                      meta=results.get("meta"))))
@@ -133,7 +134,8 @@ def _advise_screen(results: dict, advice: dict, ref: str) -> str:
         argv = invocations(target, draft, k_best, settings.get("drafter", "model"),
                            settings["threads"], p_min=settings.get("p_min") or 0.0,
                            n_min=settings.get("n_min") or 0,
-                           draft_threads=settings.get("draft_threads"))[SERVER]
+                           draft_threads=settings.get("draft_threads"),
+                           hub=hub_names(models))[SERVER]
         note = load_note(target, draft, k_best, results.get("meta"),
                          threads=settings.get("threads"),
                          drafter=settings.get("drafter", "model"),

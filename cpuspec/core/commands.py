@@ -75,17 +75,33 @@ def spec_flags(draft: str | None, k: int, drafter: str, p_min: float = 0.0,
 
 def invocations(target: str, draft: str | None, k: int, drafter: str, threads: int,
                 n_ctx: int = 4096, p_min: float = 0.0, n_min: int = 0,
-                draft_threads: int | None = None, slots: int = 1) -> dict[str, list[str]]:
+                draft_threads: int | None = None, slots: int = 1,
+                hub: dict[str, str] | None = None) -> dict[str, list[str]]:
     """The command lines (argv) that run this configuration in llama.cpp's server and CLI:
     the threads, draft threads, p-min and n-min measured, and the server with `slots` slots
     (-np; cpuspec measures one request at a time, llama-server's default is 4). Greedy
-    (temperature 0) is what cpuspec measured; the server takes the temperature per request."""
-    common = ["-m", str(target), *spec_flags(draft, k, drafter, p_min, n_min),
-              "-t", str(threads), "-c", str(n_ctx)]
+    (temperature 0) is what cpuspec measured; the server takes the temperature per request.
+    hub: the names llama.cpp's -hf and -hfd take for the target and draft where the run
+    fetched them by those names (hub_names): the same files, fetched by llama.cpp."""
+    hub = hub or {}
+    model = ["-hf", hub["target"]] if hub.get("target") else ["-m", str(target)]
+    spec = spec_flags(draft, k, drafter, p_min, n_min)
+    if hub.get("draft") and "-md" in spec:
+        i = spec.index("-md")
+        spec[i:i + 2] = ["-hfd", hub["draft"]]
+    common = [*model, *spec, "-t", str(threads), "-c", str(n_ctx)]
     if drafter != "lookup":
         common += ["-td", str(draft_threads or threads)]
     return {SERVER: [SERVER, *common, "-np", str(slots)],
             CLI: [CLI, *common, "--temp", "0"]}
+
+
+def hub_names(models: dict) -> dict[str, str]:
+    """Per role, the name llama.cpp's -hf takes for a model a run fetched from the hub by
+    OWNER/REPO[:QUANT] (results' models[role]["hf_ref"]: llama.cpp picks the same file by
+    the same rule); none for a file named by path, by its file in the repo or at a revision."""
+    return {role: m["hf_ref"] for role, m in (models or {}).items()
+            if isinstance(m, dict) and isinstance(m.get("hf_ref"), str) and m["hf_ref"]}
 
 
 def python_snippet(target: str, draft: str | None, k: int, drafter: str, threads: int,

@@ -70,10 +70,12 @@ class FetchedModel:
     revision: str | None = None    # the hub commit a file by reference came from
     store: str | None = None       # where it was found: huggingface-hub cache, LM Studio, ...
     public: bool = False           # its repo is a name anyone can fetch (export carries it)
+    hf_ref: str | None = None      # OWNER/REPO[:QUANT] as llama.cpp's -hf takes it (refs.hf_ref)
 
     def to_dict(self) -> dict:
         return {"name": self.spec.name, "repo": self.spec.repo, "file": self.spec.file,
                 "revision": self.revision, "store": self.store, "public": self.public,
+                "hf_ref": self.hf_ref,
                 "path": str(self.path), "size_bytes": self.path.stat().st_size,
                 "sha256": self.sha256, "source": self.source, "verified": self.verified,
                 "verified_by": self.verified_by, "warnings": list(self.warnings),
@@ -452,5 +454,7 @@ def local_model(path: Path, origin: dict | None = None) -> FetchedModel:
                             if not origin["repo"].startswith("ollama:") else
                             "sha256 of the file, against its Ollama digest",
                             revision=origin.get("revision"), store=origin.get("store"),
-                            public=origin.get("public") is True)
+                            public=origin.get("public") is True,
+                            hf_ref=origin.get("hf_ref") if isinstance(origin.get("hf_ref"),
+                                                                      str) else None)
     return FetchedModel(spec, path, digest, "local-file", False)

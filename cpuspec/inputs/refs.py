@@ -39,7 +39,7 @@ SPLIT = re.compile(r"^(.+)-(\d{5})-of-(\d{5})$", re.I)
 REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 # what is remembered of where a file came from (known_files.json)
-ORIGIN_KEYS = ("repo", "revision", "file", "store", "verified", "public")
+ORIGIN_KEYS = ("repo", "revision", "file", "store", "verified", "public", "hf_ref")
 HASH_CHUNK_BYTES = 1 << 22
 # A hub that does not answer a TCP connect within this time is treated as unreachable.
 HUB_PROBE_TIMEOUT_S = 3.0
@@ -486,7 +486,8 @@ def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
     if plan.blob is not None:
         return _ollama_resolved(plan, log)
     origin = {"repo": ref.repo, "revision": plan.commit or ref.revision, "file": plan.name,
-              "store": None, "public": plan.public,   # verified: a sha256 was compared
+              "store": None, "public": plan.public, "hf_ref": hf_ref(ref),
+              # verified: a sha256 was compared
               "verified": bool(plan.meta) and all(plan.meta[p].get("sha256")
                                                    for p in plan.parts)}
     if plan.copy is not None:
@@ -506,6 +507,15 @@ def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
     origin["store"] = "huggingface-hub cache"
     remember(got[0][0], got[0][1], origin)
     return Resolved(got[0][0], got[0][1], origin)
+
+
+def hf_ref(ref: Ref) -> str | None:
+    """The name llama.cpp's -hf takes for the file a reference picked: OWNER/REPO[:QUANT],
+    where the reference named it so (pick_file is llama.cpp's rule); None for a file named
+    in the repo or a revision (-hf takes neither)."""
+    if ref.kind != "hf" or ref.file is not None or ref.revision is not None:
+        return None
+    return f"{ref.repo}:{ref.quant}" if ref.quant else ref.repo
 
 
 def remote_head(plan: Plan) -> tuple[Callable[[int], bytes], int] | None:

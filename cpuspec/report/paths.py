@@ -507,14 +507,16 @@ def server_share(target: str, draft: str | None, k: int, drafter: str, threads: 
 
 def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,
                indent: str = "    ", meta: dict | None = None, p_min: float = 0.0,
-               tasks: list[str] | None = None, probe: dict | None = None) -> list[str]:
+               tasks: list[str] | None = None, probe: dict | None = None,
+               hub: dict[str, str] | None = None) -> list[str]:
     """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
-    command lines, the llama-cpp-python call, and how much of cpuspec's gain each kept when
-    `cpuspec paths` measured it here with the same threads (for the advised task where the
-    run measured it, else all its tasks), or the command that measures it."""
+    command lines (by -hf where the run fetched the models by those names: hub), the
+    llama-cpp-python call, and how much of cpuspec's gain each kept when `cpuspec paths`
+    measured it here with the same threads (for the advised task where the run measured it,
+    else all its tasks), or the command that measures it."""
     lines = [f"{indent}{tool}: {commands.shell(argv)}"
              for tool, argv in commands.invocations(target, draft, k, drafter, threads,
-                                                    p_min=p_min).items()]
+                                                    p_min=p_min, hub=hub).items()]
     lines.append(f"{indent}llama-cpp-python: "
                  f"{commands.python_snippet(target, draft, k, drafter, threads)}")
     found = measured_paths(target, draft, k, drafter, meta, p_min, threads)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cpuspec.core.commands import SERVER, invocations
+from cpuspec.core.commands import SERVER, hub_names, invocations
 from cpuspec.report.load import load_note
 from cpuspec.report.paths import server_share
 from cpuspec.report.screen import WIDTH, command, cut, table as _table, wrap
@@ -155,7 +155,7 @@ def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
         return []
     argv = invocations(target, draft, k, settings.get("drafter", "model"),
                        settings.get("threads") or 1, p_min=settings.get("p_min") or 0.0,
-                       **_measured_flags(settings))[SERVER]
+                       hub=hub_names(models), **_measured_flags(settings))[SERVER]
     note = load_note(target, draft, k, results.get("meta"), threads=settings.get("threads"),
                      drafter=settings.get("drafter", "model"),
                      p_min=settings.get("p_min") or 0.0)
