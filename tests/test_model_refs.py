@@ -172,6 +172,8 @@ def test_ollama_and_lm_studio_models_are_used_in_place(tiny_models, tmp_path):
     assert m["target"]["verified"] is True
     assert m["draft"]["path"] == str(lms / "tiny-draft-Q4_0.gguf")
     assert m["draft"]["store"] == "LM Studio" and m["draft"]["repo"] == "acme/tiny-draft-GGUF"
+    # the screen names the Ollama model, not its blob
+    assert "ollama:tiny:q8 + tiny-draft-Q4_0.gguf" in res.stdout and "sha256-" not in res.stdout
     # listed by store
     res = cpuspec(tmp_path, "models", "list", "--local", extra={"HF_HUB_OFFLINE": "1"})
     assert res.returncode == 0, res.stderr
@@ -181,8 +183,14 @@ def test_ollama_and_lm_studio_models_are_used_in_place(tiny_models, tmp_path):
 def test_bad_ollama_references(tiny_models, tmp_path):
     ollama_store(tmp_path / "ollama", tiny_models["target"], "weird", "latest",
                  "application/vnd.ollama.image.tensor")
+    huge = tmp_path / "ollama" / "manifests" / "registry.ollama.ai" / "library" / "huge" / "latest"
+    huge.parent.mkdir(parents=True)
+    with open(huge, "wb") as f:   # 8 GiB, sparse: read whole, it would not fit in memory
+        f.write(b'{"layers": [')
+        f.truncate(8 << 30)
     for ref, message in (("ollama:nosuch", "not installed in Ollama"),
-                         ("ollama:weird", "names no model layer")):
+                         ("ollama:weird", "names no model layer"),
+                         ("ollama:huge", "names no model layer")):
         res = cpuspec(tmp_path, *BENCH, "--target", ref, "--no-save")
         assert res.returncode == 2 and message in res.stderr, res.stderr
 

@@ -38,6 +38,7 @@ NOT_A_MODEL = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
 SPLIT = re.compile(r"^(.+)-(\d{5})-of-(\d{5})$", re.I)
 REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+MANIFEST_MAX = 1 << 20    # bytes read of an Ollama manifest
 # what is remembered of where a file came from (known_files.json)
 ORIGIN_KEYS = ("repo", "revision", "file", "store", "verified", "public", "hf_ref")
 HASH_CHUNK_BYTES = 1 << 22
@@ -665,7 +666,11 @@ def _ollama_blob(ref: Ref) -> Path:
                        f"names another store); `ollama pull {ref.repo}:{ref.tag}` installs it")
     manifest, root = found
     try:
-        layers = json.loads(manifest.read_text()).get("layers") or []
+        with open(manifest, "rb") as f:   # a manifest is ~1 KB: a larger file is none
+            text = f.read(MANIFEST_MAX + 1)
+        if len(text) > MANIFEST_MAX:
+            raise ValueError("too large")
+        layers = json.loads(text).get("layers") or []
         layer = next(x for x in layers if isinstance(x, dict)
                      and x.get("mediaType") == OLLAMA_MODEL_LAYER)
         digest = str(layer["digest"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cpuspec.core.costs import CostProbe, cost_curve
+from cpuspec.results.records import model_label
 
 
 def render_contention(res: dict) -> str:
@@ -98,8 +99,9 @@ def render_costs_file(res: dict, fmt: str = "text") -> str:
 
     def label(model: dict) -> str:
         return f" [{model['shape_true']}]" if model.get("shape_true") else ""
-    head = (f"target {m['target']['file']} ({m['target'].get('desc', '')}){label(m['target'])}, "
-            f"draft {m['draft']['file']} ({m['draft'].get('desc', '')}){label(m['draft'])}; "
+    head = (f"target {model_label(m['target'])} ({m['target'].get('desc', '')})"
+            f"{label(m['target'])}, draft {model_label(m['draft'])} "
+            f"({m['draft'].get('desc', '')}){label(m['draft'])}; "
             f"{res['settings']['threads']} threads; at KV position "
             f"{res['cost_probe']['position']}")
     info = (res.get("meta") or {}).get("llama_system_info")

@@ -23,7 +23,7 @@ import numpy as np
 
 from cpuspec.core.text import printable, screen_text
 from cpuspec.report.compare import mismatches
-from cpuspec.results.records import CostProbe, Machine, RecordError
+from cpuspec.results.records import CostProbe, Machine, RecordError, model_label
 from cpuspec.results.store import write_atomic
 from cpuspec.report.tables import sweep_rows, table_rows
 from cpuspec.report.sweep import device_line, placement
@@ -41,8 +41,8 @@ def caption(results: dict) -> str:
     s, m = results.get("settings", {}), results.get("models", {})
     if results.get("kind") == "sweep":
         return f"{Machine.of(results).label()}; {' '.join(s.get('argv', []))}"
-    target = (m.get("target") or {}).get("file", "?")
-    draft = (m.get("draft") or {}).get("file") or (m.get("draft") or {}).get("drafter", "?")
+    target = model_label(m.get("target")) or "?"
+    draft = model_label(m.get("draft")) or (m.get("draft") or {}).get("drafter", "?")
     short = [str(f).removesuffix(".gguf").replace("-instruct", "") for f in (target, draft)]
     when = str(results.get("meta", {}).get("started_at", ""))[:10]
     return (f"{Machine.of(results).label()}; {short[0]} / {short[1]}; k = {s.get('k')}, "

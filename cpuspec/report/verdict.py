@@ -14,7 +14,7 @@ from cpuspec.report.tables import fmt_value, speedup_cell
 from cpuspec.analysis.stats import MIN_CI_UNITS
 from cpuspec.analysis.predict import probe_contradicted
 from cpuspec.analysis.summary import OVERALL
-from cpuspec.results.records import Machine
+from cpuspec.results.records import Machine, model_label
 from cpuspec.analysis.sequential import PRECISION
 
 TASK_WIDTH = 14   # longer task names (a prompts file's) are cut in the table
@@ -280,11 +280,11 @@ def render_verdict(results: dict, summary: dict, advice: dict | None,
 def run_header(results: dict) -> str:
     """Which pair, k, threads and tokens: the line above the verdict."""
     m, s = results.get("models") or {}, results["settings"]
-    target = (m.get("target") or {}).get("file") or Path(str(s.get("target_path") or "?")).name
+    target = model_label(m.get("target")) or Path(str(s.get("target_path") or "?")).name
     if s.get("drafter") == "lookup":
         draft = "prompt lookup"
     else:
-        draft = (m.get("draft") or {}).get("file") or "?"
+        draft = model_label(m.get("draft")) or "?"
         if s.get("drafter") == "hybrid":
             draft += " + prompt lookup"
     line = (f"{target} + {draft}; k = {s['k']}, {s.get('threads')} threads, "

@@ -145,6 +145,17 @@ ISA_FLAGS = ("NEON", "ARM_FMA", "SVE", "SME", "AVX", "AVX2", "AVX_VNNI", "AVX512
 BACKENDS = ("CUDA", "METAL", "VULKAN", "SYCL", "HIP", "BLAS", "OPENMP", "REPACK")
 
 
+def model_label(model: dict | None) -> str | None:
+    """A recorded model as a screen names it: its file, or for an Ollama model (whose file is
+    a blob named by its sha256) the Ollama name it was given by."""
+    if not isinstance(model, dict):
+        return None
+    repo = model.get("repo")
+    if isinstance(repo, str) and repo.startswith("ollama:"):
+        return repo
+    return model.get("file")
+
+
 def _flags(info: str, names: tuple[str, ...]) -> list[str]:
     on = set(re.findall(r"(\w+) = 1", info or ""))
     return [n for n in names if n in on]
