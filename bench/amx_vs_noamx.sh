@@ -45,12 +45,20 @@ cs() {
   else CPUSPEC_HOME="$HOME_NO" CMAKE_ARGS="-DCMAKE_C_FLAGS='$NOAMX' -DCMAKE_CXX_FLAGS='$NOAMX'" \
     .venv-noamx/bin/cpuspec "$@"; fi
 }
-# run NAME BUILD ARGS...: one measurement to OUT/NAME.{json,txt,log}, kept if already there
+# run NAME BUILD ARGS...: one measurement to OUT/NAME.{json,txt,log}, kept if already there.
+# A measurement that fails is set aside as NAME.failed.* (measured again on the next run of
+# the script) and the stages go on: one failing stage does not cost the others.
 run() {
   local name=$1 b=$2; shift 2
   [ -e "$OUT/$name.json" ] || [ -e "$OUT/$name.json.gz" ] && { echo "kept: $name"; return; }
-  local start; start=$(date +%s)
-  cs "$b" "$@" --json "$OUT/$name.json" > "$OUT/$name.txt" 2> "$OUT/$name.log"
+  local start rc=0; start=$(date +%s)
+  cs "$b" "$@" --json "$OUT/$name.json" > "$OUT/$name.txt" 2> "$OUT/$name.log" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    for f in json txt log; do [ -e "$OUT/$name.$f" ] && mv -f "$OUT/$name.$f" "$OUT/$name.failed.$f"; done
+    echo "$name: FAILED (exit $rc): $OUT/$name.failed.log" | tee -a "$OUT/failures.txt" >&2
+    [ "$rc" -ge 128 ] && exit "$rc"   # a signal (Ctrl-C): stop the script
+    return 0
+  fi
   echo "$name: $(( $(date +%s) - start )) s" | tee -a "$OUT/wall_times.txt"
   [ "$(stat -c %s "$OUT/$name.json")" -gt 65536 ] && gzip -9nf "$OUT/$name.json" || true
 }
