@@ -466,6 +466,35 @@ def test_ctrl_c_during_a_download_leaves_nothing_to_be_used(hub, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+def test_a_write_that_fails_mid_download_is_one_line_and_the_file_is_never_used(hub,
+                                                                                tmp_path):
+    """The disk fills while a file downloads (here: a file-size limit of 200 KB on the child,
+    so the 434 KB model's writes fail part-way with EFBIG, as they would with ENOSPC): one
+    line, exit 2, no blob to be used; the same command afterwards fetches it whole."""
+    import resource
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200 << 10, 200 << 10))
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "LLAMA_CACHE")}
+    env.update({"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf"),
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    res = subprocess.run([sys.executable, "-m", "cpuspec", *BENCH, "--target",
+                          "acme/tiny-GGUF:Q4_K_M", "--draft", "acme/tiny-draft-GGUF:Q8_0",
+                          "--no-save"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, preexec_fn=small_files)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr, res.stderr
+    assert "the download could not be written (File too large): make room in" in res.stderr
+    repo = tmp_path / "hf" / "hub" / "models--acme--tiny-GGUF"
+    whole = [p for p in repo.rglob("*") if p.is_file() and p.parent.name == "blobs"
+             and not p.name.endswith(".incomplete")]
+    assert not whole and not list((repo / "snapshots").rglob("*.gguf")) \
+        if repo.exists() else True
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF:Q4_K_M", "--draft",
+                  "acme/tiny-draft-GGUF:Q8_0", "--no-save", endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
 def test_room_for_every_download_is_checked_before_the_first(monkeypatch, tmp_path):
     from collections import namedtuple
 

@@ -13,6 +13,7 @@ checked against the hub's size and sha256, and a download cut short is never use
 client removes its partial file)."""
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -602,9 +603,7 @@ def _download(repo: str, revision: str | None, name: str, meta: dict, log: Log,
     except KeyboardInterrupt:
         raise
     except Exception as exc:   # a dropped connection, a full disk: the partial file is gone
-        raise RefError(f"{repo}/{name}: the download failed ({type(exc).__name__}: "
-                       f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); run it again "
-                       "to retry") from None
+        raise RefError(_download_failed(f"{repo}/{name}", exc)) from None
     digest = sha256_file(path)
     if want is not None and digest != want:
         blob = path.resolve()
@@ -619,6 +618,18 @@ def _download(repo: str, revision: str | None, name: str, meta: dict, log: Log,
                        f"hub's {want[:12]}…; removed, run it again")
     remember(path, digest)
     return path, digest
+
+
+def _download_failed(what: str, exc: Exception) -> str:
+    """One line for a download that failed: a disk that filled (or cannot hold a file that
+    large, or a quota) says where to make room."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        from huggingface_hub import constants
+        return (f"{what}: the download could not be written ({exc.strerror}): make room in "
+                f"{constants.HF_HUB_CACHE}, or point HF_HOME at a disk that can hold it, and "
+                "run it again")
+    return (f"{what}: the download failed ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); run it again to retry")
 
 
 def _snapshot_commit(path: Path, name: str) -> str | None:
