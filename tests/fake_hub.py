@@ -163,13 +163,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _bytes(self, repo_id, fpath, data, headers):
         start, status = 0, 200
-        m = re.fullmatch(r"bytes=(\d+)-", (self.headers.get("Range") or "").strip())
+        stop = len(data)
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", (self.headers.get("Range") or "").strip())
         if m and self.command == "GET":
             start, status = int(m[1]), 206
             if start >= len(data):
                 return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
-            headers = {**headers, "Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}
-        body = data[start:]
+            stop = min(int(m[2]) + 1, len(data)) if m[2] else len(data)
+            headers = {**headers, "Content-Range": f"bytes {start}-{stop - 1}/{len(data)}"}
+        body = data[start:stop]
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))

@@ -14,7 +14,8 @@ from cpuspec.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "amx_vs_noamx.sh"
-# the loop variables, one value each (every pair is a registered one: checked below)
+# the loop variables, one value each ($p: every pair the loop names, checked in
+# test_the_script_runs_every_stage_it_names)
 LOOPS = {"${p#qwen2.5-coder-1.5b}": "", '"$p"': "qwen2.5-coder-1.5b-q8_0", '"$t"': "2",
          "$b": "amx"}
 
@@ -49,9 +50,16 @@ def parse(args: list[str]) -> click.Command:
 
 
 def test_the_script_runs_every_stage_it_names():
-    names = {a[0] for a in invocations()}
-    assert names == {"hw", "rebuild", "costs", "bench", "tune", "paths", "heads"}, names
-    assert len(invocations()) >= 10
+    found = invocations()
+    assert {a[0] for a in found} == {"hw", "rebuild", "costs", "bench", "tune", "paths",
+                                     "heads"}, found
+    costs = [a for a in found if a[0] == "costs"]   # the cost curves, sizes and the MoE
+    assert {next((o for o in ("--pair", "--sizes", "--pairs") if o in a), None)
+            for a in costs} == {"--pair", "--sizes", "--pairs"}, costs
+    # the pairs the costs loop walks are registered ones
+    from cpuspec.inputs.registry import load_registry
+    loop = re.search(r"for p in ([^;]+);", SCRIPT.read_text()).group(1).split()
+    assert loop and set(loop) <= set(load_registry().pairs), loop
 
 
 @pytest.mark.parametrize("args", invocations(), ids=lambda a: " ".join(a)[:60])

@@ -232,6 +232,41 @@ def test_models_drafts_reads_a_hub_targets_header_without_downloading_it(hub, ti
         "the target was downloaded"
 
 
+def test_a_header_past_the_first_read_is_fetched_by_range_from_where_it_stopped(hub,
+                                                                                 tmp_path):
+    """A hub target whose header runs past the first 16 MB (a 17 MB metadata string): the
+    second read asks the hub for the bytes from 16 MiB on only, and the tokenizer read from
+    the two fits a draft on disk that shares it."""
+    import gguf
+    import numpy as np
+
+    def write(path, padding):
+        w = gguf.GGUFWriter(str(path), "llama")
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list([f"t{i}" for i in range(300)])
+        if padding:
+            w.add_string("cpuspec.test.padding", "x" * (17 << 20))
+        w.add_tensor("t.weight", np.zeros(64, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return path
+    big = write(tmp_path / "big.gguf", True)
+    hub.add_repo("acme/big-GGUF", {"big-Q8_0.gguf": big.read_bytes()})
+    lms = tmp_path / "lms" / "models" / "acme" / "small-GGUF"
+    lms.mkdir(parents=True)
+    write(lms / "small-Q4_0.gguf", False)
+    res = cpuspec(tmp_path, "models", "drafts", "acme/big-GGUF:Q8_0", endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr
+    assert any("small-Q4_0.gguf" in x and "fits" in x for x in res.stdout.splitlines()), \
+        res.stdout
+    ranges = [h.get("Range") or h.get("range") for m, u, h in hub.log
+              if m == "GET" and u.endswith("/big-Q8_0.gguf")]
+    assert ranges[:2] == [f"bytes=0-{(16 << 20) - 1}",
+                          f"bytes={16 << 20}-{big.stat().st_size - 1}"], ranges
+
+
 def test_a_header_is_read_in_growing_pieces_and_only_as_far_as_it_goes(tiny_models,
                                                                        monkeypatch):
     from cpuspec.llama import gguf_meta
@@ -245,7 +280,12 @@ def test_a_header_is_read_in_growing_pieces_and_only_as_far_as_it_goes(tiny_mode
     monkeypatch.setattr(gguf_meta, "HEAD_FIRST", 64)
     got = tokenizer_of_head(read, len(data), "tiny")
     assert got == tokenizer_of(tiny_models["target"]) and got[1]
-    assert asked[0] == 64 and asked == sorted(asked) and len(asked) > 1
+    # read four times further each time, and no further than the first read that holds the
+    # whole header (its data offset)
+    from gguf import GGUFReader
+    header = GGUFReader(tiny_models["target"]).data_offset
+    assert asked[0] == 64 and all(b == 4 * a for a, b in zip(asked, asked[1:]))
+    assert asked[-2] < header <= asked[-1] < len(data), (asked, header)
     junk = bytes(range(256)) * 64
     with pytest.raises(GGUFMetaError, match="not a readable GGUF"):
         tokenizer_of_head(lambda n: junk[:n], len(junk), "junk")
@@ -292,11 +332,65 @@ def test_the_serving_commands_name_hub_models_as_llama_cpp_takes_them(tmp_path):
         res = CliRunner().invoke(main, cmd)
         assert res.exit_code == 0, res.output
         flat = " ".join(res.output.replace("\\\n", " ").split())   # commands wrap with \
-        assert "-hf acme/coder-1.5b-GGUF:Q8_0" in flat and \
+        assert "-hf acme/coder-1.5b-GGUF:Q8_0 --no-mmproj" in flat and \
             "-hfd acme/coder-0.5b-GGUF:Q4_0" in flat, res.output
         assert " -md " not in flat and "llama-server -m " not in flat
     res = CliRunner().invoke(main, ["report", str(src)])
     assert "llama-server -m " in " ".join(res.output.split()) and "-hf " not in res.output
+    # a name that is not OWNER/REPO[:QUANT] as the hub spells them is not printed as one; a
+    # long one is never broken inside (the pasted command would split it)
+    long = "acme/" + "L" * 90 + ":Q8_0"
+    for value, shown in (("acme/x:Q8_0\ntouch /tmp/pwned", False), ("a b; $(id)", False),
+                         ("\x1b]52;c;SGk=\x07/x", False), (long, True)):
+        doc["models"]["target"]["hf_ref"] = value
+        hub_run.write_text(json.dumps(doc))
+        res = CliRunner().invoke(main, ["report", str(hub_run)])
+        assert res.exit_code == 0, res.output
+        lines = res.output.splitlines()
+        if shown:
+            assert any(line.strip().startswith(long) or f" {long} " in line
+                       for line in lines), res.output
+        else:
+            assert "-hf " not in res.output and "llama-server -m " in \
+                " ".join(res.output.replace("\\\n", " ").split()), res.output
+
+
+def test_models_drafts_on_files_that_are_not_what_they_claim(hub, tiny_models, tmp_path):
+    """The red team's cases: a GGUF with a key twice (gguf-py raises KeyError), as the target
+    and in a store; a FIFO in a store (it would block a reader); a hub file of 0 bytes and
+    one whose listed size no file can have. One line, exit 2, nothing downloaded; a bad file
+    in a store is a row left out, never a traceback or a hang."""
+    dup = tmp_path / "dup-Q8_0.gguf"
+    data = tiny_models["draft"].read_bytes()
+    dup.write_bytes(data.replace(b"tokenizer.ggml.bos_token_id",
+                                 b"tokenizer.ggml.eos_token_id", 1))
+    res = cpuspec(tmp_path, "models", "drafts", str(dup), extra={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 2 and "not a readable GGUF" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and "Usage:" not in res.stderr
+    lms = tmp_path / "lms" / "models" / "acme" / "odd-GGUF"
+    lms.mkdir(parents=True)
+    (lms / "dup-Q8_0.gguf").write_bytes(dup.read_bytes())
+    os.mkfifo(lms / "fifo-Q8_0.gguf")
+    (lms / "a-Q4_0.gguf").write_bytes(data)
+    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]),
+                  extra={"HF_HUB_OFFLINE": "1"}, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert any("dup-Q8_0.gguf" in x and "unreadable" in x for x in res.stdout.splitlines())
+    assert "fifo" not in res.stdout and "a-Q4_0.gguf" in res.stdout
+    res = cpuspec(tmp_path, "models", "list", "--local", extra={"HF_HUB_OFFLINE": "1"},
+                  timeout=60)
+    assert res.returncode == 0 and "fifo" not in res.stdout, res.stdout
+    hub.add_repo("acme/empty-GGUF", {"e-Q8_0.gguf": b""})
+    hub.add_repo("acme/vast-GGUF", {"v-Q8_0.gguf": data})
+    entry = hub.repos["acme/vast-GGUF"]["files"]["v-Q8_0.gguf"]
+    entry["size"] = entry["lfs"]["size"] = 1 << 62
+    for ref, said in (("acme/empty-GGUF:Q8_0", "not a GGUF file (0 bytes)"),
+                      ("acme/vast-GGUF:Q8_0", "is not one a file here can have")):
+        res = cpuspec(tmp_path, "models", "drafts", ref, endpoint=hub.endpoint, timeout=60)
+        assert res.returncode == 2 and said in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr
+    blobs = [f for f in (tmp_path / "hf").rglob("*") if f.is_file() and "blobs" in f.parts]
+    assert not blobs, blobs
 
 
 def test_references_parse_as_llama_cpp_names_them(tmp_path, monkeypatch):
@@ -317,6 +411,21 @@ def test_references_parse_as_llama_cpp_names_them(tmp_path, monkeypatch):
     assert parse_ref("owner/repo/m.gguf").kind == "path"      # a file here wins
     with pytest.raises(RefError):
         parse_ref("ollama:../../etc")
+
+
+def test_the_name_llama_cpp_picks_a_file_by_is_checked_against_the_listing():
+    from cpuspec.inputs.refs import llama_cpp_name
+    files = ["m-Q4_K_M.gguf", "m-Q8_0.gguf", "m-Q8_0-imat.gguf", "README.md"]
+    ref = parse_ref("acme/m-GGUF")
+    assert llama_cpp_name(ref, "m-Q4_K_M.gguf", files) == "acme/m-GGUF:Q4_K_M"
+    assert llama_cpp_name(parse_ref("acme/m-GGUF:q8_0"), "m-Q8_0.gguf", files) == \
+        "acme/m-GGUF:q8_0"
+    # a file no name picks (llama.cpp takes the first Q8_0 match), a revision, a preset
+    assert llama_cpp_name(parse_ref("acme/m-GGUF/m-Q8_0-imat.gguf"), "m-Q8_0-imat.gguf",
+                          files) is None
+    assert llama_cpp_name(parse_ref("hf://acme/m-GGUF@v1/m-Q8_0.gguf"), "m-Q8_0.gguf",
+                          files) is None
+    assert llama_cpp_name(ref, "m-Q4_K_M.gguf", files + ["preset.ini"]) is None
 
 
 def test_the_quant_is_picked_by_llama_cpps_rule():
@@ -372,8 +481,9 @@ def test_a_file_of_a_repo_by_path_and_by_hf_url_end_to_end(hub, tmp_path):
     assert (m["target"]["repo"], m["target"]["file"]) == ("acme/tiny-GGUF", "tiny-Q8_0.gguf")
     assert (m["draft"]["repo"], m["draft"]["file"]) == ("acme/tiny-draft-GGUF",
                                                         "tiny-draft-Q4_0.gguf")
-    # a file named in the repo: llama.cpp's -hfd takes no file, so no -hf name is recorded
-    assert m["target"]["hf_ref"] is None and m["draft"]["hf_ref"] is None
+    # a file named in the repo: recorded by the name llama.cpp's -hf picks it by
+    assert (m["target"]["hf_ref"], m["draft"]["hf_ref"]) == ("acme/tiny-GGUF:Q8_0",
+                                                            "acme/tiny-draft-GGUF:Q4_0")
 
 
 def test_a_bad_draft_fails_before_the_target_is_downloaded(hub, tmp_path):

@@ -172,65 +172,82 @@ def choose_k_by_replay(probe: dict, sd: list[dict], k_max: int, gate_k: int | No
 def ceiling_checks(results: dict) -> list[dict]:
     """Per task of a draft model's serial run, its decode-only SD ×raw over its prompts
     (analysis/stats.ratio_stats: the 95 % interval from MIN_CI_UNITS prompts, a range below)
-    beside the cost probe's ceiling at the run's k (core/costs.ceiling_speedup: every draft
-    accepted, a bound): `low` is the interval's low end, or the slowest prompt's ratio. Decode-
-    only, as the probe times decodes. Empty for lookup, the hybrid, a p-min gate and the
-    parallel schedule, whose rounds the bound does not describe, and for a probe that is
+    beside the cost probes' ceilings at the run's k (core/costs.ceiling_speedup: every draft
+    accepted, a bound), the probe before the prompts' and the one after them (None where the
+    run has none): `low` is the interval's low end, or the slowest prompt's ratio. Decode-only,
+    as the probes time decodes. Empty for lookup, the hybrid, a p-min gate, a draft window and
+    the parallel schedule, whose rounds the probe does not price as they ran, and for a probe
     disturbed on its own (CostProbe.disturbed)."""
     from cpuspec.analysis.stats import ratio_stats
-    from cpuspec.core.costs import ceiling_speedup
-    s, probe, runs = results["settings"], results.get("cost_probe"), results.get("runs") or []
+    s, runs = results["settings"], results.get("runs") or []
     k = s.get("k")
     if (s.get("drafter", "model") != "model" or s.get("schedule") == "parallel"
-            or s.get("p_min") or not probe or not k):
+            or s.get("p_min") or s.get("draft_window") or not k):
         return []
-    costs = _costs(probe)
-    if costs is None or k + 1 not in costs.verify_s or costs.disturbed():
+    ceiling = _ceiling(results.get("cost_probe"), k)
+    if ceiling is None:
         return []
-    ceiling = ceiling_speedup(costs.verify_s, costs.draft_s, k)
+    end = _ceiling(results.get("cost_probe_end"), k)
     out = []
     for task in dict.fromkeys(r["task"] for r in runs):
         ratios, lengths = _decode_ratios([r for r in runs if r["task"] == task])
         st = ratio_stats(ratios)
         low = (st["ci"] or st["range"] or [None])[0]
         if low is not None:
-            out.append({"task": task, "k": k, "ceiling": ceiling, "low": low,
-                        "position": costs.position, "prompt_tokens": lengths, **st})
+            out.append({"task": task, "k": k, "ceiling": ceiling, "ceiling_end": end,
+                        "low": low, "position": results["cost_probe"].get("position"),
+                        "prompt_tokens": lengths, **st})
     return out
 
 
+def _ceiling(probe: dict | None, k: int) -> float | None:
+    from cpuspec.core.costs import ceiling_speedup
+    costs = _costs(probe) if probe else None
+    if costs is None or k + 1 not in costs.verify_s or costs.disturbed():
+        return None
+    return ceiling_speedup(costs.verify_s, costs.draft_s, k)
+
+
 def _decode_ratios(runs: list[dict]) -> tuple[list[float], list[int]]:
-    """Each prompt's decode-only SD ×raw (its static runs against its raw ones) and its
-    length in tokens."""
+    """Each prompt's decode-only SD ×raw (its static runs against its raw ones, the
+    repetitions both modes ran) and its length in tokens."""
     from cpuspec.analysis.stats import decode_tok_s
     ratios, lengths = [], []
     for pid in dict.fromkeys(r["prompt_id"] for r in runs):
-        raw = [r for r in runs if r["prompt_id"] == pid and r["mode"] == "raw"]
-        sd = [r for r in runs if r["prompt_id"] == pid and r["mode"] == "static"]
+        mine = [r for r in runs if r["prompt_id"] == pid]
+        reps = {r.get("repetition", 0) for r in mine if r["mode"] == "raw"} & \
+            {r.get("repetition", 0) for r in mine if r["mode"] == "static"}
+        raw = [r for r in mine if r["mode"] == "raw" and r.get("repetition", 0) in reps]
+        sd = [r for r in mine if r["mode"] == "static" and r.get("repetition", 0) in reps]
         if raw and sd:
             ratios.append(decode_tok_s(sd) / decode_tok_s(raw))
             lengths.append(raw[0]["prompt_tokens"])
     return ratios, lengths
 
 
+def contradicted(check: dict) -> bool:
+    """A task of ceiling_checks that says the first probe was disturbed: its decode-only SD
+    ×raw lies above that probe's ceiling even at its interval's low end (below MIN_CI_UNITS
+    prompts, at its slowest prompt), and not above the ceiling of the probe taken after the
+    prompts. Both exceeded is no disturbance of one probe (their position or the cost model
+    does not fit these prompts; the prediction's error says so); a run with one probe cannot
+    tell the two apart, and is not judged."""
+    return (check["ceiling_end"] is not None and check["low"] > check["ceiling"]
+            and check["low"] <= check["ceiling_end"])
+
+
 def probe_contradicted(results: dict) -> str | None:
-    """Why the run's own measurement says its cost probe does not describe it, or None: a
-    task whose decode-only SD ×raw lies above the probe's ceiling even at its interval's low
-    end (or, below MIN_CI_UNITS prompts, at its slowest prompt): ceiling_checks. Over the 160
-    tasks of recorded serial runs of short prompts that low end reaches at most 0.92 of the
-    ceiling; over the 88 of long prompts (the probe at one prompt's position) 1.09, 6 flagged;
-    with a CPU hog beside the probe, 2.9 and 3.1 (bench/results/probe_ceiling_check.txt)."""
+    """Why the run's own prompts say its first cost probe was disturbed (contradicted), or
+    None. Over every recorded run it flags only the run with a CPU hog beside the first probe
+    (bench/results/probe_ceiling_check.txt)."""
     for c in ceiling_checks(results):
-        if c["low"] <= c["ceiling"]:
+        if not contradicted(c):
             continue
         spread = (f"[{c['ci'][0]:.2f}, {c['ci'][1]:.2f}] over {c['units']} prompts"
                   if c["ci"] else f"range {c['range'][0]:.2f}–{c['range'][1]:.2f} over "
                   f"{c['units']} prompts (a range, not an interval)")
-        where = f", {c['position']}" if c["position"] else ""
         return (f"{c['task']} measured decode-only SD {c['speedup']:.2f}× raw {spread}, above "
-                f"the probe's ceiling at k = {c['k']}, {c['ceiling']:.2f}× with every draft "
-                "accepted: the probe does not describe this run (the machine was disturbed "
-                "while one of them was timed, or prompts of "
-                f"{min(c['prompt_tokens'])}–{max(c['prompt_tokens'])} tokens cost otherwise "
-                f"than at the probe's position{where})")
+                f"the first probe's ceiling at k = {c['k']}, {c['ceiling']:.2f}× with every "
+                f"draft accepted, where the probe after the prompts gives "
+                f"{c['ceiling_end']:.2f}×: the machine was disturbed while the first probe ran")
     return None

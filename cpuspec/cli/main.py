@@ -315,11 +315,12 @@ def _bench_point(base, where, fallback_threads: int, sink, csv_path, details=Fal
             raise click.ClickException(str(exc))
         sink(results)
     if details:
+        from cpuspec.results.records import model_label
         m = results["models"]
         draft_desc = ("prompt-lookup drafter" if cfg.drafter == "lookup" else
-                      f"draft {m['draft']['file']} ({m['draft']['source']})"
+                      f"draft {model_label(m['draft'])} ({m['draft']['source']})"
                       + (", hybrid with prompt lookup" if cfg.drafter == "hybrid" else ""))
-        echo(f"\ntarget {m['target']['file']} ({m['target']['source']}), {draft_desc}; "
+        echo(f"\ntarget {model_label(m['target'])} ({m['target']['source']}), {draft_desc}; "
                    f"k = {cfg.k}, {cfg.threads} threads, {cfg.max_tokens} tokens/prompt")
     print_bench(results, details=details, source=run_source(sink))
     if csv_path:

@@ -112,24 +112,23 @@ def _target_tokenizer(target: str) -> tuple[str, int, tuple, Path | None]:
     from cpuspec.cli.help import BadInput
     from cpuspec.cli.inputs import model_path, parse_model
     from cpuspec.core.text import printable
-    from cpuspec.inputs.refs import RefError, plan_ref, remote_head
+    from cpuspec.inputs.refs import RefError, fetch_plan, plan_ref, remote_head
     from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_of, tokenizer_of_head
     ref = parse_model(registry(), target)
     try:
         with guarded():
             plan = plan_ref(ref) if ref.kind == "hf" else None
             head = remote_head(plan) if plan is not None else None
-            if head is None:
-                path = model_path(ref)
-                return path.name, path.stat().st_size, tokenizer_of(path), path
+            if head is None:   # on this machine (the plan's copy), or not a hub reference
+                path = fetch_plan(plan, log).path if plan is not None else model_path(ref)
+                name = ref.text if ref.kind == "ollama" else path.name   # not its blob's
+                return name, path.stat().st_size, tokenizer_of(path), path
             read, first = head
             name = f"{ref.repo}/{plan.name}"
             whole = sum(plan.meta[p].get("size") or 0 for p in plan.parts)
             return name, whole, tokenizer_of_head(read, first, name), None
-    except RefError as exc:
+    except (RefError, GGUFMetaError) as exc:
         raise BadInput(printable(str(exc))) from None
-    except GGUFMetaError as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 def draft_rows(path: Path | None, want: tuple | None = None) -> list[dict]:
@@ -143,7 +142,9 @@ def draft_rows(path: Path | None, want: tuple | None = None) -> list[dict]:
         try:
             want = tokenizer_of(path)
         except GGUFMetaError as exc:
-            raise click.UsageError(str(exc)) from None
+            from cpuspec.cli.help import BadInput
+            from cpuspec.core.text import printable
+            raise BadInput(printable(str(exc))) from None
     rows = []
     for g in local_ggufs():
         try:

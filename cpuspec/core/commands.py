@@ -3,6 +3,7 @@ llama-cpp-python: pure functions of the configuration (no program is run here; n
 them and checks the flags against the binaries' --help)."""
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Sequence
 
@@ -84,7 +85,8 @@ def invocations(target: str, draft: str | None, k: int, drafter: str, threads: i
     hub: the names llama.cpp's -hf and -hfd take for the target and draft where the run
     fetched them by those names (hub_names): the same files, fetched by llama.cpp."""
     hub = hub or {}
-    model = ["-hf", hub["target"]] if hub.get("target") else ["-m", str(target)]
+    # -hf also fetches and loads the repo's multimodal projector, which cpuspec did not run
+    model = ["-hf", hub["target"], "--no-mmproj"] if hub.get("target") else ["-m", str(target)]
     spec = spec_flags(draft, k, drafter, p_min, n_min)
     if hub.get("draft") and "-md" in spec:
         i = spec.index("-md")
@@ -96,12 +98,18 @@ def invocations(target: str, draft: str | None, k: int, drafter: str, threads: i
             CLI: [CLI, *common, "--temp", "0"]}
 
 
+# OWNER/REPO[:QUANT] as the hub spells names (huggingface-hub's validate_repo_id: ASCII letters,
+# digits, '-', '_', '.', at most 96 each): anything else in a results file is not printed as one
+HF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}(:[A-Za-z0-9_.-]{1,64})?")
+
+
 def hub_names(models: dict) -> dict[str, str]:
     """Per role, the name llama.cpp's -hf takes for a model a run fetched from the hub by
     OWNER/REPO[:QUANT] (results' models[role]["hf_ref"]: llama.cpp picks the same file by
     the same rule); none for a file named by path, by its file in the repo or at a revision."""
     return {role: m["hf_ref"] for role, m in (models or {}).items()
-            if isinstance(m, dict) and isinstance(m.get("hf_ref"), str) and m["hf_ref"]}
+            if isinstance(m, dict) and isinstance(m.get("hf_ref"), str)
+            and HF_NAME.fullmatch(m["hf_ref"])}
 
 
 def python_snippet(target: str, draft: str | None, k: int, drafter: str, threads: int,

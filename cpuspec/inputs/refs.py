@@ -412,6 +412,7 @@ class Plan:
     copy: _Copy | None = None
     public: bool = False
     blob: Path | None = None   # ollama: the model layer's blob
+    hf_ref: str | None = None  # the name llama.cpp's -hf picks this file by (llama_cpp_name)
 
     def missing_bytes(self) -> int:
         if self.copy is not None or self.blob is not None or not self.meta:
@@ -456,7 +457,8 @@ def plan_ref(ref: Ref) -> Plan | None:
     meta = {p: files[p] for p in parts}
     copy = next((c for c in copies if all(p in c.files and (meta[p]["size"] is None or
                  c.files[p].stat().st_size == meta[p]["size"]) for p in parts)), None)
-    return Plan(ref, name, parts, commit, meta, copy, public=not private)
+    return Plan(ref, name, parts, commit, meta, copy, public=not private,
+                hf_ref=llama_cpp_name(ref, name, list(files)))
 
 
 def resolve_ref(ref: Ref, log: Log = lambda _: None) -> Resolved | None:
@@ -488,7 +490,7 @@ def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
     if plan.blob is not None:
         return _ollama_resolved(plan, log)
     origin = {"repo": ref.repo, "revision": plan.commit or ref.revision, "file": plan.name,
-              "store": None, "public": plan.public, "hf_ref": hf_ref(ref),
+              "store": None, "public": plan.public, "hf_ref": plan.hf_ref,
               # verified: a sha256 was compared
               "verified": bool(plan.meta) and all(plan.meta[p].get("sha256")
                                                    for p in plan.parts)}
@@ -511,35 +513,48 @@ def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
     return Resolved(got[0][0], got[0][1], origin)
 
 
-def hf_ref(ref: Ref) -> str | None:
-    """The name llama.cpp's -hf takes for the file a reference picked: OWNER/REPO[:QUANT],
-    where the reference named it so (pick_file is llama.cpp's rule); None for a file named
-    in the repo or a revision (-hf takes neither)."""
-    if ref.kind != "hf" or ref.file is not None or ref.revision is not None:
+def llama_cpp_name(ref: Ref, name: str, files: list[str]) -> str | None:
+    """The name llama.cpp's -hf (and -hfd) takes to fetch the file picked, checked against
+    the repo's listing by llama.cpp's rule (pick_file): OWNER/REPO:QUANT, or OWNER/REPO where
+    its default picks it. None where no name picks it, at a revision (-hf takes none), or where
+    the repo holds a preset.ini (-hf then fetches only that: common/download.cpp)."""
+    if ref.revision is not None or "preset.ini" in files:
         return None
-    return f"{ref.repo}:{ref.quant}" if ref.quant else ref.repo
+    # the quant named, else the file's own (explicit: the same file wherever llama.cpp runs),
+    # else the default rule where the user asked for it
+    tags = [t for t in dict.fromkeys((ref.quant, quant_of(name))) if t]
+    for tag in tags + ([None] if not (ref.quant or ref.file) else []):
+        try:
+            if pick_file(files, tag, ref.repo) == name:
+                return f"{ref.repo}:{tag}" if tag else ref.repo
+        except RefError:
+            continue
+    return None
 
 
 def remote_head(plan: Plan) -> tuple[Callable[[int], bytes], int] | None:
     """(read, size) of a planned hub file that is not on this machine: read(n) gives the first
-    n bytes of its first part by a range request at the listed commit (huggingface-hub's
-    HfFileSystem; nothing written to its cache), size that part's size. None where the plan
-    has a copy here, or no listing (offline)."""
+    n bytes of its first part, fetching by range requests at the listed commit only what an
+    earlier call did not (huggingface-hub's HfFileSystem; nothing written to its cache), size that part's size as the hub lists it.
+    None where the plan has a copy here, or no listing (offline)."""
     if plan.copy is not None or plan.blob is not None or not plan.meta:
         return None
     first = plan.parts[0]
     size = plan.meta[first].get("size")
-    if not size:
-        return None
+    if size is None:
+        raise RefError(f"{plan.ref.repo}/{first}: the hub lists no size for it; fetch it "
+                       "with bench and ask again")
     from huggingface_hub import HfFileSystem
-    ref = plan.ref
+    ref, got = plan.ref, bytearray()
 
-    def read(n: int) -> bytes:
+    def read(n: int) -> bytes:   # only the bytes not read yet, by range requests
         try:
-            with HfFileSystem().open(f"{ref.repo}/{first}", "rb",
-                                     revision=plan.commit or ref.revision,
-                                     block_size=0) as f:
-                return f.read(n)
+            if len(got) < n:
+                with HfFileSystem().open(f"{ref.repo}/{first}", "rb", cache_type="none",
+                                         revision=plan.commit or ref.revision) as f:
+                    f.seek(len(got))
+                    got.extend(f.read(n - len(got)))
+            return bytes(got[:n])
         except KeyboardInterrupt:
             raise
         except Exception as exc:   # the hub's HTTP errors, a dropped connection
@@ -725,7 +740,9 @@ def local_ggufs() -> list[LocalGGUF]:
     out: list[LocalGGUF] = []
 
     def add(store: str, ref: str, path: Path) -> None:
-        try:
+        try:   # regular files only: a FIFO would block whoever reads it, a folder is none
+            if not all(p.is_file() for p in _parts_on_disk(path)):
+                return
             size = sum(p.stat().st_size for p in _parts_on_disk(path))
         except OSError:
             return

@@ -15,7 +15,7 @@ def read_meta(path: Path, max_array: int = 64) -> dict:
     from gguf import GGUFReader
     try:
         reader = GGUFReader(path)
-    except (OSError, ValueError, IndexError) as exc:
+    except (OSError, ValueError, IndexError, KeyError) as exc:   # KeyError: a key twice
         raise GGUFMetaError(f"{Path(path).name}: not a readable GGUF file ({exc})") from None
     out = {}
     for name, field in reader.fields.items():
@@ -33,7 +33,7 @@ def tokenizer_of(path: Path) -> tuple[str | None, list[str]]:
     from gguf import GGUFReader
     try:
         return _tokenizer(GGUFReader(path))
-    except (OSError, ValueError, IndexError) as exc:
+    except (OSError, ValueError, IndexError, KeyError) as exc:   # KeyError: a key twice
         raise GGUFMetaError(f"{Path(path).name}: not a readable GGUF file ({exc})") from None
 
 
@@ -54,25 +54,44 @@ def tokenizer_of_head(read: Callable[[int], bytes], size: int, name: str
     bytes only (read(n): the first n): gguf-py reads a sparse file of the same size holding
     them, and a header that runs past them (its data offset beyond, or the zeros after them
     read as keys) is read again four times longer."""
+    import errno
     import tempfile
-    from gguf import GGUFReader
+    if size <= 0:
+        raise GGUFMetaError(f"{name}: not a GGUF file (0 bytes)")
     n = min(HEAD_FIRST, size)
     while True:
         head = read(n)
-        with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
-            tmp.write(head)
-            tmp.truncate(size)
-            tmp.flush()
-            try:
-                reader = GGUFReader(tmp.name)
-                if reader.data_offset <= len(head):
-                    return _tokenizer(reader)
-                why = "its header runs past the bytes read"
-            except (ValueError, IndexError, KeyError) as exc:
-                why = str(exc)
+        try:
+            got, why = _parse_head(head, size)
+        except OSError as exc:
+            raise GGUFMetaError(
+                f"{name}: its listed size, {size} bytes, is not one a file here can have"
+                if exc.errno == errno.EFBIG else f"{name}: its header could not be read into "
+                f"{tempfile.gettempdir()} ({exc.strerror}): set TMPDIR to a folder with room") \
+                from None
+        if got is not None:
+            return got
         if len(head) < n or n >= min(size, HEAD_MAX):
             raise GGUFMetaError(f"{name}: not a readable GGUF file ({why})")
         n = min(4 * n, size, HEAD_MAX)
+
+
+def _parse_head(head: bytes, size: int) -> tuple[tuple | None, str]:
+    """(tokenizer, '') where `head` holds the whole header of a GGUF of `size` bytes, else
+    (None, why not): gguf-py reads a sparse temporary file of that size holding `head`."""
+    import tempfile
+    from gguf import GGUFReader
+    with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
+        tmp.write(head)
+        tmp.truncate(size)
+        tmp.flush()
+        try:
+            reader = GGUFReader(tmp.name)
+            if reader.data_offset <= len(head):
+                return _tokenizer(reader), ""
+            return None, "its header runs past the bytes read"
+        except (ValueError, IndexError, KeyError) as exc:
+            return None, str(exc)
 
 
 def tokenizer_mismatch(target: tuple[str | None, list[str]],

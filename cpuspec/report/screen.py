@@ -56,9 +56,14 @@ def command(argv: Sequence[str] | str, head: str = "", indent: str = "  ") -> li
     if isinstance(argv, str):
         argv = shlex.split(argv)
     argv = [Path(a).name if a.endswith(".gguf") and "/" in a else a for a in argv]
-    text = " ".join(shlex.quote(a) for a in argv)
-    lines = textwrap.wrap(text, WIDTH - len(indent) - 2, break_on_hyphens=False,
-                          break_long_words=True)
+    # broken between arguments only: a break inside one (a long name, a quoted value) would
+    # change the command pasted; an argument longer than the line runs past it
+    width, lines = WIDTH - len(indent) - 2, [""]
+    for arg in (shlex.quote(a) for a in argv):
+        if lines[-1] and len(lines[-1]) + 1 + len(arg) > width:
+            lines.append(arg)
+        else:
+            lines[-1] = f"{lines[-1]} {arg}" if lines[-1] else arg
     out = [f"{indent}{line} \\" for line in lines[:-1]] + [f"{indent}{lines[-1]}"]
     return ([head] if head else []) + out
 

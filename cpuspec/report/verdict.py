@@ -146,11 +146,20 @@ def _advice_lines(summary: dict, advice: dict | None, k: int
     return lines, on
 
 
+def _served(model: dict | None) -> str | None:
+    """A model as the serving command names it: its file, or an Ollama model's blob by its
+    whole path (its name, sha256-…, says nothing of where it is)."""
+    if not isinstance(model, dict):
+        return None
+    if str(model.get("repo") or "").startswith("ollama:") and model.get("path"):
+        return str(model["path"])
+    return model.get("file")
+
+
 def _server_lines(results: dict, k: int, tasks: list[str]) -> list[str]:
     """llama-server with the measured configuration, model files by name, wrapped."""
     models, settings = results.get("models") or {}, results["settings"]
-    target = (models.get("target") or {}).get("file")
-    draft = (models.get("draft") or {}).get("file")
+    target, draft = (_served(models.get(role)) for role in ("target", "draft"))
     if not target:
         return []
     argv = invocations(target, draft, k, settings.get("drafter", "model"),
@@ -185,8 +194,9 @@ def _legend(results: dict, summary: dict, n_prompts: int) -> str:
            f"task ran at most {ran} to confirm it" if "ceiling" in seq else
            "each task stopped once decided")
     if "ceiling" in seq and probe_contradicted(results):
-        why += (", and the prompts measured above the probe's ceiling at their own k (the "
-                "warning below): the stop rests on a probe the measurement contradicts")
+        why += (", but the prompts measured above that probe's ceiling at their k, and the "
+                "probe after them agrees with them (the warning below): the first probe was "
+                "disturbed")
     precision = seq.get("precision", PRECISION)
     within = "" if precision == PRECISION else \
         f"; 'no difference' once within ±{100 * precision:g} %"
