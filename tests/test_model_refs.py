@@ -324,8 +324,9 @@ def test_the_serving_commands_name_hub_models_as_llama_cpp_takes_them(tmp_path):
     from cpuspec.cli.main import main
     src = ROOT / "tests" / "recorded" / "epyc-family25-model17" / "bench_q8_0_k7.json.gz"
     doc = json.loads(gzip.open(src).read())
-    doc["models"]["target"]["hf_ref"] = "acme/coder-1.5b-GGUF:Q8_0"
-    doc["models"]["draft"]["hf_ref"] = "acme/coder-0.5b-GGUF:Q4_0"
+    for role, repo, tag in (("target", "acme/coder-1.5b-GGUF", "Q8_0"),
+                            ("draft", "acme/coder-0.5b-GGUF", "Q4_0")):
+        doc["models"][role].update(repo=repo, hf_ref=f"{repo}:{tag}")
     hub_run = tmp_path / "hub.json"
     hub_run.write_text(json.dumps(doc))
     for cmd in (["report", str(hub_run)], ["advise", str(hub_run), "--details"]):
@@ -335,6 +336,13 @@ def test_the_serving_commands_name_hub_models_as_llama_cpp_takes_them(tmp_path):
         assert "-hf acme/coder-1.5b-GGUF:Q8_0 --no-mmproj" in flat and \
             "-hfd acme/coder-0.5b-GGUF:Q4_0" in flat, res.output
         assert " -md " not in flat and "llama-server -m " not in flat
+        if cmd[0] == "advise":   # llama-cpp-python, from the same files
+            assert f"Llama.from_pretrained('acme/coder-1.5b-GGUF', " \
+                f"'{doc['models']['target']['file']}'" in flat, res.output
+            assert f"DraftModel(hf_hub_download('acme/coder-0.5b-GGUF', " \
+                f"'{doc['models']['draft']['file']}')" in flat, res.output
+            assert "cpuspec paths --target acme/coder-1.5b-GGUF:Q8_0 --draft " \
+                "acme/coder-0.5b-GGUF:Q4_0" in flat, res.output
     res = CliRunner().invoke(main, ["report", str(src)])
     assert "llama-server -m " in " ".join(res.output.split()) and "-hf " not in res.output
     # a name that is not OWNER/REPO[:QUANT] as the hub spells them is not printed as one; a

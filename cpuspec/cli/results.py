@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from cpuspec.core.commands import SERVER, hub_names, invocations
+from cpuspec.core.commands import SERVER, hub_files, hub_names, invocations
 from cpuspec.report import screen
 from cpuspec.report.advice import (advise as advise_results, on_k, render_advice,
                                    render_advice_screen)
@@ -92,7 +92,8 @@ def advise(run, as_json, details):
                                              tasks=[t for t, k in on.items()
                                                     if k == k_best and t != OVERALL],
                                              probe=results.get("cost_probe"),
-                                             hub=hub_names(models))))
+                                             hub=hub_names(models),
+                                             hub_files=hub_files(models))))
     if target:
         echo("\n" + "\n".join(draftless_lines(target, settings["threads"],
                                                      meta=results.get("meta"))))

@@ -100,7 +100,8 @@ def invocations(target: str, draft: str | None, k: int, drafter: str, threads: i
 
 # OWNER/REPO[:QUANT] as the hub spells names (huggingface-hub's validate_repo_id: ASCII letters,
 # digits, '-', '_', '.', at most 96 each): anything else in a results file is not printed as one
-HF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}(:[A-Za-z0-9_.-]{1,64})?")
+HF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}"
+                     r"(:[A-Za-z0-9_.-]{1,64})?")
 
 
 def hub_names(models: dict) -> dict[str, str]:
@@ -112,12 +113,30 @@ def hub_names(models: dict) -> dict[str, str]:
             and HF_NAME.fullmatch(m["hf_ref"])}
 
 
+def hub_files(models: dict) -> dict[str, tuple[str, str]]:
+    """Per role, (repo, file) of a model a run fetched from the hub (hub_names vouches for
+    the name) in one file: llama-cpp-python's from_pretrained fetches the same one."""
+    out = {}
+    for role, name in hub_names(models).items():
+        file = models[role].get("file")
+        if isinstance(file, str) and re.fullmatch(r"[A-Za-z0-9_.-][A-Za-z0-9_./-]*\.gguf", file) \
+                and not re.search(r"-\d{5}-of-\d{5}\.gguf$", file):
+            out[role] = (name.split(":")[0], file)
+    return out
+
+
 def python_snippet(target: str, draft: str | None, k: int, drafter: str, threads: int,
-                   n_ctx: int = 4096) -> str:
-    """The same configuration in llama-cpp-python, with cpuspec's DraftModel."""
+                   n_ctx: int = 4096, hub: dict[str, tuple[str, str]] | None = None) -> str:
+    """The same configuration in llama-cpp-python, with cpuspec's DraftModel; hub: (repo,
+    file) per role fetched from the hub (hub_files), by from_pretrained and hf_hub_download."""
+    hub = hub or {}
     drafter_arg = "" if drafter == "model" else f", drafter={drafter!r}"
-    return (f"Llama(model_path={str(target)!r}, n_ctx={n_ctx}, n_threads={threads}, "
-            f"draft_model=cpuspec.DraftModel({str(draft) if draft else None!r}, k={k}"
+    draft_arg = (f"hf_hub_download({hub['draft'][0]!r}, {hub['draft'][1]!r})"
+                 if "draft" in hub and draft else repr(str(draft) if draft else None))
+    model = (f"Llama.from_pretrained({hub['target'][0]!r}, {hub['target'][1]!r}, "
+             if "target" in hub else f"Llama(model_path={str(target)!r}, ")
+    return (f"{model}n_ctx={n_ctx}, n_threads={threads}, "
+            f"draft_model=cpuspec.DraftModel({draft_arg}, k={k}"
             f"{drafter_arg}, n_threads={threads}))")
 
 

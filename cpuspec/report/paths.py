@@ -508,20 +508,23 @@ def server_share(target: str, draft: str | None, k: int, drafter: str, threads: 
 def how_to_run(target: str, draft: str | None, k: int, drafter: str, threads: int,
                indent: str = "    ", meta: dict | None = None, p_min: float = 0.0,
                tasks: list[str] | None = None, probe: dict | None = None,
-               hub: dict[str, str] | None = None) -> list[str]:
+               hub: dict[str, str] | None = None,
+               hub_files: dict[str, tuple[str, str]] | None = None) -> list[str]:
     """The lines printed under a recommended SD configuration: the llama.cpp server and CLI
     command lines (by -hf where the run fetched the models by those names: hub), the
-    llama-cpp-python call, and how much of cpuspec's gain each kept when `cpuspec paths`
-    measured it here with the same threads (for the advised task where the run measured it,
-    else all its tasks), or the command that measures it."""
+    llama-cpp-python call (by from_pretrained where it fetched them from the hub: hub_files),
+    and how much of cpuspec's gain each kept when `cpuspec paths` measured it here with the
+    same threads (for the advised task where the run measured it, else all its tasks), or the
+    command that measures it."""
     lines = [f"{indent}{tool}: {commands.shell(argv)}"
              for tool, argv in commands.invocations(target, draft, k, drafter, threads,
                                                     p_min=p_min, hub=hub).items()]
     lines.append(f"{indent}llama-cpp-python: "
-                 f"{commands.python_snippet(target, draft, k, drafter, threads)}")
+                 f"{commands.python_snippet(target, draft, k, drafter, threads, hub=hub_files)}")
     found = measured_paths(target, draft, k, drafter, meta, p_min, threads)
-    measure = (f"cpuspec paths --target {shlex.quote(str(target))}"
-               + (f" --draft {shlex.quote(str(draft))}" if draft else "")
+    named = hub or {}   # cpuspec takes the hub's names as llama.cpp does
+    measure = (f"cpuspec paths --target {shlex.quote(str(named.get('target') or target))}"
+               + (f" --draft {shlex.quote(str(named.get('draft') or draft))}" if draft else "")
                + f" -k {k} -t {threads}" + (f" --drafter {drafter}" if drafter != "model" else "")
                + (f" --tasks {','.join(tasks)}" if tasks else "")
                + (f" --p-min {p_min:g} --paths cpuspec,llama.cpp,llama-server" if p_min else ""))
