@@ -16,6 +16,29 @@ TARGET_SEED = 1
 DRAFT_NOISE = 0.1  # the draft agrees often, not always: zero, partial and full rounds all occur
 
 
+RECORDED_SYSTEM_INFO = Path(__file__).parent / "recorded" / "system_info"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--system-info", choices=sorted(p.stem for p in RECORDED_SYSTEM_INFO.glob("*.txt")),
+        help="run the suite as if this machine's llama.cpp build printed a recorded system "
+             "info (avx2: an AVX2-only CPU, amx: a build with AMX_INT8): a test that reads "
+             "this machine's build must hold on every CPU")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def recorded_system_info(request):
+    name = request.config.getoption("--system-info")
+    if not name:
+        yield None
+        return
+    info = (RECORDED_SYSTEM_INFO / f"{name}.txt").read_text().strip()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("cpuspec.llama.engine.system_info", lambda: info)
+        yield info
+
+
 def pytest_configure(config):
     """On a CPU with AMX, before any test loads llama.cpp: the installed build must survive a
     batched decode, as `cpuspec bench` makes sure (a child-process probe; where it dies, one

@@ -59,15 +59,21 @@ def test_the_engine_is_read_from_the_cpus_own_flags(tmp_path):
     assert matrix_engine(mac, "Darwin", "arm64").name == "Apple AMX"
 
 
-def test_whether_a_build_uses_it_comes_from_its_system_info():
-    from cpuspec.llama.engine import system_info
-    here = system_info()      # this machine's build
+RECORDED_INFO = Path(__file__).parent / "recorded" / "system_info"
+
+
+@pytest.mark.parametrize("name, has_amx", [("avx2", False), ("avx512", False), ("amx", True)])
+def test_whether_a_build_uses_it_comes_from_its_system_info(name, has_amx):
+    """Recorded system-info strings (an AVX2-only build, an AVX-512 one, one with AMX_INT8 in
+    ggml's order), never this machine's: the answer must not depend on the CPU the suite runs
+    on (an AVX2-only CPU once failed here)."""
+    info = (RECORDED_INFO / f"{name}.txt").read_text().strip()
     amx = MatrixEngine("Intel AMX", ("amx_tile", "amx_int8"))
-    assert build_uses(amx, here) is ("AMX_INT8 = 1" in here)
-    # ggml prints a compiled-in feature as "NAME = 1 |" and leaves the others out
-    assert build_uses(amx, here.replace("AVX512 = 1 |", "AVX512 = 1 | AMX_INT8 = 1 |")) is True
-    assert build_uses(MatrixEngine(None), here) is None
-    assert build_uses(MatrixEngine("Apple AMX", ("apple-silicon",)), here) is None
+    assert build_uses(amx, info) is has_amx
+    assert build_uses(MatrixEngine(None), info) is None
+    assert build_uses(MatrixEngine("Apple AMX", ("apple-silicon",)), info) is None
+    # a name that merely contains the flag is not the flag
+    assert build_uses(amx, info.replace("AMX_INT8 = 1", "NO_AMX_INT8 = 1")) is False
 
 
 def test_hw_says_which_engine_and_whether_the_build_uses_it():
