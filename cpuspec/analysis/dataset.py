@@ -16,7 +16,7 @@ from cpuspec.analysis.summary import OVERALL, summarize
 from cpuspec.analysis.whatif import ASSUMED_P, whatif_row
 from cpuspec.results.records import Machine, engine_of_build
 
-DATASET_SCHEMA = 4
+DATASET_SCHEMA = 5
 
 
 def _method_of_drafter(drafter: str | None) -> str | None:
@@ -79,8 +79,19 @@ def _to_4(table):
     return table
 
 
+def _to_5(table):
+    """Schema 4 → 5: `pinning` (issue 77: what the OS let cpuspec choose, thread / process /
+    none), null in rows written before it was recorded (all of them on Linux: "thread")."""
+    import pyarrow as pa
+    if "pinning" in table.column_names:
+        return table
+    at = table.column_names.index("os") + 1 if "os" in table.column_names \
+        else table.num_columns
+    return table.add_column(at, "pinning", pa.nulls(table.num_rows, pa.string()))
+
+
 # version → function(Arrow table) → the table at version + 1
-MIGRATIONS: dict = {1: _to_2, 2: _to_3, 3: _to_4}
+MIGRATIONS: dict = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
 # every column, in order, with its Arrow type name (results/parquet.py maps them)
 COLUMNS: list[tuple[str, str]] = [
     ("dataset_schema", "int"), ("row_id", "str"), ("run_id", "str"), ("kind", "str"),
@@ -89,7 +100,7 @@ COLUMNS: list[tuple[str, str]] = [
     ("machine_fingerprint", "str"), ("cpu_vendor", "str"), ("cpu_name", "str"),
     ("cpu_family", "int"), ("cpu_model", "int"), ("cpu_stepping", "int"), ("isa", "str"),
     ("threads", "int"), ("logical_cpus", "int"), ("p_cpus", "int"), ("e_cpus", "int"),
-    ("memory_gib", "float"), ("bandwidth_gbps", "float"), ("os", "str"),
+    ("memory_gib", "float"), ("bandwidth_gbps", "float"), ("os", "str"), ("pinning", "str"),
     ("llama_cpp_python", "str"), ("llama_system_info", "str"), ("backend", "str"),
     ("device", "str"), ("matrix_engine", "str"), ("matrix_engine_used", "int"),
     # the models
@@ -146,6 +157,9 @@ def _cpu_id(hw: dict) -> tuple[int | None, int | None, int | None]:
     return tuple(int(x) for x in m.groups()) if m else (None, None, None)
 
 
+OS_SYSTEM_NAMES = {"linux": "Linux", "darwin": "Darwin", "win32": "Windows"}
+
+
 def machine_columns(doc: dict) -> dict:
     """The machine, as the run recorded it: no hostname, no user, no path."""
     meta = doc.get("meta") or {}
@@ -165,7 +179,11 @@ def machine_columns(doc: dict) -> dict:
            "e_cpus": len(kinds.get("E", [])),
            "memory_gib": round(mem / 2 ** 30, 1) if mem else None,
            "bandwidth_gbps": _num((meta.get("bandwidth") or {}).get("copy_gbps")),
-           "os": (meta.get("platform") or "").split("-")[0] or None,
+           # the OS as platform.system() names it (Linux, Darwin, Windows): the run's own
+           # record where it has one (hardware.os), else its platform string
+           "os": OS_SYSTEM_NAMES.get(hw.get("os"), None)
+           or (meta.get("platform") or "").split("-")[0] or None,
+           "pinning": hw.get("pinning") if isinstance(hw.get("pinning"), str) else None,
            "llama_cpp_python": meta.get("llama_cpp_python_version"),
            "llama_system_info": meta.get("llama_system_info"),
            "backend": " ".join(m.backend) or "CPU",

@@ -68,7 +68,8 @@ def hw(as_json):
         echo(json.dumps({**info.to_dict(), "matrix_engine": engine,
                                "ggml_devices": devices}, indent=1))
         return
-    kinds = "; ".join(f"{k}: {','.join(map(str, v))}" for k, v in info.cores_by_kind.items())
+    kinds = "; ".join(f"{KIND_NAMES.get(k, k)} {','.join(map(str, v))}"
+                      for k, v in info.cores_by_kind.items())
     mem = f"{info.memory_total_bytes / 2**30:.1f} GiB" if info.memory_total_bytes else "?"
     for label, value in [
             ("CPU", info.cpu_model), ("logical CPUs", info.logical_cpus),
@@ -77,6 +78,10 @@ def hw(as_json):
             ("affinity", f"{','.join(map(str, info.affinity))} "
                          f"({info.physical_cores_in_affinity} physical cores)"),
             ("hybrid", info.hybrid), ("cores by kind", kinds), ("memory", mem),
+            ("OS", f"{OS_NAMES.get(info.os, info.os)}; pinning: {info.pinning} "
+                   f"({PINNING_MEANS[info.pinning]})"),
+            ("default threads", f"{info.default_threads} ({info.default_threads_rule})"),
+            ("backends", backends_line(devices)),
             ("governor", info.governor or "not readable"),
             ("turbo", info.turbo or "not readable"),
             ("matrix engine", describe(info.matrix_engine, uses))]:
@@ -86,6 +91,22 @@ def hw(as_json):
         mem = f", {d['memory_total_bytes'] / 2**30:.1f} GiB" if d["memory_total_bytes"] else ""
         echo(f"{'ggml device ' + str(i):>15}: {d['name']} ({d['type']}{mem}): "
                    f"{d['description']}")
+
+
+KIND_NAMES = {"P": "P-cores", "E": "E-cores", "LPE": "low-power E-cores", "M": "mid cores"}
+OS_NAMES = {"linux": "Linux", "darwin": "macOS", "win32": "Windows"}
+PINNING_MEANS = {"thread": "each model's threads can get cores of their own",
+                 "process": "one core set for the whole process",
+                 "none": "no program can choose cores; --p-cores, --e-cores and --draft-cores "
+                         "are refused, --threads is the only axis"}
+
+
+def backends_line(devices: list[dict]) -> str:
+    """Which backends the installed llama.cpp build has besides the CPU (Metal, CUDA,
+    Vulkan...), from ggml's device list: what -ngl can offload to."""
+    other = [f"{d['name']} ({d['type']})" for d in devices if d.get("type") != "CPU"]
+    return ("CPU + " + ", ".join(other)) if other else \
+        "CPU only (no GPU backend in this build: -ngl is refused)"
 
 
 @click.command()
@@ -121,6 +142,8 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
     try:
         if p_cores or e_cores:
             cpus = select_cpus(hw, p_cores, e_cores, smt)
+        elif hw.pinning == "none":   # nothing pinned: llama.cpp and the streams float
+            cpus = sorted(hw.affinity)
         else:
             cpus = select_cpus(hw, p_cores=hw.physical_cores_in_affinity, smt=smt) \
                 if hw.hybrid == "not hybrid" else sorted(hw.affinity)
@@ -141,7 +164,8 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
                             draft_path=draft_path, target_origin=target_origin,
                             draft_origin=draft_origin), log)
             res = run_contention(ContentionConfig(target_f.path, draft_f.path, cpus, threads,
-                                                  k, n_tokens), log)
+                                                  k, n_tokens, pinned=hw.pinning != "none"),
+                                 log)
         except (ModelError, EngineError) as exc:
             raise click.ClickException(str(exc))
         res["hardware"] = hw.to_dict()
@@ -475,7 +499,7 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
     try:
         built = native.build(log) if build_native else None
         if llama_bin is not None:   # a folder the user named must hold them: no fallback
-            lacking = [t for p in wanted for t in need[p] if not (llama_bin / t).is_file()]
+            lacking = [t for p in wanted for t in need[p] if not native.program(llama_bin, t).is_file()]
             if lacking:
                 raise click.UsageError(
                     f"{llama_bin} has no {', '.join(lacking)}; build llama.cpp's tools there, "
@@ -487,7 +511,7 @@ def _native_bin_dir(chosen: list[str], build_native: bool, llama_bin):
     except native.NativeError as exc:
         raise click.ClickException(str(exc))
     missing = [p for p in wanted
-               if bin_dir is None or not all((bin_dir / t).is_file() for t in need[p])]
+               if bin_dir is None or not native.has_programs(bin_dir, need[p])]
     if missing:
         names = ", ".join(t for p in missing for t in need[p])
         where = "(give --llama-bin DIR, or --build-native)"

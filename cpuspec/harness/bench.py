@@ -9,7 +9,6 @@ import contextlib
 import copy
 import datetime as dt
 import functools
-import os
 import platform
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -19,8 +18,8 @@ from typing import Callable
 import numpy as np
 
 from cpuspec import __version__
-from cpuspec.machine.hardware import (CoreOwner, CorePinner, OwnedDecoder, census_delta, detect_hardware,
-                       thread_census)
+from cpuspec.machine.hardware import (CoreOwner, CorePinner, OwnedDecoder, census_delta,
+                                     current_affinity, detect_hardware, thread_census)
 from cpuspec.core.lookup import HYBRID_NGRAM, HybridDrafter, LookupDrafter, NGRAM_MAX, NGRAM_MIN
 from cpuspec.harness.measure import CATCHUP_PROBE_TOKENS, CURVE_N, NoiseProbe, NoiseSample, probe_costs
 from cpuspec.inputs.models import FetchedModel, fetch_model, local_model
@@ -356,6 +355,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             on_update(results)
         target, draft, draft_model, owner, draft_session = _open_decoders(cfg, loaded, n_ctx,
                                                                           stack)
+        _record_contexts(results, target, draft_session or draft_model)
         census = thread_census()
         gen = Generator(cfg, target, draft, None)
         gen.owner, gen.draft_async = owner, draft_session
@@ -374,7 +374,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
             results["quality"] = target_perplexity(target_m, cfg.threads)
         if owner:  # where each model's threads ran, measured
             results["threads"] = {
-                "target_cpus": cfg.cpus or sorted(os.sched_getaffinity(0)),
+                "target_cpus": cfg.cpus or current_affinity(),
                 "draft_cpus": cfg.draft_cpus, "draft_owner_thread": owner.native_id,
                 "cpu_s_by_affinity": census_delta(census, thread_census())}
     results["complete"] = True   # no summary is stored: every reader computes it (summary.py)
@@ -458,6 +458,14 @@ def refuse_recurrent(*sessions) -> None:
                               "heads for its MTP layer)")
 
 
+def _record_contexts(results: dict, target, draft) -> None:
+    """Where each context's work and KV cache live (llama.cpp's report) and whether its ops may
+    be offloaded: the proof that a CPU point ran on the CPU on a GPU build too."""
+    for role, s in (("target", target), ("draft", draft)):
+        if hasattr(s, "buffers") and hasattr(s, "op_offload") and role in results["models"]:
+            results["models"][role].update(context_buffers=s.buffers, op_offload=s.op_offload)
+
+
 def _open_decoders(cfg: BenchConfig, loaded: LoadedPair, n_ctx: int,
                    stack: contextlib.ExitStack):
     """The target's session and the drafter as the loop drives it (the draft's session on
@@ -470,8 +478,10 @@ def _open_decoders(cfg: BenchConfig, loaded: LoadedPair, n_ctx: int,
         if loaded.draft_m else LookupDrafter(loaded.target_m.is_eog)
     refuse_recurrent(target, draft)
     owner = draft_session = None
-    if cfg.draft_cpus and loaded.draft_m:
-        owner = CoreOwner(cfg.draft_cpus, "draft")
+    # the parallel schedule drives the draft from a thread of its own: pinned to its CPUs, or
+    # unpinned where the OS has no affinity (the plan said so)
+    if (cfg.draft_cpus or cfg.schedule == "parallel") and loaded.draft_m:
+        owner = CoreOwner(cfg.draft_cpus or [], "draft")
         stack.callback(owner.close)
         draft_session, draft = draft, OwnedDecoder(draft, owner)
     # what the cost probe times: the hybrid's lookup costs ~nothing, and the window's

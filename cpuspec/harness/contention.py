@@ -30,6 +30,26 @@ class ContentionConfig:
     k: int = 4
     n_tokens: int = 32
     max_streams: int | None = None
+    # False where the OS lets no program choose cores (macOS): llama.cpp and the background
+    # streams run where the OS puts them, and the results say so
+    pinned: bool = True
+
+
+def _bandwidths(cfg: ContentionConfig, llama_cpus: list[int], out: dict,
+                log: Callable[[str], None]) -> tuple[float, float]:
+    """STREAM copy on one CPU, on all, and on llama.cpp's (bytes/s of the last two), then
+    llama.cpp pinned to its CPUs where the OS allows."""
+    log(f"bandwidth probe on CPUs {cfg.cpus[:1]} and {cfg.cpus}")
+    out["bandwidth"] = {"single": probe_bandwidth(cfg.cpus[:1]).to_dict(),
+                        "multi": probe_bandwidth(cfg.cpus).to_dict()}
+    bw_llama = probe_bandwidth(llama_cpus).gbps["copy"] * 1e9
+    out["bandwidth"]["llama_cpus_copy_gbps"] = bw_llama / 1e9
+    if cfg.pinned:
+        CorePinner().pin(llama_cpus)
+    else:
+        log("unpinned: this OS lets no program choose cores; llama.cpp's threads and the "
+            "background streams run where it puts them")
+    return out["bandwidth"]["multi"]["gbps"]["copy"] * 1e9, bw_llama
 
 
 def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _: None) -> dict:
@@ -42,14 +62,8 @@ def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _:
                  "measured_at": "decodes from KV position 1 (llama-bench's tg), verifies of "
                                 f"k + 1 = {cfg.k + 1} tokens with all rows at position 1",
                  "llama_cpus": llama_cpus, "stream_cpus": stream_cpus, "threads": cfg.threads,
-                 "k": cfg.k, "n_tokens": cfg.n_tokens}
-    log(f"bandwidth probe on CPUs {cfg.cpus[:1]} and {cfg.cpus}")
-    out["bandwidth"] = {"single": probe_bandwidth(cfg.cpus[:1]).to_dict(),
-                        "multi": probe_bandwidth(cfg.cpus).to_dict()}
-    bw_multi = out["bandwidth"]["multi"]["gbps"]["copy"] * 1e9
-    bw_llama = probe_bandwidth(llama_cpus).gbps["copy"] * 1e9
-    out["bandwidth"]["llama_cpus_copy_gbps"] = bw_llama / 1e9
-    CorePinner().pin(llama_cpus)
+                 "k": cfg.k, "n_tokens": cfg.n_tokens, "pinned": cfg.pinned}
+    bw_multi, bw_llama = _bandwidths(cfg, llama_cpus, out, log)
     with Model(cfg.target_path) as tm, Model(cfg.draft_path) as dm, \
             Session(tm, 256, cfg.threads) as target, Session(dm, 256, cfg.threads) as draft:
         models = {"target": (tm, target), "draft": (dm, draft)}

@@ -14,10 +14,8 @@ Definitions used throughout:
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import time
-from pathlib import Path
 from typing import Callable, Sequence
 
 from cpuspec.results.records import (MIN_JUDGED_WINDOW_S, NoiseSample, CostProbe,  # noqa: F401
@@ -32,7 +30,6 @@ CATCHUP_PROBE_TOKENS = 32
 # The bench's probe times V(n) up to here (or k + 1 if larger), whatever k it runs: advise then
 # sees the curve's cheap points beyond the k measured (on x86 Q4_0/Q8_0, n = 8, 12, 16).
 CURVE_N = 16
-PSI_CPU = Path("/proc/pressure/cpu")
 
 
 def filler_tokens(prompt: Sequence[int], n: int) -> list[int]:
@@ -120,12 +117,10 @@ def _busy_and_steal() -> tuple[float, float]:
     return total - idle, getattr(t, "steal", 0.0)
 
 
-def _psi_cpu_some_us() -> int | None:
-    try:
-        m = re.search(r"^some .*total=(\d+)", PSI_CPU.read_text(), re.M)
-    except OSError:
-        return None
-    return int(m.group(1)) if m else None
+def _psi_cpu_some_us() -> float | None:
+    """Linux's pressure-stall 'some' total (µs); None on an OS without PSI (machine/osapi)."""
+    from cpuspec.machine import osapi
+    return osapi.current().cpu_pressure_us()
 
 
 class NoiseProbe:

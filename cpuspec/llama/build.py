@@ -192,7 +192,7 @@ def probe(argv: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> 
         try:
             rc = wait_child(proc, timeout_s=timeout_s)
         except ChildTimeout:
-            rc = -int(signal.SIGKILL)
+            rc = -int(getattr(signal, "SIGKILL", 9))
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()

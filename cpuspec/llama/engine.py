@@ -45,6 +45,20 @@ def _quiet_log(level, text, user_data):  # llama.cpp's own logging would flood t
 # (src/llama-model.cpp, load_tensors: "%s: %12s model buffer size = %8.2f MiB"): the only place
 # where it says which device holds the weights; n_gpu_layers is a request, not a placement.
 _BUFFER_LINE = re.compile(rb"load_tensors:\s+(\S+) model buffer size =\s*([0-9.]+) MiB")
+# A context's allocations (src/llama-context.cpp, llama-kv-cache.cpp): "%s compute buffer size"
+# and "%s KV buffer size" name the backend of each: where its work and its KV cache live.
+_CONTEXT_LINE = re.compile(rb"\s(\S+) (compute|KV) buffer size =\s*([0-9.]+) MiB")
+
+
+def parse_context_buffers(lines: Sequence[bytes]) -> dict[str, int]:
+    """{"compute:CPU": bytes, "KV:CPU": bytes, "compute:MTL0": ...} from a context's log."""
+    out: dict[str, int] = {}
+    for line in lines:
+        m = _CONTEXT_LINE.search(line)
+        if m:
+            key = f"{m.group(2).decode()}:{m.group(1).decode(errors='replace')}"
+            out[key] = out.get(key, 0) + round(float(m.group(3)) * 2**20)
+    return out
 
 
 def parse_model_buffers(lines: Sequence[bytes]) -> dict[str, int]:
@@ -139,6 +153,7 @@ class Model:
             raise EngineError(f"model file not found: {self.path}")
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        self.n_gpu_layers = n_gpu_layers
         global _captured
         _captured = []
         try:
@@ -263,7 +278,21 @@ class Session:
         params.n_seq_max = 1
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch or n_threads
-        self.ctx = ll.llama_init_from_model(model.ptr, params)
+        # A CPU run on a GPU build (Metal by default on a Mac, CUDA, Vulkan): no layer offloaded
+        # is not enough, llama.cpp still offloads large batches' ops of CPU-held weights to the
+        # device (op_offload; llama.cpp #8164). Off where no layer is offloaded.
+        self.op_offload = bool(getattr(model, "n_gpu_layers", 0))
+        if hasattr(params, "op_offload"):
+            params.op_offload = self.op_offload
+        global _captured
+        _captured = []
+        try:
+            self.ctx = ll.llama_init_from_model(model.ptr, params)
+            lines = _captured
+        finally:
+            _captured = None
+        # where the context's work and KV cache live, as llama.cpp reported it
+        self.buffers = parse_context_buffers(lines)
         if not self.ctx:
             raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens")
         self.mem = ll.llama_get_memory(self.ctx)

@@ -51,8 +51,24 @@ def vendored_version() -> str:
         return llama_cpp.__version__
 
 
+def program(bin_dir: Path, name: str) -> Path:
+    """A llama.cpp program's file in bin_dir, as this OS names it (llama-server.exe on
+    Windows)."""
+    from cpuspec.machine import osapi
+    return Path(bin_dir) / (name + osapi.current().EXE_SUFFIX)
+
+
+def has_programs(bin_dir: Path, names: Sequence[str]) -> bool:
+    return all(program(bin_dir, t).is_file() for t in names)
+
+
 def build_dir() -> Path:
-    return cpuspec_home() / "native" / f"llama-cpp-python-{vendored_version()}" / "build" / "bin"
+    """Where cmake puts the programs: build/bin, or build/bin/Release with MSVC (a
+    multi-config generator); the first that exists, else the first of this OS's."""
+    from cpuspec.machine import osapi
+    root = cpuspec_home() / "native" / f"llama-cpp-python-{vendored_version()}"
+    dirs = [root / d for d in osapi.current().BUILD_BIN_DIRS]
+    return next((d for d in dirs if d.is_dir()), dirs[0])
 
 
 def find_bin_dir(explicit: Path | None = None, need: Sequence[str] = MEASURED) -> Path | None:
@@ -60,7 +76,7 @@ def find_bin_dir(explicit: Path | None = None, need: Sequence[str] = MEASURED) -
     cached build of the vendored llama.cpp, then PATH. None when there is none. A folder the
     user named that lacks them is an error, not a fallback."""
     if explicit is not None:
-        missing = [t for t in need if not (explicit / t).is_file()]
+        missing = [t for t in need if not program(explicit, t).is_file()]
         if missing:
             raise NativeError(f"{explicit} has no {', '.join(missing)}; build llama.cpp's tools "
                               f"there, or run `cpuspec paths --build-native`")
@@ -71,7 +87,7 @@ def find_bin_dir(explicit: Path | None = None, need: Sequence[str] = MEASURED) -
     if on_path:
         candidates.append(Path(on_path).parent)
     for d in candidates:
-        if all((d / t).is_file() for t in need):
+        if has_programs(d, need):
             return d
     return None
 
@@ -82,9 +98,9 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     $CMAKE_ARGS as pip's build of llama-cpp-python takes them (the same flags for both).
     About 15 minutes on 2 cores, once."""
     bin_dir = build_dir()
-    root = bin_dir.parent.parent
+    root = cpuspec_home() / "native" / f"llama-cpp-python-{vendored_version()}"
     src = root / f"llama_cpp_python-{vendored_version()}"
-    if all((bin_dir / t).is_file() for t in targets) and patches_applied(src) == set(PATCHES):
+    if has_programs(bin_dir, targets) and patches_applied(src) == set(PATCHES):
         return bin_dir
     src = sdist_dir(log)
     # cpuspec's ggml patches (the AMX tile fix): an older build without them is rebuilt, and
@@ -98,7 +114,7 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
                   *shlex.split(os.environ.get("CMAKE_ARGS", ""))], None)
     _run(["cmake", "--build", str(root / "build"), "--config", "Release", "-j",
                   str(os.cpu_count() or 2), "--target", *targets], None)
-    return bin_dir
+    return build_dir()
 
 
 def sdist_archive(log: Callable[[str], None]) -> Path:
@@ -138,7 +154,7 @@ def help_flags(bin_dir: Path, tool: str) -> set[str]:
     """Every flag that `tool --help` lists as working: an option line's flags (before its
     description), less those whose description says the argument has been removed (llama.cpp
     keeps --draft-max and others in its help only to say so)."""
-    proc = subprocess.run([str(bin_dir / tool), "--help"], capture_output=True, text=True,
+    proc = subprocess.run([str(program(bin_dir, tool)), "--help"], capture_output=True, text=True,
                           timeout=60)
     flags: set[str] = set()
     entry: list[str] = []
@@ -210,7 +226,7 @@ def run_speculative(bin_dir: Path, target: str, draft: str | None, prompt: str, 
     parsed). Its "encoded" window holds both prompt prefills, "decoded" every round.
     per_round: log at debug level to read each round's accepted/drafted (the logging costs
     time: not for timed runs)."""
-    argv = [str(bin_dir / SPECULATIVE), "-m", str(target), *spec_flags(draft, k, drafter, p_min),
+    argv = [str(program(bin_dir, SPECULATIVE)), "-m", str(target), *spec_flags(draft, k, drafter, p_min),
             "-p", prompt, "-n", str(n), "--temp", "0", "--top-k", "1", "--seed", "1",
             "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx),
             *(["-v"] if per_round else ["-lv", "4"])]
@@ -242,7 +258,7 @@ def run_completion(bin_dir: Path, target: str, prompt: str, n: int, threads: int
     default), and both windows are wall clock from before the prompt's prefill to the last
     token. Here that is llama_perf's "total time" (the program resets it just before it
     tokenizes the prompt); its "prompt eval time" splits the prefill off."""
-    argv = [str(bin_dir / COMPLETION), "-m", str(target), "-p", prompt, "-n", str(n),
+    argv = [str(program(bin_dir, COMPLETION)), "-m", str(target), "-p", prompt, "-n", str(n),
             "--temp", "0", "--top-k", "1", "--seed", "1", "-t", str(threads), "-tb",
             str(threads), "-c", str(n_ctx), "-no-cnv", "--no-display-prompt", "-sp"]
     out, err = _run_logged(argv, "total time")

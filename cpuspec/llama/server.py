@@ -97,7 +97,8 @@ class Server:
 
     def __init__(self, bin_dir: Path, argv: Sequence[str], port: int | None = None,
                  start_timeout_s: float = START_TIMEOUT_S, slots: int = 1):
-        self.program = Path(bin_dir) / SERVER
+        from cpuspec.llama.native import program
+        self.program = program(bin_dir, SERVER)
         if not self.program.is_file():
             raise NativeError(f"{self.program} does not exist: build llama.cpp's server "
                               "(`cpuspec paths --build-native`) or give --llama-bin DIR")

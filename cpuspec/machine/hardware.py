@@ -1,10 +1,10 @@
-"""What machine a result came from, and which cores the work runs on.
+"""What machine a result came from, which cores the work runs on, and what the OS allows.
 
-Topology comes from sysfs: per logical CPU its package, core and max frequency; hybrid Intel
-parts list their P-cores and E-cores in /sys/devices/cpu_core/cpus and /sys/devices/cpu_atom/cpus
-(also under /sys/bus/event_source/devices/). Without those, cores are grouped by
-cpufreq/cpuinfo_max_freq; one group means "not hybrid". The filesystem root is a parameter so
-tests can use fake trees. Nothing here writes to sysfs: governor and turbo are reported only.
+Everything the OS says comes through machine/osapi (Linux sysfs, macOS sysctl, Windows
+GetLogicalProcessorInformationEx); this module sorts it into one record, chooses cores for
+--p-cores/--e-cores, and pins where the OS lets a program pin. On Linux the filesystem root is a
+parameter so tests can use fake sysfs trees; other OSes are simulated in tests through their
+doors (osapi.darwin.SYSCTL, osapi.windows.GLPI). Nothing here writes to sysfs.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cpuspec.machine import osapi
 from cpuspec.machine.matrix import MatrixEngine, matrix_engine
+from cpuspec.machine.osapi import PinningUnsupported, parse_cpu_list  # noqa: F401 (re-export)
+from cpuspec.machine.osapi.common import FREQ_GROUP_TOLERANCE  # noqa: F401 (re-export)
 
 ROOT = Path("/")
-# Cores whose max frequencies differ by less than this fraction are one class (frequency
-# tables of one core type differ by a bin or two at most).
-FREQ_GROUP_TOLERANCE = 0.05
 
 
 class HardwareError(ValueError):
@@ -30,8 +30,9 @@ class Core:
     package: str
     core: str
     cpus: tuple[int, ...]      # logical CPUs (SMT siblings), ascending
-    kind: str                  # "P", "E" or "LPE"; "P" on non-hybrid parts
+    kind: str                  # "P", "E", "LPE" or Arm's middle "M"; "P" on non-hybrid parts
     max_freq_khz: int | None
+    part: str | None = None    # Arm's "CPU part", Apple's perf level name
 
 
 @dataclass
@@ -42,7 +43,9 @@ class HardwareInfo:
     smt_siblings: int           # logical CPUs per core (max)
     affinity: list[int]
     physical_cores_in_affinity: int
-    hybrid: str                 # "intel-sysfs", "frequency-groups" or "not hybrid"
+    # how core kinds were told apart: "intel-sysfs", "cpu-capacity" (Arm), "frequency-groups",
+    # "EfficiencyClass" (Windows), "sysctl hw.perflevel" (macOS) or "not hybrid"
+    hybrid: str
     cores_by_kind: dict[str, list[int]]   # kind → logical CPUs
     memory_total_bytes: int | None
     governor: str | None
@@ -55,6 +58,11 @@ class HardwareInfo:
     cpu_id: str | None = None
     # The matrix engine inside the CPU (Intel AMX, Arm SME, Apple's): machine/matrix.py.
     matrix_engine: MatrixEngine | None = None
+    os: str = "linux"             # "linux", "darwin", "win32"
+    pinning: str = "thread"       # what the OS lets a program choose: thread, process, none
+    default_threads: int | None = None
+    default_threads_rule: str | None = None   # llama.cpp's rule on this OS, in words
+    flags: list[str] = field(default_factory=list, repr=False)   # ISA flags (Arm, Apple)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -63,161 +71,80 @@ class HardwareInfo:
         return d
 
 
-def parse_cpu_list(text: str) -> list[int]:
-    """'0-3,8,10-11' → [0, 1, 2, 3, 8, 10, 11]."""
-    out: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-")
-            out += range(int(lo), int(hi) + 1)
-        else:
-            out.append(int(part))
-    return sorted(set(out))
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def current_affinity() -> list[int]:
+    """The CPUs this process may run on (every CPU where the OS has no affinity)."""
     try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
+        return osapi.current().process_affinity()
+    except (OSError, AttributeError, NotImplementedError):
         return list(range(os.cpu_count() or 1))
 
 
 def cpu_model(root: Path = ROOT) -> str:
-    text = _read(root / "proc/cpuinfo") or ""
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine() or "unknown"
+    return osapi.current().topology(root).cpu_model
 
 
 def cpu_id(root: Path = ROOT) -> str | None:
-    """'family 25 model 17 stepping 1' (x86) or 'implementer 0x41 part 0xd0c' (ARM), from the
-    first processor in /proc/cpuinfo."""
-    fields: dict[str, str] = {}
-    for line in (_read(root / "proc/cpuinfo") or "").splitlines():
-        if not line.strip():
-            if fields:
-                break
-            continue
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    if "cpu family" in fields and "model" in fields:
-        return (f"family {fields['cpu family']} model {fields['model']}"
-                + (f" stepping {fields['stepping']}" if "stepping" in fields else ""))
-    if "CPU implementer" in fields and "CPU part" in fields:
-        return f"implementer {fields['CPU implementer']} part {fields['CPU part']}"
-    return None
-
-
-def logical_cpus(root: Path = ROOT) -> list[int]:
-    online = _read(root / "sys/devices/system/cpu/online")
-    if online:
-        return parse_cpu_list(online)
-    return list(range(os.cpu_count() or 1))
-
-
-def _hybrid_sets(root: Path) -> dict[str, list[int]] | None:
-    for base in ("sys/devices", "sys/bus/event_source/devices"):
-        p, e = _read(root / base / "cpu_core/cpus"), _read(root / base / "cpu_atom/cpus")
-        if p and e:
-            return {"P": parse_cpu_list(p), "E": parse_cpu_list(e)}
-    return None
-
-
-def _freq_classes(freqs: list[int]) -> list[list[int]]:
-    """Distinct max frequencies grouped within FREQ_GROUP_TOLERANCE, highest group first."""
-    groups: list[list[int]] = []
-    for f in sorted(set(freqs), reverse=True):
-        if groups and f >= groups[-1][0] * (1 - FREQ_GROUP_TOLERANCE):
-            groups[-1].append(f)
-        else:
-            groups.append([f])
-    return groups
-
-
-def _classify(cores: list[tuple[str, str, tuple[int, ...], int | None]], root: Path
-              ) -> tuple[str, dict[tuple[str, str], str]]:
-    hybrid = _hybrid_sets(root)
-    kinds: dict[tuple[str, str], str] = {}
-    if hybrid:
-        e_cores = [c for c in cores if c[2][0] in hybrid["E"]]
-        # Low-power E-cores (Meteor Lake's SoC tile) are atom cores with a lower max frequency.
-        e_groups = _freq_classes([c[3] for c in e_cores if c[3]])
-        for pkg, core, cpus, freq in cores:
-            if cpus[0] in hybrid["P"]:
-                kinds[(pkg, core)] = "P"
-            elif len(e_groups) > 1 and freq is not None and freq not in e_groups[0]:
-                kinds[(pkg, core)] = "LPE"
-            else:
-                kinds[(pkg, core)] = "E"
-        return "intel-sysfs", kinds
-    groups = _freq_classes([c[3] for c in cores if c[3]])
-    if len(groups) > 1 and all(c[3] for c in cores):
-        for pkg, core, cpus, freq in cores:
-            kinds[(pkg, core)] = "P" if freq in groups[0] else "E"
-        return "frequency-groups", kinds
-    return "not hybrid", {(c[0], c[1]): "P" for c in cores}
+    return osapi.current().topology(root).cpu_id
 
 
 def topology(root: Path = ROOT) -> tuple[str, list[Core]]:
-    by_core: dict[tuple[str, str], list[int]] = {}
-    freq: dict[tuple[str, str], int | None] = {}
-    for cpu in logical_cpus(root):
-        base = root / f"sys/devices/system/cpu/cpu{cpu}"
-        pkg = _read(base / "topology/physical_package_id") or "0"
-        core = _read(base / "topology/core_id")
-        key = (pkg, core if core is not None else f"cpu{cpu}")
-        by_core.setdefault(key, []).append(cpu)
-        f = _read(base / "cpufreq/cpuinfo_max_freq")
-        freq[key] = int(f) if f else freq.get(key)
-    raw = [(k[0], k[1], tuple(sorted(v)), freq[k]) for k, v in by_core.items()]
-    raw.sort(key=lambda c: c[2][0])
-    hybrid, kinds = _classify(raw, root)
-    return hybrid, [Core(p, c, cpus, kinds[(p, c)], f) for p, c, cpus, f in raw]
+    topo = osapi.current().topology(root)
+    return topo.method, _cores(topo)
+
+
+def _cores(topo) -> list[Core]:
+    return [Core(c.key[0], ":".join(k for k in c.key[1:] if k != "0") or "0"
+                 if len(c.key) > 2 else c.key[-1], c.cpus, c.kind or "P", c.max_freq_khz,
+                 c.part) for c in topo.cores]
 
 
 def memory_total_bytes() -> int | None:
-    try:
-        import psutil
-        return int(psutil.virtual_memory().total)
-    except Exception:
-        return None
+    return osapi.current().memory_total_bytes()
 
 
-def _governor_turbo(root: Path) -> tuple[str | None, str | None]:
-    gov = _read(root / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
-    no_turbo = _read(root / "sys/devices/system/cpu/intel_pstate/no_turbo")
-    boost = _read(root / "sys/devices/system/cpu/cpufreq/boost")
-    turbo = ("off" if no_turbo == "1" else "on") if no_turbo is not None else \
-        (("on" if boost == "1" else "off") if boost is not None else None)
-    return gov, turbo
+def default_threads_rule(topo_method: str, cores: list[Core], aff: list[int],
+                         machine: str) -> tuple[int, str]:
+    """llama.cpp's own default thread count on this OS (common.cpp: cpu_get_num_math), and
+    the rule in words: Linux x86 on a hybrid, the P-cores (it skips E-cores and SMT
+    siblings); macOS, hw.perflevel0.physicalcpu; otherwise every physical core. cpuspec
+    counts only the cores inside this process's affinity (a container's or `taskset`'s)."""
+    mine = [c for c in cores if set(c.cpus) & set(aff)] or cores
+    name = osapi.os_name()
+    if name == "darwin":
+        n = osapi.current().physical_performance_cores() or len(mine)
+        return n, "llama.cpp's rule on macOS: the performance cores (hw.perflevel0.physicalcpu)"
+    p_cores = [c for c in mine if c.kind == "P"]
+    x86 = machine.lower() in ("x86_64", "amd64", "x64", "i686")
+    if name == "linux" and x86 and topo_method != "not hybrid" and p_cores:
+        return len(p_cores), ("llama.cpp's rule on Linux x86 hybrids: the physical P-cores "
+                              "(E-cores and SMT siblings skipped)")
+    where = {"win32": "Windows", "linux": "Linux"}.get(name, name)
+    return len(mine), f"llama.cpp's rule on {where}: every physical core" + (
+        " (P and E alike)" if len(p_cores) < len(mine) else "")
 
 
 def detect_hardware(root: Path = ROOT, affinity: list[int] | None = None) -> HardwareInfo:
+    api = osapi.current()
     aff = current_affinity() if affinity is None else sorted(affinity)
-    hybrid, cores = topology(root)
+    topo = api.topology(root)
+    cores = _cores(topo)
     kinds: dict[str, list[int]] = {}
     for c in cores:
         kinds.setdefault(c.kind, []).extend(c.cpus)
     kinds = {k: sorted(v) for k, v in kinds.items()}
-    gov, turbo = _governor_turbo(root)
+    gov, turbo = api.governor_turbo(root)
+    machine = platform.machine()
+    n_threads, rule = default_threads_rule(topo.method, cores, aff, machine)
     return HardwareInfo(
-        cpu_model=cpu_model(root), logical_cpus=sum(len(c.cpus) for c in cores),
+        cpu_model=topo.cpu_model, logical_cpus=sum(len(c.cpus) for c in cores),
         physical_cores=len(cores), smt_siblings=max((len(c.cpus) for c in cores), default=1),
         affinity=aff, physical_cores_in_affinity=sum(1 for c in cores
                                                      if set(c.cpus) & set(aff)),
-        hybrid=hybrid, cores_by_kind=kinds, memory_total_bytes=memory_total_bytes(),
-        governor=gov, turbo=turbo, machine=platform.machine(), cores=cores,
-        cpu_id=cpu_id(root), matrix_engine=matrix_engine(root))
+        hybrid=topo.method, cores_by_kind=kinds, memory_total_bytes=api.memory_total_bytes(),
+        governor=gov, turbo=turbo, machine=machine, cores=cores,
+        cpu_id=topo.cpu_id, matrix_engine=matrix_engine(root, flags=topo.flags),
+        os=api.NAME, pinning=api.PINNING, default_threads=n_threads,
+        default_threads_rule=rule, flags=sorted(topo.flags))
 
 
 def physical_cores(cpus: list[int], root: Path = ROOT) -> int:
@@ -231,8 +158,20 @@ MAX_THREADS_PER_CPU = 4
 
 
 def default_threads() -> int:
-    """llama.cpp decodes fastest with one thread per physical core it may run on."""
-    return max(1, physical_cores(current_affinity()))
+    """llama.cpp's own default on this OS (default_threads_rule), inside this process's
+    affinity: the thread count a user of llama.cpp gets without -t."""
+    return max(1, detect_hardware().default_threads or 1)
+
+
+def require_pinning(what: str) -> None:
+    """Refuse an option that needs pinning where the OS has none: one line, HardwareError."""
+    if osapi.pinning() == "none":
+        raise HardwareError(f"{what}: {_no_pinning_reason()}")
+
+
+def _no_pinning_reason() -> str:
+    return getattr(osapi.current(), "NO_PINNING",
+                   "this OS lets no program choose the cores its threads run on")
 
 
 def select_cpus(hw: HardwareInfo, p_cores: int = 0, e_cores: int = 0, smt: bool = False
@@ -241,6 +180,9 @@ def select_cpus(hw: HardwareInfo, p_cores: int = 0, e_cores: int = 0, smt: bool 
     core (its first allowed sibling) unless smt. On a non-hybrid CPU every core is a P-core."""
     if p_cores < 0 or e_cores < 0 or p_cores + e_cores == 0:
         raise HardwareError("ask for at least one core (--p-cores N and/or --e-cores M)")
+    if hw.pinning == "none":
+        flags = " ".join(f"--{k}-cores" for k, n in (("p", p_cores), ("e", e_cores)) if n)
+        raise HardwareError(f"{flags}: {_no_pinning_reason()}")
     allowed = set(hw.affinity)
     chosen: list[int] = []
     for kind, n in (("P", p_cores), ("E", e_cores)):
@@ -276,6 +218,8 @@ def split_for_parallel(hw: HardwareInfo, p_cores: int, e_cores: int, smt: bool =
 
 def check_cpus(hw: HardwareInfo, cpus: list[int]) -> list[int]:
     """An explicit CPU list (e.g. --draft-cores 4-7) must lie inside the allowed affinity."""
+    if hw.pinning == "none":
+        raise HardwareError(f"a CPU list ({_fmt_list(cpus)}): {_no_pinning_reason()}")
     outside = sorted(set(cpus) - set(hw.affinity))
     if outside:
         raise HardwareError(f"CPUs {_fmt_list(outside)} are outside this process's CPU "
@@ -291,7 +235,9 @@ def _fmt_list(cpus: list[int]) -> str:
 
 class CorePinner:
     """Moves every thread of this process (llama.cpp's workers included) onto a CPU set:
-    where the whole bench runs. The draft gets CPUs of its own through CoreOwner."""
+    where the whole bench runs. The draft gets CPUs of its own through CoreOwner. Where the
+    OS cannot pin, a pin to the CPUs the process already has is nothing to do, and any other
+    raises PinningUnsupported (the CLI refused such options before)."""
 
     def __init__(self) -> None:
         self.current: frozenset[int] | None = None
@@ -300,12 +246,12 @@ class CorePinner:
         want = frozenset(cpus)
         if want == self.current:
             return
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                os.sched_setaffinity(int(tid), want)
-            except (ProcessLookupError, PermissionError):
-                pass  # a thread that ended meanwhile
-        os.sched_setaffinity(0, want)
+        if osapi.pinning() == "none":
+            if want != frozenset(current_affinity()):
+                raise PinningUnsupported(_no_pinning_reason())
+            self.current = want
+            return
+        osapi.current().pin_process(sorted(want))
         self.current = want
 
 
@@ -324,12 +270,21 @@ class CoreOwner:
         self._ready = threading.Event()
         self.native_id: int | None = None
         self._thread = threading.Thread(target=self._run, name=f"cpuspec-{name}", daemon=True)
+        self.error: Exception | None = None
         self._thread.start()
         self._ready.wait()
+        if self.error is not None:
+            raise self.error
 
     def _run(self) -> None:
         import threading
-        os.sched_setaffinity(0, set(self.cpus))  # this thread only (Linux: 0 = the caller)
+        try:
+            if self.cpus:   # none: a thread of its own, unpinned (an OS without affinity)
+                osapi.current().pin_this_thread(self.cpus)   # this thread only
+        except Exception as exc:   # handed to the constructor, raised there
+            self.error = exc
+            self._ready.set()
+            return
         self.native_id = threading.get_native_id()
         self._ready.set()
         while (item := self._calls.get()) is not None:
@@ -358,12 +313,14 @@ def thread_census() -> dict[int, dict]:
     """Every thread of this process: its CPU affinity and CPU seconds so far (psutil)."""
     import psutil
     out = {}
+    api = osapi.current()
     for t in psutil.Process().threads():
-        try:
-            cpus = sorted(os.sched_getaffinity(t.id))
-        except OSError:  # ended meanwhile
-            continue
-        out[t.id] = {"cpus": cpus, "cpu_s": t.user_time + t.system_time}
+        cpus = api.thread_affinity(t.id)
+        if cpus is None and api.READS_THREAD_AFFINITY:
+            continue    # ended meanwhile
+        # where the OS cannot read a thread's CPUs (Windows, macOS): grouped as unknown (-1)
+        out[t.id] = {"cpus": cpus if cpus is not None else [-1],
+                     "cpu_s": t.user_time + t.system_time}
     return out
 
 

@@ -12,13 +12,13 @@ within one decode. The dropped one is not printed as a traceback.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+
+from cpuspec.machine import osapi
 
 _requested = threading.Event()
 _last_signal: int | None = None     # the signal that asked us to stop (its exit code: 128 + it)
@@ -51,31 +51,13 @@ class ChildTimeout(RuntimeError):
     """A child process ran past its time limit (it has been killed)."""
 
 
-try:   # looked up here, not in the forked child (no dlopen between fork and exec)
-    _PRCTL = ctypes.CDLL(None).prctl
-except (OSError, AttributeError):   # not Linux: the child finishes on its own
-    _PRCTL = None
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent():
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _die_with_parent_no_core():
-    _die_with_parent()
-    import resource
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 def start_child(argv, core_dump: bool = True, **kwargs):
-    """Start a program in a process group of its own (the terminal's Ctrl-C reaches us only),
-    so that wait_child can stop it with everything it started (a shell script's children
-    too); on Linux it is also killed if we are (SIGKILL gives us no chance to). core_dump=False
-    for a child expected to crash: it leaves no core file behind."""
-    return subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with_parent
-                            if core_dump else _die_with_parent_no_core, **kwargs)
+    """Start a program in a process group of its own (POSIX: a session; Windows: a new process
+    group), so that the terminal's Ctrl-C reaches us only and wait_child can stop it with
+    everything it started (a shell script's children too); on Linux it is also killed if we
+    are (SIGKILL gives us no chance to). core_dump=False for a child expected to crash: it
+    leaves no core file behind. How each OS does it: machine/osapi."""
+    return subprocess.Popen(argv, **osapi.current().popen_kwargs(core_dump), **kwargs)
 
 
 def wait_child(proc, poll_s: float = 0.1, timeout_s: float | None = None) -> int:
@@ -104,25 +86,15 @@ def stop_child(proc) -> int:
 
 
 def exited(proc) -> bool:
-    """Whether the child has exited, without reaping it (it stays a zombie, holding its pid)."""
-    if not hasattr(os, "waitid"):
-        return proc.poll() is not None
-    try:
-        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:   # reaped elsewhere already
-        return True
+    """Whether the child has exited, without reaping it where the OS allows (POSIX: it stays
+    a zombie, holding its pid and so its group's id)."""
+    return osapi.current().exited(proc)
 
 
 def _kill_group(proc) -> None:
-    """SIGKILL the child's process group (its own, from start_child) or the child alone, then
-    reap it."""
-    try:
-        if proc.returncode is None and os.getpgid(proc.pid) == proc.pid:
-            os.killpg(proc.pid, signal.SIGKILL)
-        elif proc.returncode is None:
-            proc.kill()
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Kill the child with everything it started (its process group, or its tree on
+    Windows), then reap it."""
+    osapi.current().kill_tree(proc)
     proc.wait()
 
 

@@ -57,18 +57,23 @@ def _cpu_flags(root: Path) -> set[str]:
 
 
 def matrix_engine(root: Path = ROOT, system: str | None = None,
-                  machine: str | None = None) -> MatrixEngine:
-    """The CPU's matrix engine (the OS's own flags; nothing is executed)."""
-    system = system or platform.system()
+                  machine: str | None = None, flags: frozenset[str] | None = None
+                  ) -> MatrixEngine:
+    """The CPU's matrix engine (the OS's own flags, from machine/osapi where not given;
+    nothing is executed). system: 'linux', 'darwin' or 'win32'."""
+    from cpuspec.machine import osapi
+    system = {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}.get(
+        system or "", system or osapi.os_name())
     machine = machine or platform.machine()
-    flags = _cpu_flags(root)
+    if flags is None:
+        flags = _cpu_flags(root) if system == "linux" else osapi.current().topology(root).flags
     amx = tuple(f for f in AMX_FLAGS if f in flags)
     if amx:
         return MatrixEngine("Intel AMX", amx)
     sme = tuple(f for f in SME_FEATURES if f in flags)
     if sme:
         return MatrixEngine("Arm SME", sme)
-    if system == "Darwin" and machine == "arm64":
+    if system == "darwin" and machine == "arm64":
         return MatrixEngine("Apple AMX", ("apple-silicon",))
     return MatrixEngine(None)
 

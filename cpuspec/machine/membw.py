@@ -11,8 +11,6 @@ a lower bound; copy is the cleanest number and the one used for rooflines.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
-import resource
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,16 +32,21 @@ def stream_bytes(kernel: str, n_elements: int) -> int:
 
 
 def llc_bytes(root: Path = Path("/")) -> int:
-    """Largest cache size listed for cpu0 (the last-level cache)."""
-    best = 0
-    for idx in (root / "sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            text = (idx / "size").read_text().strip()
-        except OSError:
-            continue
-        mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
-        best = max(best, int(text.rstrip("KMG")) * mult)
-    return best or DEFAULT_LLC_BYTES
+    """The last-level cache's bytes as the OS lists it (machine/osapi), or a default."""
+    from cpuspec.machine import osapi
+    size = osapi.current().llc_bytes(root)
+    return size or DEFAULT_LLC_BYTES
+
+
+def _pin_or_not(cpu: int) -> bool:
+    """Pin the calling thread to one CPU where the OS lets it; False where it cannot (macOS):
+    the probe then runs unpinned and says so."""
+    from cpuspec.machine import osapi
+    try:
+        osapi.current().pin_this_thread([cpu])
+        return True
+    except osapi.PinningUnsupported:
+        return False
 
 
 def _kernel(kernel: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
@@ -63,6 +66,7 @@ class BandwidthResult:
     array_bytes: int
     gbps: dict[str, float]            # best of tries, per kernel
     samples_s: dict[str, list[float]] = field(default_factory=dict)
+    pinned: bool = True               # False: the OS let no thread be pinned (macOS)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,9 +83,11 @@ def probe_bandwidth(cpus: list[int], n_elements: int | None = None,
     chunk = n_elements // len(cpus)
     slices = [slice(i * chunk, (i + 1) * chunk) for i in range(len(cpus))]
     samples: dict[str, list[float]] = {k: [] for k in STREAM_WORDS}
+    pinned = [True]
 
     def worker(i: int, cpu: int, kernel: str, start: threading.Barrier, out: list) -> None:
-        os.sched_setaffinity(0, {cpu})  # this thread only
+        if not _pin_or_not(cpu):   # this thread only
+            pinned[0] = False
         s = slices[i]
         start.wait()
         t0 = time.perf_counter()
@@ -100,11 +106,12 @@ def probe_bandwidth(cpus: list[int], n_elements: int | None = None,
                 t.join()
             samples[kernel].append(max(out))
     gbps = {k: stream_bytes(k, n_elements) / min(v) / 1e9 for k, v in samples.items()}
-    return BandwidthResult(list(cpus), n_elements, n_elements * WORD_BYTES, gbps, samples)
+    return BandwidthResult(list(cpus), n_elements, n_elements * WORD_BYTES, gbps, samples,
+                           pinned[0])
 
 
 def _stream_forever(cpu: int, n_elements: int, stop) -> None:  # pragma: no cover (subprocess)
-    os.sched_setaffinity(0, {cpu})
+    _pin_or_not(cpu)
     a, c = np.ones(n_elements), np.empty(n_elements)
     while not stop.is_set():
         np.copyto(c, a)
@@ -162,7 +169,8 @@ class Sampler:
                                  "cpu_mhz": freqs, "rss_bytes": proc.memory_info().rss})
 
     def __enter__(self) -> "Sampler":
-        self._ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        from cpuspec.machine import osapi
+        self._ru0 = osapi.current().rusage()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -170,11 +178,11 @@ class Sampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        self.delta = {"voluntary_ctx_switches": ru1.ru_nvcsw - self._ru0.ru_nvcsw,
-                      "involuntary_ctx_switches": ru1.ru_nivcsw - self._ru0.ru_nivcsw,
-                      "minor_page_faults": ru1.ru_minflt - self._ru0.ru_minflt,
-                      "major_page_faults": ru1.ru_majflt - self._ru0.ru_majflt}
+        from cpuspec.machine import osapi
+        ru1 = osapi.current().rusage()
+        # None where the OS does not count it (Windows: no involuntary/major split)
+        self.delta = {k: (ru1[k] - self._ru0[k] if ru1[k] is not None and
+                          self._ru0[k] is not None else None) for k in ru1}
 
     def summary(self) -> dict:
         per_cpu = list(zip(*[s["cpu_percent"] for s in self.samples])) if self.samples else []

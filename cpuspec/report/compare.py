@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any, Callable
 
-from cpuspec.results.records import Machine
+from cpuspec.results.records import OS_LABELS, Machine
 from cpuspec.report.tables import FIELDS, csv_text, fmt_value, json_safe, speedup_cell, table_rows
 from cpuspec.analysis.summary import summarize
 
@@ -95,9 +95,9 @@ def render_compare_screen(runs: list[dict], names: list[str]) -> str:
     machines = [Machine.of(r) for r in runs]
     lines = []
     for i, (n, m, r) in enumerate(zip(names, machines, runs)):
-        lines += screen.wrap(f"run {i + 1}: {n}: {m.label()}" + (f" ({m.cpu_id})" if m.cpu_id
-                                                                else "") + incomplete_note(r),
-                             "  ")
+        where = m.platform_phrase()
+        lines += screen.wrap(f"run {i + 1}: {n}: {m.label()}" + (f"; {where}" if where else "")
+                             + incomplete_note(r), "  ")
     summaries = [summarize(r) for r in runs]
     tasks = list(dict.fromkeys(t for s in summaries for t in s))
     rows = []
@@ -160,6 +160,7 @@ def render_compare(runs: list[dict], names: list[str], fmt: str = "text") -> str
              f"{' '.join(m.backend) or '?'}; {m.threads} threads"
              + (f" on CPUs {','.join(map(str, m.cpus))}" if m.cpus else "")
              + (f"; cores {m.cores}" if m.cores else "")
+             + (f"; {OS_LABELS.get(m.os, m.os)}, pinning {m.pinning}" if m.os else "")
              + f"; llama-cpp-python {m.llama_cpp_python}; {m.started_at}"
              + (f"; matrix engine {m.matrix_phrase()}" if m.matrix_engine else "")
              + incomplete_note(r)

@@ -161,6 +161,9 @@ def _flags(info: str, names: tuple[str, ...]) -> list[str]:
     return [n for n in names if n in on]
 
 
+OS_LABELS = {"linux": "Linux", "darwin": "macOS", "win32": "Windows"}
+
+
 @dataclass(frozen=True)
 class Machine:
     """What a run ran on, from its own record (its "meta" and settings): the CPU, the ISA and
@@ -178,6 +181,10 @@ class Machine:
     system_info: str = ""
     # the CPU's matrix engine (None: a record from before it was recorded)
     matrix_engine: MatrixEngine | None = None
+    # the OS ("linux", "darwin", "win32") and what it let cpuspec pin ("thread", "process",
+    # "none"); None in records from before they were recorded
+    os: str | None = None
+    pinning: str | None = None
 
     @property
     def matrix_used(self) -> bool | None:
@@ -204,7 +211,19 @@ class Machine:
                    cores=" ".join(f"{k}:{len(v)}" for k, v in kinds.items()),
                    llama_cpp_python=meta.get("llama_cpp_python_version"),
                    started_at=meta.get("started_at"), system_info=info,
-                   matrix_engine=MatrixEngine.from_dict(hw.get("matrix_engine")))
+                   matrix_engine=MatrixEngine.from_dict(hw.get("matrix_engine")),
+                   os=hw.get("os") if isinstance(hw.get("os"), str) else None,
+                   pinning=hw.get("pinning") if isinstance(hw.get("pinning"), str) else None)
+
+    def platform_phrase(self) -> str:
+        """'macOS, no pinning, P:4 E:4': where two laptops differ beyond the CPU ('' for a
+        record from before the OS was recorded)."""
+        if not self.os:
+            return ""
+        name = OS_LABELS.get(self.os, self.os)
+        pin = {"thread": "pinning per thread", "process": "pinning per process",
+               "none": "no pinning"}.get(self.pinning or "", "pinning ?")
+        return f"{name}, {pin}" + (f", {self.cores}" if self.cores else "")
 
     def label(self) -> str:
         isa = "AVX512" if "AVX512" in self.isa else "AVX2" if "AVX2" in self.isa else \
@@ -228,7 +247,8 @@ class Machine:
                 "cores": self.cores, "llama_cpp_python": self.llama_cpp_python,
                 "started_at": self.started_at,
                 "matrix_engine": self.matrix_engine.to_dict() if self.matrix_engine else None,
-                "matrix_engine_used": self.matrix_used}
+                "matrix_engine_used": self.matrix_used, "os": self.os,
+                "pinning": self.pinning}
 
 
 # --- noise: what else ran while a window was measured ---------------------------------------
@@ -240,7 +260,7 @@ NOISY_OTHER_CPUS = 0.15
 # psutil counts CPU time in 10 ms ticks per CPU: below this window the estimate above is
 # mostly rounding, so it is recorded but not judged.
 MIN_WINDOW_FOR_CPU_TIMES_S = 0.5
-# Linux's pressure-stall information (/proc/pressure/cpu, "some", in µs): the share of the
+# Linux's pressure-stall information (the kernel's pressure/cpu file, "some", in µs; machine/osapi): the share of the
 # time some runnable task waited for a CPU. A generation with more than this share is flagged.
 # Measured here over 1-3 s generations: quiet ≤ 3 %; one spinning program beside a 2-thread
 # bench ~50 %; a short Python script run by hand during a 1 s generation 10 %, which at a
@@ -264,7 +284,7 @@ class NoiseSample:
     other_cpu_s: float      # busy CPU time of the whole machine minus this process's
     steal_cpu_s: float
     load_avg_1m: float | None
-    cpu_pressure: float | None = None   # None where /proc/pressure/cpu is missing
+    cpu_pressure: float | None = None   # None where the OS has no PSI (macOS, Windows, older Linux)
 
     @property
     def other_cpus(self) -> float:

@@ -135,15 +135,8 @@ def write_json(results: dict, path: Path) -> None:
 
 
 def _umask() -> int:
-    try:  # Linux says it without changing it
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    from cpuspec.machine import osapi
+    return osapi.current().umask()
 
 
 def check_home() -> None:

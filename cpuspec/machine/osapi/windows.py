@@ -1,0 +1,255 @@
+"""Windows: GetLogicalProcessorInformationEx for the topology, psutil for the process's
+affinity, SetThreadAffinityMask for one thread's.
+
+Each RelationProcessorCore record is one physical core: Flags (LTP_PC_SMT), EfficiencyClass
+(higher = faster; all 0 on a non-hybrid part, P-cores 1 and E-cores 0 on Intel hybrids) and the
+logical CPUs as (group, mask) pairs. llama.cpp does not read EfficiencyClass; cpuspec does, so
+`--p-cores` means P-cores there too. A thread's mask covers processor group 0 only (the first 64
+logical CPUs). Windows 11 may park or throttle threads it deems background (EcoQoS): docs/
+laptops.md. The doors to the OS are GLPI, SET_THREAD_MASK and REGISTRY; tests replace them
+with a buffer laid out by the documented structs and recorded values.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from typing import Callable
+
+from cpuspec.machine.osapi.common import RawCore, Topology, mask_of, rank_groups, tier_names
+
+NAME = "win32"
+# whether thread_affinity(tid) can read another thread's CPUs (None then means: ended)
+READS_THREAD_AFFINITY = False
+# how a program's file is named, and where cmake puts llama.cpp's programs (MSVC: per config)
+EXE_SUFFIX = ".exe"
+BUILD_BIN_DIRS = ("build/bin/Release", "build/bin")
+PINNING = "thread"
+RELATION_PROCESSOR_CORE, RELATION_CACHE, RELATION_ALL = 0, 2, 0xFFFF
+LTP_PC_SMT = 0x1
+CPU_KEY = r"HARDWARE\DESCRIPTION\System\CentralProcessor\0"
+
+
+def _glpi_ctypes() -> bytes:   # pragma: no cover (Windows only)
+    import ctypes
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    size = ctypes.c_ulong(0)
+    k32.GetLogicalProcessorInformationEx(RELATION_ALL, None, ctypes.byref(size))
+    buf = ctypes.create_string_buffer(size.value)
+    if not k32.GetLogicalProcessorInformationEx(RELATION_ALL, buf, ctypes.byref(size)):
+        raise OSError(ctypes.get_last_error(), "GetLogicalProcessorInformationEx failed")
+    return buf.raw[:size.value]
+
+
+def _set_thread_mask_ctypes(mask: int) -> int:   # pragma: no cover (Windows only)
+    import ctypes
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    k32.GetCurrentThread.restype = ctypes.c_void_p
+    k32.SetThreadAffinityMask.restype = ctypes.c_size_t
+    k32.SetThreadAffinityMask.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    old = k32.SetThreadAffinityMask(k32.GetCurrentThread(), mask)
+    if not old:
+        raise OSError(ctypes.get_last_error(), "SetThreadAffinityMask failed")
+    return old
+
+
+def _registry_winreg(name: str) -> str | None:   # pragma: no cover (Windows only)
+    try:
+        import winreg
+        with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, CPU_KEY) as key:
+            return str(winreg.QueryValueEx(key, name)[0]).strip()
+    except OSError:
+        return None
+
+
+GLPI: Callable[[], bytes] = _glpi_ctypes
+SET_THREAD_MASK: Callable[[int], int] = _set_thread_mask_ctypes
+REGISTRY: Callable[[str], str | None] = _registry_winreg
+
+
+def _group_masks(buf: bytes, at: int, count: int) -> list[int]:
+    """GROUP_AFFINITY[count] at `at`: (KAFFINITY Mask, WORD Group, WORD Reserved[3]) → the
+    logical CPU ids (group × 64 + bit)."""
+    cpus = []
+    for i in range(count):
+        mask, group = struct.unpack_from("<QH", buf, at + 16 * i)
+        cpus += [group * 64 + b for b in range(64) if mask >> b & 1]
+    return cpus
+
+
+def parse_glpi(buf: bytes) -> tuple[list[tuple[tuple[int, ...], int, bool]], int | None]:
+    """SYSTEM_LOGICAL_PROCESSOR_INFORMATION_EX records → (cores as (cpus, EfficiencyClass,
+    SMT), the largest cache's bytes). Layout (64-bit): Relationship DWORD, Size DWORD, then
+    PROCESSOR_RELATIONSHIP {BYTE Flags, BYTE EfficiencyClass, BYTE Reserved[20], WORD
+    GroupCount, GROUP_AFFINITY GroupMask[]} at 8 (masks at 32), or CACHE_RELATIONSHIP {BYTE
+    Level, BYTE Associativity, WORD LineSize, DWORD CacheSize, DWORD Type, BYTE Reserved[18],
+    WORD GroupCount, ...} at 8."""
+    cores, llc, at = [], None, 0
+    while at + 8 <= len(buf):
+        relation, size = struct.unpack_from("<II", buf, at)
+        if size < 8 or at + size > len(buf):
+            raise ValueError(f"a processor record at byte {at} claims {size} bytes")
+        if relation == RELATION_PROCESSOR_CORE:
+            flags, eff = struct.unpack_from("<BB", buf, at + 8)
+            (groups,) = struct.unpack_from("<H", buf, at + 30)
+            cores.append((tuple(sorted(_group_masks(buf, at + 32, groups))), eff,
+                          bool(flags & LTP_PC_SMT)))
+        elif relation == RELATION_CACHE:
+            (cache_bytes,) = struct.unpack_from("<I", buf, at + 12)
+            llc = max(llc or 0, cache_bytes)
+        at += size
+    return cores, llc
+
+
+def topology(root=None) -> Topology:
+    cores, _ = parse_glpi(GLPI())
+    groups = rank_groups([eff for _, eff, _ in cores])
+    names = tier_names(len(groups), third="E")
+    kinds = {v: names[i] for i, g in enumerate(groups) for v in g}
+    if len(groups) == 3:     # Intel's low-power E-cores: the slowest of three classes
+        kinds[groups[2][0]] = "LPE"
+    raw = [RawCore(("0", str(i)), cpus, None, eff, kinds[eff], None)
+           for i, (cpus, eff, _) in enumerate(cores)]
+    method = "EfficiencyClass" if len(groups) > 1 else "not hybrid"
+    return Topology(tuple(sorted(raw, key=lambda c: c.cpus[0])), method,
+                    REGISTRY("ProcessorNameString") or "unknown", _cpu_id(), frozenset())
+
+
+def _cpu_id() -> str | None:
+    """'Intel64 Family 6 Model 154 Stepping 3' (the registry's Identifier) → 'family 6 model
+    154 stepping 3', as Linux's /proc/cpuinfo gives it."""
+    ident = REGISTRY("Identifier") or ""
+    m = re.search(r"Family (\d+) Model (\d+) Stepping (\d+)", ident)
+    return f"family {m[1]} model {m[2]} stepping {m[3]}" if m else (ident or None)
+
+
+def memory_total_bytes() -> int | None:
+    try:
+        import psutil
+        return int(psutil.virtual_memory().total)
+    except Exception:
+        return None
+
+
+def governor_turbo(root=None) -> tuple[str | None, str | None]:
+    return None, None
+
+
+def llc_bytes(root=None) -> int | None:
+    try:
+        return parse_glpi(GLPI())[1]
+    except (OSError, ValueError):
+        return None
+
+
+def physical_cores_all() -> int:
+    """llama.cpp's default threads on Windows: every RelationProcessorCore (P and E alike)."""
+    return len(parse_glpi(GLPI())[0])
+
+
+# --- where threads run ----------------------------------------------------------------------
+
+def process_affinity() -> list[int]:
+    import psutil
+    return sorted(psutil.Process().cpu_affinity())
+
+
+def pin_process(cpus: list[int]) -> None:
+    """The process's affinity: Windows applies it to every thread it has and will have."""
+    import psutil
+    psutil.Process().cpu_affinity(sorted(cpus))
+
+
+def pin_this_thread(cpus: list[int]) -> None:
+    if max(cpus) >= 64:
+        from cpuspec.machine.osapi.common import PinningUnsupported
+        raise PinningUnsupported("a thread's cores on Windows must lie in processor group 0 "
+                                 f"(CPUs 0-63); {max(cpus)} does not")
+    SET_THREAD_MASK(mask_of(cpus))
+
+
+def thread_affinity(tid: int) -> list[int] | None:
+    return None   # Windows has no call that reads another thread's mask
+
+
+def cpu_pressure_us(root=None) -> float | None:
+    return None
+
+
+def umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# --- children and locks ---------------------------------------------------------------------
+# CREATE_NEW_PROCESS_GROUP: the console's Ctrl-C reaches cpuspec, not the child directly (as a
+# POSIX session does); CREATE_NO_WINDOW keeps a console program from opening a window.
+CREATE_NEW_PROCESS_GROUP, CREATE_NO_WINDOW = 0x00000200, 0x08000000
+
+
+def popen_kwargs(core_dump: bool = True) -> dict:
+    # Windows writes no core files; a crashing child's error dialog is kept off by
+    # SetErrorMode in the child itself (llama.cpp's programs run unattended).
+    return {"creationflags": CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW}
+
+
+def kill_tree(proc) -> None:
+    """Kill the child and everything it started (psutil walks the tree: Windows has no
+    process groups to signal)."""
+    import psutil
+    try:
+        parent = psutil.Process(proc.pid)
+        family = parent.children(recursive=True) + [parent]
+    except psutil.Error:
+        family = []
+    for p in family:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    if proc.returncode is None:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
+def exited(proc) -> bool:
+    return proc.poll() is not None
+
+
+def locked(handle):
+    """msvcrt.locking on the file's first byte, retried until it is ours (LK_NBLCK fails at
+    once where LK_LOCK would give up after 10 s)."""
+    import contextlib
+    import time
+
+    @contextlib.contextmanager
+    def hold():
+        import msvcrt
+        fd = handle.fileno()
+        handle.seek(0)
+        while True:
+            try:
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    return hold()
+
+
+def rusage() -> dict:
+    """What Windows counts (psutil): context switches (no voluntary/involuntary split: all are
+    given as voluntary) and page faults (no minor/major split: all as minor)."""
+    import psutil
+    p = psutil.Process()
+    ctx, mem = p.num_ctx_switches(), p.memory_info()
+    return {"voluntary_ctx_switches": ctx.voluntary, "involuntary_ctx_switches": None,
+            "minor_page_faults": getattr(mem, "num_page_faults", None),
+            "major_page_faults": None}
