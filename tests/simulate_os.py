@@ -5,13 +5,17 @@ What is simulated and how (docs/laptops.md says the same):
 * sys.platform is set ("darwin", "win32"); os.name stays "posix", since pathlib and subprocess
   read it to choose their own implementations (setting it would simulate the standard library,
   not cpuspec). cpuspec itself never reads os.name: tests/test_laptops.py checks that.
-* Functions that do not exist there are removed: os.sched_*, os.killpg, os.getpgid,
-  os.waitid, fcntl and resource (imports fail); on Windows signal.SIGKILL and SIGHUP; on macOS
-  psutil's Process.cpu_affinity (psutil has none there).
+* Functions that do not exist there are removed: os.sched_* and os.waitid (macOS has neither
+  before Python 3.13); on Windows also os.killpg, os.getpgid, os.setsid, signal.SIGKILL and
+  SIGHUP, and fcntl and resource (their imports fail); on macOS psutil's Process.cpu_affinity
+  (psutil has none there).
 * The OS's own interfaces answer from recorded data: macOS sysctl values
   (tests/recorded/os/*.sysctl.txt), a Windows GetLogicalProcessorInformationEx buffer laid out
   here with ctypes structures that mirror winnt.h, and its registry values; Windows' affinity
   calls (psutil's cpu_affinity, SetThreadAffinityMask) are recorded, not applied.
+* click, multiprocessing and urllib.request are imported before the OS is simulated (FIRST):
+  they choose their own implementations (ctypes.windll, _winapi, _scproxy) from sys.platform
+  at import.
 * Windows' Popen creationflags are recorded and dropped (Linux's Popen refuses them), and
   msvcrt.locking is a recording stand-in.
 
@@ -106,6 +110,13 @@ def read_sysctl(path: Path) -> dict[str, str]:
     return out
 
 
+# Modules that choose their own implementation from sys.platform when imported (click's
+# console: ctypes.windll; multiprocessing: _winapi; urllib.request: _scproxy on macOS): imported
+# as this OS's before the simulation, as they would be on the real one.
+FIRST = ("click", "multiprocessing.context", "urllib.request", "http.client", "asyncio",
+         "concurrent.futures", "sysconfig", "pyarrow", "duckdb")
+
+
 class Calls(list):
     """What the simulated OS was asked to do, in order."""
 
@@ -136,15 +147,21 @@ def simulate(os_name: str, mp=None, mac: str = "m1") -> Calls:
     """Make this process look like `os_name` ("darwin" or "win32") to cpuspec; with a pytest
     MonkeyPatch everything is undone after the test. Returns the list the simulated OS
     records its affinity calls and children into."""
+    import importlib
+
     import psutil
 
     from cpuspec.machine.osapi import darwin, windows
+    for name in FIRST:   # each chooses its own implementation from sys.platform at import
+        importlib.import_module(name)
+    __import__("sysconfig").get_config_vars()    # cached: read once, as this OS's
     calls = Calls()
     _setattr(sys, "platform", os_name, mp)
-    for name in ("sched_getaffinity", "sched_setaffinity", "killpg", "getpgid", "waitid",
-                 "setsid"):
+    gone = ("sched_getaffinity", "sched_setaffinity", "waitid") + (
+        ("killpg", "getpgid", "setsid") if os_name == "win32" else ())
+    for name in gone:
         _delattr(os, name, mp)
-    for mod in ("fcntl", "resource"):
+    for mod in ("fcntl", "resource") if os_name == "win32" else ():
         _setitem(sys.modules, mod, None, mp)
     if os_name == "darwin":
         values = read_sysctl(RECORDED / MACS[mac])

@@ -126,10 +126,12 @@ def backends_line(devices: list[dict]) -> str:
 @click.option("-k", "--draft-len", "k", type=int, default=4, show_default=True,
               callback=positive, help="Verify batch is k + 1 tokens.")
 @click.option("-n", "--n-tokens", type=int, default=32, show_default=True, callback=positive)
+@click.option("--max-streams", type=click.IntRange(min=0),
+              help="At most this many background streams [default: one per CPU left].")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write JSON here.")
 @save_options
 def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k, n_tokens,
-               json_path, save, force):
+               max_streams, json_path, save, force):
     """Memory bandwidth, rooflines and contention: why the draft is not free on a CPU.
 
     \b
@@ -164,7 +166,8 @@ def contention(pair, target_path, draft_path, p_cores, e_cores, smt, threads, k,
                             draft_path=draft_path, target_origin=target_origin,
                             draft_origin=draft_origin), log)
             res = run_contention(ContentionConfig(target_f.path, draft_f.path, cpus, threads,
-                                                  k, n_tokens, pinned=hw.pinning != "none"),
+                                                  k, n_tokens, max_streams,
+                                                  pinned=hw.pinning != "none"),
                                  log)
         except (ModelError, EngineError) as exc:
             raise click.ClickException(str(exc))

