@@ -296,3 +296,30 @@ def test_every_command_runs_on_each_os(os_name, tiny_models, tmp_path, monkeypat
     assert {(r["os"], r["pinning"]) for r in json.loads(rows.output)} == {want}
     if os_name == "win32":   # the parallel schedule's draft was held on its own core
         assert ("thread_mask", [12]) in calls
+
+
+@pytest.mark.parametrize("os_name", ["darwin", "win32"])
+def test_the_amx_rebuild_never_runs_off_linux_x86(os_name, monkeypatch):
+    """Even where the OS reported AMX flags, no probe child and no rebuild off Linux x86."""
+    from cpuspec.llama import build
+    from cpuspec.machine.matrix import MatrixEngine
+    simulate_os.simulate(os_name, monkeypatch)
+    monkeypatch.setattr(build, "matrix_engine", lambda: MatrixEngine("Intel AMX",
+                                                                     ("amx_tile", "amx_int8")))
+    monkeypatch.setattr(build, "probe", lambda *a, **k: pytest.fail("probed"))
+    assert build.check_build(lambda m: None, lambda log: pytest.fail("rebuilt")) == "no engine"
+
+
+@pytest.mark.parametrize("os_name, says", [("darwin", "xcode-select --install"),
+                                           ("win32", "Visual Studio Build Tools"),
+                                           ("linux", "build-essential cmake")])
+def test_a_missing_compiler_is_one_line_that_says_what_to_install(os_name, says, tmp_path,
+                                                                   monkeypatch):
+    if os_name != "linux":
+        simulate_os.simulate(os_name, monkeypatch)
+    monkeypatch.setenv("PATH", str(tmp_path))    # no cmake, no compiler
+    res = run("paths", "--build-native", "--drafter", "lookup", "--paths", "llama.cpp",
+              "--no-save")
+    assert res.exit_code != 0
+    line = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(line) == 1 and says in line[0] and "CMake" in line[0], res.output

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 
 import math
-import os
 from pathlib import Path
 
 import click
 
-from cpuspec.machine.hardware import MAX_THREADS_PER_CPU
+from cpuspec.machine.hardware import MAX_THREADS_PER_CPU, logical_cpu_count
 from cpuspec.inputs.tasks import depth_bound
 
 def check_gate(p_min, n_min, drafter, policies, schedule, temperature=0.0,
@@ -155,7 +154,7 @@ def check_limits(ks, max_tokens, threads, draft_threads, k_option: str = "--draf
             raise click.BadParameter(
                 f"{k} must be {'at most' if k_may_equal else 'below'} --max-tokens "
                 f"({max_tokens}): a round emits up to k + 1 tokens", param_hint=f"'{k_option}'")
-    limit = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+    limit = MAX_THREADS_PER_CPU * logical_cpu_count()
     for t in list(threads or []) + ([draft_threads] if draft_threads else []):
         if t > limit:
             raise click.BadParameter(

@@ -219,6 +219,15 @@ def crash_line(result: ProbeResult, rebuilt: bool) -> str:
             f"({REBUILD_TIME}, once)")
 
 
+def amx_platform() -> bool:
+    """The AMX bug and its rebuild concern Linux on x86 only: the patch's tile permission call
+    (arch_prctl) and GCC's build are Linux's; macOS and Windows never probe or rebuild."""
+    import platform
+
+    from cpuspec.machine import osapi
+    return osapi.os_name() == "linux" and platform.machine().lower() in ("x86_64", "amd64")
+
+
 def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
                 rebuild_ok: bool | None = None) -> str:
     """On a CPU with AMX, make sure the installed llama-cpp-python survives a batched decode:
@@ -226,7 +235,7 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
     is 0) and probe again; sdist(log) gives the unpacked sdist (native.sdist_dir). Returns
     "no engine", "known", "sound" or "rebuilt"; raises BuildCrash with the line to print where
     it still dies, BuildError where the child failed otherwise or the rebuild failed."""
-    if "amx_tile" not in matrix_engine().features:
+    if "amx_tile" not in matrix_engine().features or not amx_platform():
         return "no engine"
     known = known_result()
     if known is not None and known.get("ok"):

@@ -102,6 +102,7 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     src = root / f"llama_cpp_python-{vendored_version()}"
     if has_programs(bin_dir, targets) and patches_applied(src) == set(PATCHES):
         return bin_dir
+    check_toolchain()
     src = sdist_dir(log)
     # cpuspec's ggml patches (the AMX tile fix): an older build without them is rebuilt, and
     # cmake recompiles only what they touch
@@ -115,6 +116,19 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     _run(["cmake", "--build", str(root / "build"), "--config", "Release", "-j",
                   str(os.cpu_count() or 2), "--target", *targets], None)
     return build_dir()
+
+
+def check_toolchain() -> None:
+    """CMake and a compiler must be on PATH before a 15-minute build starts: one line that
+    says what to install on this OS (machine/osapi), not cmake's own error."""
+    from cpuspec.machine import osapi
+    api = osapi.current()
+    lacking = [n for n, ok in (("CMake", shutil.which("cmake")),
+                               ("a C/C++ compiler", any(shutil.which(c) for c in api.COMPILERS)))
+               if not ok]
+    if lacking:
+        raise NativeError(f"building llama.cpp needs {' and '.join(lacking)}, not found on "
+                          f"PATH; install {api.INSTALL_TOOLCHAIN}")
 
 
 def sdist_archive(log: Callable[[str], None]) -> Path:

@@ -79,6 +79,12 @@ def current_affinity() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def logical_cpu_count() -> int:
+    """Logical CPUs on the machine, as the OS counts them (all of them, any affinity)."""
+    topo = osapi.current().topology()
+    return sum(len(c.cpus) for c in topo.cores) or os.cpu_count() or 1
+
+
 def cpu_model(root: Path = ROOT) -> str:
     return osapi.current().topology(root).cpu_model
 

@@ -25,6 +25,10 @@ READS_THREAD_AFFINITY = False
 # how a program's file is named, and where cmake puts llama.cpp's programs (MSVC: per config)
 EXE_SUFFIX = ""
 BUILD_BIN_DIRS = ("build/bin",)
+# what builds llama.cpp here, and the line that says how to get it
+COMPILERS = ("cc", "clang")
+INSTALL_TOOLCHAIN = ("Xcode's command-line tools and CMake: `xcode-select --install`, then `brew "
+                     'install cmake`')
 PINNING = "none"
 NO_PINNING = ("macOS lets no program choose the cores its threads run on (no affinity API); "
               "only the thread count can be set: use --threads N")

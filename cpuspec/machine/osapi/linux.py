@@ -23,6 +23,10 @@ READS_THREAD_AFFINITY = True
 # how a program's file is named, and where cmake puts llama.cpp's programs (MSVC: per config)
 EXE_SUFFIX = ""
 BUILD_BIN_DIRS = ("build/bin",)
+# what builds llama.cpp here, and the line that says how to get it
+COMPILERS = ("cc", "gcc", "clang")
+INSTALL_TOOLCHAIN = ('a C/C++ compiler and CMake: `sudo apt-get install build-essential cmake` '
+                     "(Debian/Ubuntu) or your distribution's equivalent")
 PINNING = "thread"
 ROOT = Path("/")
 PSI_CPU = "proc/pressure/cpu"

@@ -24,6 +24,11 @@ READS_THREAD_AFFINITY = False
 # how a program's file is named, and where cmake puts llama.cpp's programs (MSVC: per config)
 EXE_SUFFIX = ".exe"
 BUILD_BIN_DIRS = ("build/bin/Release", "build/bin")
+# what builds llama.cpp here, and the line that says how to get it
+COMPILERS = ("cl", "clang-cl", "gcc")
+INSTALL_TOOLCHAIN = ('Visual Studio Build Tools (the "Desktop development with C++" workload) and '
+                     'CMake, and run from a "Developer PowerShell"; or install a prebuilt CPU wheel of '
+                     'llama-cpp-python')
 PINNING = "thread"
 RELATION_PROCESSOR_CORE, RELATION_CACHE, RELATION_ALL = 0, 2, 0xFFFF
 LTP_PC_SMT = 0x1
