@@ -323,3 +323,32 @@ def test_a_missing_compiler_is_one_line_that_says_what_to_install(os_name, says,
     assert res.exit_code != 0
     line = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(line) == 1 and says in line[0] and "CMake" in line[0], res.output
+
+
+def test_the_laptop_check_writes_one_folder_and_keeps_going(tiny_models, tmp_path):
+    """bench/laptop_check.sh on this Linux with the tiny models: hw, the default bench, and a
+    stage that fails is kept as NAME.failed.txt while the rest still run; a folder in use is
+    refused."""
+    import os
+    out = tmp_path / "check"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "LAPTOP_CHECK_ARGS": f"--target {tiny_models['target']} --draft "
+                                f"{tiny_models['draft']} --threads 1 --warmup 0 --no-save"}
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "laptop_check.sh"), str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    names = {p.name for p in out.iterdir()}
+    assert {"hw.txt", "hw.json", "bench_default.txt", "bench_default.json",
+            "README.txt"} <= names, names
+    assert json.loads((out / "bench_default.json").read_text())["meta"]["hardware"]["os"] \
+        == "linux"
+    assert "one kind of core" in proc.stdout or "bench_p_cores.txt" in names
+    again = subprocess.run(["bash", str(ROOT / "bench" / "laptop_check.sh"), str(out)],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert again.returncode == 2 and "not empty" in again.stderr
+    bad = {**env, "LAPTOP_CHECK_ARGS": env["LAPTOP_CHECK_ARGS"] + " --threads 0"}
+    failed = tmp_path / "failed"
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "laptop_check.sh"), str(failed)],
+                          capture_output=True, text=True, env=bad, timeout=600)
+    assert proc.returncode == 0 and (failed / "bench_default.failed.txt").is_file()
+    assert (failed / "hw.txt").is_file() and (failed / "README.txt").is_file()
