@@ -6,7 +6,8 @@ What is simulated and how (docs/laptops.md says the same):
   read it to choose their own implementations (setting it would simulate the standard library,
   not cpuspec). cpuspec itself never reads os.name: tests/test_laptops.py checks that.
 * Functions that do not exist there are removed: os.sched_* and os.waitid (macOS has neither
-  before Python 3.13); on Windows also os.killpg, os.getpgid, os.setsid, signal.SIGKILL and
+  before Python 3.13); on Windows also os.killpg, os.getpgid, os.setsid, os.fchmod,
+  os.getloadavg, os.sync, os.getuid, os.fork, signal.SIGKILL and
   SIGHUP, and fcntl and resource (their imports fail); on macOS psutil's Process.cpu_affinity
   (psutil has none there).
 * The OS's own interfaces answer from recorded data: macOS sysctl values
@@ -158,7 +159,8 @@ def simulate(os_name: str, mp=None, mac: str = "m1") -> Calls:
     calls = Calls()
     _setattr(sys, "platform", os_name, mp)
     gone = ("sched_getaffinity", "sched_setaffinity", "waitid") + (
-        ("killpg", "getpgid", "setsid") if os_name == "win32" else ())
+        ("killpg", "getpgid", "setsid", "fchmod", "getloadavg", "sync", "getuid", "geteuid",
+         "fork") if os_name == "win32" else ())
     for name in gone:
         _delattr(os, name, mp)
     for mod in ("fcntl", "resource") if os_name == "win32" else ():

@@ -37,6 +37,21 @@ def tiny(tiny_models, *extra):
             "json", "--warmup", "0", "--no-save", *extra]
 
 
+@pytest.fixture(autouse=True)
+def where_we_started():
+    """A pinned bench moves this whole process (llama.cpp's threads are ours): back after
+    (on Linux; a simulated OS's pins were only recorded)."""
+    import os
+    import posix      # os's functions, whatever a simulation removed from os meanwhile
+    before = posix.sched_getaffinity(0)
+    yield
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            posix.sched_setaffinity(int(tid), before)
+        except OSError:
+            pass
+
+
 @pytest.fixture
 def mac(monkeypatch):
     return simulate_os.simulate("darwin", monkeypatch)

@@ -3,6 +3,7 @@ compiled ldtilecfg loads), the child-process probe, the crash path, the rebuild,
 records. What needs an AMX CPU is skipped elsewhere (the installed build's tile config)."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import platform
@@ -354,3 +355,63 @@ def test_compare_sets_an_amx_run_beside_an_amx_less_one(tmp_path):
     out = CliRunner().invoke(main, ["compare", str(a), str(b), "--details"]).output
     assert re.search(r"run 1: .*matrix engine Intel AMX .*used by this build", out), out
     assert re.search(r"run 2: .*matrix engine Intel AMX .*NOT used by this build", out), out
+
+
+@pytest.mark.parametrize("argv, timeout", [
+    ([sys.executable, "-c", "import time; time.sleep(30)"], 0.5),            # a busy machine
+    ([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], 60),
+    ([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], 60),
+])
+def test_a_probe_that_times_out_or_is_killed_never_starts_a_rebuild(amx_cpu, monkeypatch,
+                                                                    argv, timeout):
+    """Issue 79.1: only a crash signal (SIGSEGV, SIGILL, SIGBUS, SIGFPE, SIGABRT) is the
+    build's; a timeout or a kill from outside is "could not tell", and not remembered."""
+    monkeypatch.setattr(build, "PROBE_ARGV", argv)
+    monkeypatch.setattr(build, "PROBE_TIMEOUT_S", timeout)
+    monkeypatch.setattr(build, "probe", functools.partial(build.probe, timeout_s=timeout))
+    monkeypatch.setattr(build, "rebuild", lambda log, src: pytest.fail("rebuilt"))
+    monkeypatch.setenv(build.REBUILD_ENV, "1")
+    said: list[str] = []
+    assert build.check_build(said.append, lambda log: pytest.fail("sdist")) == "could not tell"
+    assert "could not tell" in said[0] and "nothing rebuilt" in said[0]
+    assert build.known_result() is None
+
+
+@pytest.mark.parametrize("args", [["bench", "--no-such-option"], ["bench", "-k", "zero"],
+                                  ["tune", "--budget", "-3"], ["bench", "--help"]])
+def test_a_usage_error_or_help_never_probes_the_build(amx_cpu, monkeypatch, args):
+    """Issue 79.9: the check runs after the command's options parsed."""
+    monkeypatch.setattr(build, "probe", lambda *a, **k: pytest.fail("probed"))
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code in (0, 2), res.output
+    assert "probed" not in res.output
+
+
+def test_a_command_that_parses_runs_the_build_check_first(amx_cpu, monkeypatch):
+    calls = []
+    monkeypatch.setattr(build, "check_build", lambda say, sdist: calls.append(1) or "known")
+    CliRunner().invoke(main, ["costs", "--help"])
+    assert calls == []
+    CliRunner().invoke(main, ["bench", "--target", "/nowhere.gguf"])
+    assert calls == [1]
+
+
+def test_remember_is_best_effort_and_never_mixes_two_writers(monkeypatch, tmp_path):
+    """Issue 79.4 and 79.20: a home that cannot be written is no traceback; each write goes
+    through a temporary file of its own."""
+    ok = build.ProbeResult(ok=True, returncode=0, seconds=1.0)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("CPUSPEC_HOME", str(blocker / "home"))    # under a file: unwritable
+    assert build.remember(ok, rebuilt=False) is False
+    monkeypatch.setenv("CPUSPEC_HOME", str(tmp_path / "home"))
+    seen = []
+    real = build.tempfile.mkstemp
+
+    def spy(*a, **k):
+        seen.append(real(*a, **k))
+        return seen[-1]
+    monkeypatch.setattr(build.tempfile, "mkstemp", spy)
+    assert build.remember(ok, rebuilt=False) and build.remember(ok, rebuilt=True)
+    assert len({name for _, name in seen}) == 2 and build.known_result()["rebuilt_by_cpuspec"]
+    assert not list(build._record_path().parent.glob("*.tmp*"))

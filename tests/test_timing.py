@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from cpuspec.cli.main import main
 from cpuspec.core.costs import predict_generation_s
-from cpuspec.harness.measure import PSI_CPU, NoiseProbe, NoiseSample, noise_reasons, probe_costs
+from cpuspec.machine import osapi
+from cpuspec.harness.measure import NoiseProbe, NoiseSample, noise_reasons, probe_costs
 from cpuspec.report.tables import render_noise
 from cpuspec.results.schema import read_json
 from cpuspec.analysis.summary import noise_report, summarize
@@ -138,7 +139,8 @@ def test_noise_report_flags_busy_windows_and_outliers():
     assert render_noise(noise_report(runs[:1])) == ""
 
 
-@pytest.mark.skipif(not PSI_CPU.exists(), reason="no /proc/pressure/cpu on this kernel")
+@pytest.mark.skipif(osapi.current().cpu_pressure_us() is None,
+                    reason="no CPU pressure-stall information on this OS or kernel")
 def test_noise_probe_sees_a_cpu_hog():
     """Two spinning processes on this machine's CPUs beside our own spinning thread."""
     import os

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from cpuspec.analysis.summary import OVERALL, summarize
+from cpuspec.analysis.summary import OVERALL, summarize, summarize_drift
 from cpuspec.analysis.whatif import ASSUMED_P, whatif_row
 from cpuspec.results.records import Machine, engine_of_build
 
@@ -81,13 +81,30 @@ def _to_4(table):
 
 def _to_5(table):
     """Schema 4 → 5: `pinning` (issue 77: what the OS let cpuspec choose, thread / process /
-    none), null in rows written before it was recorded (all of them on Linux: "thread")."""
+    none), null in rows written before it was recorded (all of them on Linux: "thread"); the
+    audit's classes and the logit drift (issue 78: `audit_numeric`, `audit_defect`,
+    `drift_*`), null: not measured then."""
     import pyarrow as pa
     if "pinning" in table.column_names:
         return table
     at = table.column_names.index("os") + 1 if "os" in table.column_names \
         else table.num_columns
-    return table.add_column(at, "pinning", pa.nulls(table.num_rows, pa.string()))
+    table = table.add_column(at, "pinning", pa.nulls(table.num_rows, pa.string()))
+    at = table.column_names.index("audit_n") + 1 if "audit_n" in table.column_names \
+        else table.num_columns
+    arrow = {"int": pa.int64(), "float": pa.float64()}
+    for name, typ in AUDIT_DRIFT_COLUMNS:
+        table = table.add_column(at, name, pa.nulls(table.num_rows, arrow[typ]))
+        at += 1
+    return table
+
+
+# issue 78: per row, its outputs' divergences the target explains / the loop's defects; per
+# run, the batched-vs-one-token logit drift (analysis/summary.summarize_drift)
+AUDIT_DRIFT_COLUMNS = [("audit_numeric", "int"), ("audit_defect", "int"),
+                       ("drift_max_dlogit_median", "float"), ("drift_max_dlogit_max", "float"),
+                       ("drift_flips_per_1k", "float"), ("drift_tv_mean", "float"),
+                       ("drift_batch", "int")]
 
 
 # version → function(Arrow table) → the table at version + 1
@@ -120,7 +137,7 @@ COLUMNS: list[tuple[str, str]] = [
     ("adaptive_speedup", "float"), ("a", "float"), ("alpha", "float"), ("beta", "float"),
     ("break_even_a", "float"), ("acceptance_pct", "float"), ("zero_accept_pct", "float"),
     ("raw_p99_ms", "float"), ("sd_p99_ms", "float"), ("audit_identical", "int"),
-    ("audit_n", "int"),
+    ("audit_n", "int"), *AUDIT_DRIFT_COLUMNS,
     # the what-if (a shape-true target's costs): break-even acceptance at k = 1..8, the best
     # SD ×raw at acceptance 0.8
     *[(f"break_even_p_k{k}", "float") for k in range(1, 9)],
@@ -284,8 +301,17 @@ def _base(doc: dict) -> dict:
             "prompts_sha256": prompts_digest(doc), "policy": _policies(s)}
 
 
+def _drift_columns(doc: dict) -> dict:
+    d = summarize_drift(doc) or {}
+    return {"drift_max_dlogit_median": _num(d.get("max_dlogit_median")),
+            "drift_max_dlogit_max": _num(d.get("max_dlogit_max")),
+            "drift_flips_per_1k": _num(d.get("flips_per_1k")),
+            "drift_tv_mean": _num(d.get("tv_mean")), "drift_batch": d.get("batch")}
+
+
 def bench_rows(doc: dict) -> list[dict]:
     base = _base(doc)
+    drift = _drift_columns(doc)
     rows = []
     for task, s in summarize(doc).items():
         cost = s.get("cost") or {}
@@ -304,6 +330,8 @@ def bench_rows(doc: dict) -> list[dict]:
             "zero_accept_pct": _num(s.get("zero_accept_pct")),
             "raw_p99_ms": _num(lat["raw"]), "sd_p99_ms": _num(lat["sd"]),
             "audit_identical": audit.get("identical"), "audit_n": audit.get("n"),
+            "audit_numeric": audit.get("numeric"), "audit_defect": audit.get("defect"),
+            **drift,
             "bandwidth_gbps": base["bandwidth_gbps"] or _decode_gbps(doc, s)})
     return rows
 

@@ -301,12 +301,51 @@ def _flag_id(r: dict) -> dict:
             "mode": r["mode"]}
 
 
+def _defect(a: dict) -> bool:
+    """An output the loop got wrong: its exact replay disagreed, or its divergence from raw
+    is not the target's own (core/audit.py)."""
+    exact = a.get("exact")
+    return (isinstance(exact, dict) and not exact.get("ok")) or \
+        (a.get("divergence") or {}).get("kind") == "defect"
+
+
 def summarize_audit(audit: list[dict]) -> dict[str, Any]:
+    """identical: outputs equal to raw decoding's; numeric / defect: outputs that differ where
+    the target's own logits explain it / outputs the loop got wrong (None in files from before
+    divergences were classified); exact_n / exact_ok: outputs whose verifies were replayed
+    (core/audit.py), and those the replay reproduced."""
     diverged = [a for a in audit if not a["identical"]]
+    classified = all((a.get("divergence") or {}).get("kind") for a in diverged)
+    exact = [a["exact"] for a in audit if isinstance(a.get("exact"), dict)]
+    known = classified and (bool(diverged) or bool(exact))
+    defects = sum(1 for a in audit if _defect(a))
     return {"n": len(audit), "identical": len(audit) - len(diverged),
+            "numeric": len(diverged) - sum(1 for a in diverged if _defect(a))
+            if known else None,
+            "defect": defects if known or defects else None,
+            "exact_n": len(exact), "exact_ok": sum(1 for e in exact if e.get("ok")),
+            "drift": {d: sum(1 for a in diverged
+                             if (a.get("divergence") or {}).get("drift") == d)
+                      for d in ("batch row", "kv cache", "neither")} if known else None,
             "min_margin_at_divergence": min((a["raw_top2_margin"] for a in diverged
                                              if a.get("raw_top2_margin") is not None),
                                             default=None)}
+
+
+def summarize_drift(results: dict) -> dict[str, Any] | None:
+    """The run's batched-vs-one-token logit drift (harness/drift.py), summarized: median and
+    max of each position's largest |Δlogit|, argmax flips per 1,000 positions, mean and max
+    total-variation distance at the run's temperature. None where the run measured none."""
+    d = results.get("drift")
+    pos = (d or {}).get("positions") or []
+    if not pos:
+        return None
+    dl, flips, tv = ([float(p[i]) for p in pos] for i in range(3))
+    return {"positions": len(pos), "batch": d.get("batch"),
+            "temperature": d.get("temperature"),
+            "max_dlogit_median": statistics.median(dl), "max_dlogit_max": max(dl),
+            "flips_per_1k": 1000 * sum(flips) / len(pos),
+            "tv_mean": statistics.fmean(tv), "tv_max": max(tv), "seconds": d.get("seconds")}
 
 
 def summarize(results: dict) -> dict[str, Any]:

@@ -5,9 +5,9 @@ from cpuspec.cli.log import close_log, echo
 
 from cpuspec.report.advice import advise, render_advice
 from cpuspec.results.schema import ResultsError
-from cpuspec.report.tables import render_audit, render_details, render_noise, render_table
+from cpuspec.report.tables import render_drift, render_audit, render_details, render_noise, render_table
 from cpuspec.analysis.stats import INTERVAL_LEGEND
-from cpuspec.analysis.summary import noise_report, summarize
+from cpuspec.analysis.summary import summarize_drift, noise_report, summarize
 from cpuspec.report.verdict import render_verdict, run_header
 from cpuspec.core.window import describe_window
 
@@ -67,6 +67,9 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
         echo("Outputs that differ from target-only decoding (batched verify logits differ "
                    "slightly from one-token decoding; flips happen at near-ties):")
         echo(diverged)
+    drift = render_drift(summarize_drift(results))
+    if drift:
+        echo(drift)
     if results.get("cost_probe") and any(r["mode"] == "static" for r in results["runs"]):
         echo("\nAdvice (on or off: the measured end-to-end verdict; k* and the "
                    "predictions: the cost model, every k up to the one measured):")

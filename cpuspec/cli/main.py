@@ -3,6 +3,7 @@ in cli_measure, cli_models and cli_results and are added here. Click only: parse
 config, call the core, hand the results to a printer (shared helpers: cliutil)."""
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -60,8 +61,8 @@ def main(ctx, verbose) -> None:
     # missing glyphs are not the user's to read; every figure they concern says so itself
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     warnings.filterwarnings("ignore", message=".*[Gg]lyph.*missing.*")
-    if ctx.invoked_subcommand in RUNS_MODELS and not {"-h", "--help"} & set(sys.argv):
-        check_llama_build(log)
+    # the AMX build check runs once the command's own options parsed (_checked_first): a
+    # usage error or --help never probes or rebuilds anything
 
 
 BENCH_SECTIONS = {
@@ -134,6 +135,10 @@ BENCH_SECTIONS = {
               help='JSONL file of {"task": ..., "prompt": ...} lines to bench as well.')
 @click.option("--prompts-per-task", type=int, callback=positive,
               help="Use only the first N prompts of each task.")
+@click.option("--exact-audit", is_flag=True,
+              help="Replay every SD output's own verifies on the target (default: only the "
+                   "outputs that differ from plain decoding, where the replay classifies the "
+                   "divergence): proof that the loop emitted the target's choices.")
 @click.option("--fixed", is_flag=True,
               help="Run every prompt of every task (the fixed design). Without it a task stops "
                    "at the first look (5, 8, 12, 16, 24, 32 prompts) whose interval decides it, "
@@ -194,7 +199,8 @@ BENCH_SECTIONS = {
 def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers,
           draft_gpu_layers, target_quant, draft_quant, smt, draft_threads, draft_cores, k,
           p_min, n_min, max_tokens, depth, tasks, prompts_file,
-          prompts_per_task, fixed, precision, repetitions, warmup, details, policies,
+          prompts_per_task, exact_audit, fixed, precision, repetitions, warmup, details,
+          policies,
           temperature, seed, drafter, draft_window, schedule, adaptive_scope, max_noise,
           json_path, csv_path, save, force, yes):
     """Measure raw vs speculative decoding per task, and say whether SD pays.
@@ -244,7 +250,7 @@ def bench(pair, target_path, draft_path, threads, p_cores, e_cores, n_gpu_layers
                        draft_threads=draft_threads, temperature=temperature, seed=seed,
                        max_noise=max_noise, adaptive_scope=adaptive_scope, schedule=schedule,
                        draft_window=draft_window, n_min=n_min, argv=["cpuspec", *sys.argv[1:]],
-                       sequential=design)
+                       sequential=design, exact_audit=exact_audit)
     if where.is_sweep:
         _sweep(base, where, default_threads(), sink, csv_path)
     else:
@@ -371,6 +377,20 @@ def _sweep(base, where, fallback_threads: int, sink, csv_path) -> None:
 for _command in (hw, contention, costs, paths, quality, tune, models, advise, report, compare,
                  plot, runs, export, publish, leaderboard, heads, rebuild):
     main.add_command(_command)
+
+
+def _checked_first(callback):
+    """A command that runs models: on a CPU with AMX, the build check (cli/engine.py) before
+    its body, after click parsed its options (click calls the callback only then)."""
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        check_llama_build(log)
+        return callback(*args, **kwargs)
+    return run
+
+
+for _name in RUNS_MODELS:
+    main.commands[_name].callback = _checked_first(main.commands[_name].callback)
 
 
 if __name__ == "__main__":   # python -m cpuspec.cli.main (another venv's build, tests)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -818,7 +819,9 @@ def _tune_names(reg, targets: str, drafts: str, draft_window) -> dict[str, list[
 @click.option("-t", "--threads", type=int, callback=positive)
 @click.option("--budget", type=click.FloatRange(min=1), metavar="MINUTES",
               callback=lambda c, p, v: finite(v, "--budget"),
-              help="Stay within this many minutes: later steps are skipped, and said so.")
+              help="Stay within this many minutes of wall time from the command's start "
+                   "(loading, deriving quants and probes included): a step that would start "
+                   "after it is skipped, and said so; the screen gives the minutes spent.")
 @click.option("--depths", callback=values(0), metavar="N,M,...",
               help="Also predict each SD answer at these context depths (e.g. 0,1024,4096), "
                    "from its cost curve measured at each: where SD stops paying.")
@@ -862,7 +865,7 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
       cpuspec tune --targets a.gguf,b.gguf --drafts c.gguf --tasks json --k-max 4
     """
     from cpuspec.llama.engine import EngineError
-    threads = threads or default_threads()
+    started, threads = time.monotonic(), threads or default_threads()   # the budget's clock
     check_limits([k_max], max_tokens, [threads], None, "--k-max", k_may_equal=True)
     check_depths(depths, "--depths")
     prompts = prompts_or_exit(tasks, prompts_file, prompts_per_task, [*DEFAULT_TASKS, "grounded"])
@@ -891,7 +894,7 @@ def tune(targets, drafts, k_max, tasks, prompts_file, prompts_per_task, max_toke
             doc = run_tune(cfg, cands, log, k_max, not no_confirm,
                            lambda d: sink({**head, **d, "complete": False}),
                            budget * 60 if budget else None, depths=depths,
-                           race_size=race_size)
+                           race_size=race_size, started=started)
         except (ModelError, EngineError, ValueError) as exc:
             raise click.ClickException(str(exc))
         doc = {**head, **doc}

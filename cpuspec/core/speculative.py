@@ -71,6 +71,10 @@ class Generation:
     # per round, each drafted token's confidence (draft.confidence()), where asked for: what
     # a p-min gate would have seen, so one ungated run prices every p-min (replay)
     draft_confidence: list[list[float]] | None = None
+    # per round, the drafts its verify read (the batch was [the last emitted token, *drafts]
+    # at the position after it): with the prompt and the tokens, every verify can be replayed
+    # exactly (core/audit.py)
+    batches: list[list[int]] = field(default_factory=list)
 
     @property
     def decode_tokens(self) -> int:
@@ -232,6 +236,7 @@ class _Run:
     rounds: list[RoundStats] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     confidence: list[list[float]] | None = None   # per round, where recorded
+    batches: list[list[int]] = field(default_factory=list)   # per round, its drafts
 
     def close_round(self, target: Decoder, drafts: list[int], n_accepted: int, next_token: int,
                     draft_s: float, verify_s: float, clock: Clock) -> RoundStats:
@@ -241,6 +246,7 @@ class _Run:
         round's time spread evenly over the round's tokens."""
         emitted = cut_at_eog(target, drafts[:n_accepted] + [next_token])
         self.tokens += emitted
+        self.batches.append(list(drafts))
         now = clock()
         r = RoundStats(len(drafts), n_accepted, len(emitted), draft_s, verify_s, now - self.t_prev)
         self.rounds.append(r)
@@ -330,7 +336,7 @@ def generate_speculative(target: Decoder, draft: Decoder, prompt: Sequence[int],
     return Generation(len(prompt), run.tokens, t_prefill - t0,
                       run.t_prev - t_prefill - draft_prefill_s, run.latencies, run.rounds, stop,
                       draft_prefill_s=draft_prefill_s, reused=reuse,
-                      draft_confidence=run.confidence)
+                      draft_confidence=run.confidence, batches=run.batches)
 
 
 def _read_prompt_into_draft(draft: Decoder, prompt: Sequence[int], reuse: int, run: _Run,
@@ -393,26 +399,27 @@ def _settle_ahead(draft: Decoder, extra: dict, hit: bool, guesses: list[int],
 def generate_speculative_parallel(target: Decoder, draft: Decoder, prompt: Sequence[int],
                                   max_tokens: int, k: int, submit: Callable,
                                   draft_async: Decoder | None = None,
-                                  clock: Clock = time.perf_counter) -> Generation:
+                                  clock: Clock = time.perf_counter,
+                                  reuse: int = 0) -> Generation:
     """Greedy speculative decoding where the draft, on its own cores, drafts round r + 1 while
     the target verifies round r, assuming round r is fully accepted. If it was, and the
     target's bonus token is the draft's first guess, round r + 1 starts with its drafts ready;
-    otherwise they are discarded and the draft's KV rolled back (the serial step). The output
-    is the target's greedy choices either way, as in generate_speculative.
+    otherwise they are discarded and the draft's KV rolled back (the serial step): the target's
+    greedy choices either way, as in generate_speculative.
 
     `submit(fn, *args)` runs fn on the draft's thread and returns a future; `draft` is used
     from this thread for serial drafting (it forwards to the draft's thread), `draft_async` is
     the same model called directly on its thread (default: `draft`). Per round, draft_s is the
     drafting this thread waited for (serial drafting, and the wait for the draft-ahead after
-    the verify); Generation.extra counts hits, misses and the drafting that was hidden."""
+    the verify); Generation.extra counts hits, misses and the drafting hidden. reuse: both
+    KVs hold prompt[:reuse] already (a depth): kept, only the rest is read."""
     if k < 1:
         raise ValueError("k must be ≥ 1")
-    draft_async = draft_async or draft
-    target.truncate(0)
-    draft.truncate(0)
+    _check_reuse(prompt, reuse)
+    draft_async, _ = draft_async or draft, (target.truncate(reuse), draft.truncate(reuse))
     t0 = clock()
-    prefill = submit(draft_async.eval, list(prompt), 0, 1)  # both prefills at once
-    tokens, t_target = target.eval(prompt, 0, 1), clock()
+    prefill = submit(draft_async.eval, list(prompt[reuse:]), reuse, 1)  # both prefills at once
+    tokens, t_target = target.eval(prompt[reuse:], reuse, 1), clock()
     prefill.result()
     run = _Run(tokens, clock())
     t_prefill = run.t_prev
@@ -448,7 +455,7 @@ def generate_speculative_parallel(target: Decoder, draft: Decoder, prompt: Seque
                         clock)
     return Generation(len(prompt), run.tokens, t_target - t0, run.t_prev - t_prefill,
                       run.latencies, run.rounds, stop, draft_prefill_s=t_prefill - t_target,
-                      extra=extra)
+                      extra=extra, reused=reuse, batches=run.batches)
 
 
 def _timed(fn, *args):

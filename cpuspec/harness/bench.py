@@ -21,6 +21,7 @@ from cpuspec import __version__
 from cpuspec.machine.hardware import (CoreOwner, CorePinner, OwnedDecoder, census_delta,
                                      current_affinity, detect_hardware, thread_census)
 from cpuspec.core.lookup import HYBRID_NGRAM, HybridDrafter, LookupDrafter, NGRAM_MAX, NGRAM_MIN
+from cpuspec.core.audit import classify_divergence, replay_exact
 from cpuspec.harness.measure import CATCHUP_PROBE_TOKENS, CURVE_N, NoiseProbe, NoiseSample, probe_costs
 from cpuspec.inputs.models import FetchedModel, fetch_model, local_model
 from cpuspec.harness.order import MODE_ORDER, mode_order
@@ -74,6 +75,9 @@ class BenchConfig:
     max_noise: float | None = None  # rerun a prompt while others used more CPUs than this
     adaptive_scope: str = "task"    # one adaptive controller per task, or per prompt
     schedule: str = "serial"        # "parallel": the draft drafts ahead during each verify
+    # replay every SD output's verifies (core/audit.py), not only those that differ from raw
+    exact_audit: bool = False
+    drift: bool = True              # the batched-vs-one-token logit drift (harness/drift.py)
     quality: bool = True            # the target's perplexity after the runs (tune's pilot: no)
     depth: int = 0                  # tokens of real context held in both KV caches before each
     #                                 prompt (an earlier turn a server keeps; llama-bench's -d)
@@ -115,6 +119,8 @@ def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str,
             "decode_s": g.decode_s, "e2e_s": g.e2e_s,
             "token_latencies_s": g.token_latencies_s,
             "rounds": [r.as_row() for r in g.rounds], "stop": g.stop,
+            # each round's drafts (its verify read [previous token, *drafts]): replayable
+            **({"drafts": g.batches} if g.rounds else {}),
             **({"reused_prompt_tokens": g.reused} if g.reused else {}),
             "noise": noise.to_dict(), **({"schedule": g.extra} if g.extra else {}),
             **({"drafter_stats": g.drafter_stats} if g.drafter_stats else {}),
@@ -129,17 +135,27 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def audit_pair(target, prompt_tokens: list[int], raw: list[int], sd: list[int],
-               keep: int = 0) -> dict:
-    """Compare SD output with target-only output; at a divergence, replay plain decoding to get
-    the target's top-2 logit margin there (a near-tie is where batched numerics can flip)."""
-    from cpuspec.llama.engine import top2_margin
-    pos = first_divergence(raw, sd)
-    out = {"identical": pos is None, "first_divergence": pos, "n_compared": min(len(raw), len(sd))}
-    if pos is not None and pos < min(len(raw), len(sd)):
-        top1, top2, margin = top2_margin(target, prompt_tokens, raw[:pos], keep)
-        out.update(raw_token=raw[pos], sd_token=sd[pos], raw_top1=top1, raw_top2=top2,
-                   raw_top2_margin=margin, sd_choice_is_raw_runner_up=sd[pos] == top2)
+def audit_pair(target, prompt_tokens: list[int], raw: Generation, sd: Generation,
+               keep: int = 0, exact: bool = False) -> dict:
+    """SD's output against raw decoding's (core/audit.py): identical or not; the exact audit
+    (SD's own verifies replayed) where they differ, or on every output with `exact`; and at a
+    divergence, both tokens' logits on both paths, classified numeric or defect."""
+    pos = first_divergence(raw.tokens, sd.tokens)
+    out = {"identical": pos is None, "first_divergence": pos,
+           "n_compared": min(len(raw.tokens), len(sd.tokens))}
+    if exact or pos is not None:
+        out["exact"] = replay_exact(target, prompt_tokens, sd.tokens, sd.batches,
+                                    keep).to_dict()
+    if pos is not None and pos < out["n_compared"]:
+        out["divergence"] = classify_divergence(
+            target, prompt_tokens, raw.tokens, sd.tokens, sd.batches,
+            [r.n_emitted for r in sd.rounds], pos, keep)
+        d = out["divergence"]   # the fields every reader of older files knows
+        out.update({k: d[k] for k in ("raw_token", "sd_token", "raw_top1", "raw_top2",
+                                      "raw_top2_margin", "sd_choice_is_raw_runner_up")})
+    elif pos is not None:   # one output is a prefix of the other: an end token moved
+        out["divergence"] = {"kind": "defect", "why": "one output stops where the other "
+                             "goes on (an end-of-generation token differs)"}
     return out
 
 
@@ -289,7 +305,8 @@ class Generator:
         cfg = self.cfg
         if mode == "static" and cfg.schedule == "parallel":
             return generate_speculative_parallel(t, d, tokens, max_tokens, cfg.k,
-                                                 self.owner.submit, self.draft_async)
+                                                 self.owner.submit, self.draft_async,
+                                                 reuse=reuse)
         if mode == "static":
             return generate_speculative(t, d, tokens, max_tokens, cfg.k, verify=verify,
                                         reuse=reuse, gate=(cfg.p_min, cfg.n_min),
@@ -369,6 +386,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                      on_update)
         # the probe again: the machine drifts over a run (issue 57), so the prediction has a band
         probe("cost_probe_end")
+        _drift(cfg, target, encoded, reuse, results, log)
         # The quality proxy beside the speed: a faster quant is a win only if this holds up.
         if cfg.quality:
             results["quality"] = target_perplexity(target_m, cfg.threads)
@@ -456,6 +474,26 @@ def refuse_recurrent(*sessions) -> None:
                               "loop cannot roll its state back per token; measure it in "
                               "llama-server (cpuspec paths --paths llama-server, or cpuspec "
                               "heads for its MTP layer)")
+
+
+def _drift(cfg: BenchConfig, target, encoded: list, reuse: list, results: dict,
+           log: Log) -> None:
+    """results["drift"]: the target's batched-vs-one-token logits over plain decoding's own
+    outputs (harness/drift.py), on the prompts read from an empty cache (not a depth or a
+    follow-up: their context would be read again whole)."""
+    from cpuspec.harness.drift import DRIFT_POSITIONS, measure_drift
+    if not cfg.drift:
+        return
+    first = {}
+    for r in results["runs"]:
+        if r["mode"] == "raw":
+            first.setdefault(r["prompt_id"], r["tokens"])
+    texts = [(tokens, first[p.prompt_id]) for p, tokens, kept in
+             zip(cfg.prompts, encoded, reuse) if not kept and p.prompt_id in first]
+    if texts:
+        log(f"logit drift: up to {DRIFT_POSITIONS} positions one token at a time and in "
+            f"batches of {cfg.k + 1}")
+        results["drift"] = measure_drift(target, texts, cfg.k, cfg.temperature or 1.0)
 
 
 def _record_contexts(results: dict, target, draft) -> None:
@@ -593,7 +631,7 @@ def _audit(cfg: BenchConfig, target, p: Prompt, rep: int, tokens: list[int], gen
     """The lossless audit of each SD mode against raw decoding (greedy runs only)."""
     audited = []
     for mode in cfg.policies if cfg.temperature <= 0 else []:
-        audit = audit_pair(target, tokens, gens["raw"].tokens, gens[mode].tokens, kept)
+        audit = audit_pair(target, tokens, gens["raw"], gens[mode], kept, cfg.exact_audit)
         results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
                                  "repetition": rep, "mode": mode, **audit})
         audited.append(audit["identical"])

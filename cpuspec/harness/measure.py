@@ -13,11 +13,11 @@ Definitions used throughout:
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from typing import Callable, Sequence
 
+from cpuspec.machine import osapi
 from cpuspec.results.records import (MIN_JUDGED_WINDOW_S, NoiseSample, CostProbe,  # noqa: F401
                       noise_reasons)
 
@@ -119,7 +119,6 @@ def _busy_and_steal() -> tuple[float, float]:
 
 def _psi_cpu_some_us() -> float | None:
     """Linux's pressure-stall 'some' total (µs); None on an OS without PSI (machine/osapi)."""
-    from cpuspec.machine import osapi
     return osapi.current().cpu_pressure_us()
 
 
@@ -147,10 +146,7 @@ class NoiseProbe:
         c = self._proc.cpu_times()
         own = c.user + c.system - self._own0
         busy, steal = _busy_and_steal()
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            load = None
+        load = osapi.current().load_average()
         pressure = None
         if self._psi0 is not None and psi1 is not None and wall > 0:
             pressure = min((psi1 - self._psi0) / 1e6 / wall, 1.0)

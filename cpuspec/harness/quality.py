@@ -81,10 +81,16 @@ def top1_agreement(session, prompt: Sequence[int], reference_output: Sequence[in
     return float(np.mean([c == r for c, r in zip(choices, reference_output)]))
 
 
+# the verify batch the logit drift is measured at: k = 4, bench's default draft length
+QUALITY_DRIFT_K = 4
+
+
 def run_quality(candidates: list, reference, prompts: list, max_tokens: int, threads: int,
                 log=lambda _: None) -> dict:
-    """Perplexity on QUALITY_TEXT and top-1 agreement with `reference` on `prompts`, for each
+    """Perplexity on QUALITY_TEXT, top-1 agreement with `reference` on `prompts`, and the
+    batched-vs-one-token logit drift over the reference's outputs (harness/drift.py), for each
     candidate (FetchedModel). Returns the per-model figures."""
+    from cpuspec.harness.drift import measure_drift
     from cpuspec.llama.engine import Model, Session, check_same_tokenizer
     with Model(reference.path) as ref:
         encoded = [ref.tokenize(ref.format_chat(p.text)) for p in prompts]
@@ -101,7 +107,8 @@ def run_quality(candidates: list, reference, prompts: list, max_tokens: int, thr
                 check_same_tokenizer(ref, m)
                 agree = {p.prompt_id: top1_agreement(s, toks, o)
                          for p, toks, o in zip(prompts, encoded, outputs)}
-                out["models"].append({**cand.to_dict(), "desc": m.desc,
+                drift = measure_drift(s, list(zip(encoded, outputs)), QUALITY_DRIFT_K, 1.0)
+                out["models"].append({**cand.to_dict(), "desc": m.desc, "drift": drift,
                                       "perplexity": perplexity(s, m.tokenize(QUALITY_TEXT)),
                                       "top1_agreement": agree,
                                       "top1_agreement_mean": float(np.mean(list(

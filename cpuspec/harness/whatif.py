@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
+from cpuspec.machine import osapi
 from cpuspec.harness.bench import BenchConfig, Log
 from cpuspec.harness.measure import probe_costs
 from cpuspec.harness.probe import run_costs
@@ -23,8 +24,6 @@ def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
     its own (drafts: target size → a draft file, or a shape name written at the target's
     quant: `costs --pairs`). Every file is written (and flushed to disk) before the first probe, so no probe
     shares the machine with a write. on_row(doc) after each row; returns the finished doc."""
-    import os
-
     from cpuspec.llama.shape_true import write_shape_true
     from cpuspec.harness.bench import environment
     from cpuspec.results.schema import SCHEMA_VERSION
@@ -48,7 +47,7 @@ def run_whatif(cfg: BenchConfig, sizes: list[str], quants: list[str], reps: int,
             except ShapeError as exc:
                 log(f"what-if: {size} {quant} skipped: {exc}")
                 files[size, quant] = exc
-    os.sync()   # the files' pages reach the disk now, not during a probe
+    osapi.current().sync_disks()   # the files' pages reach the disk now, not during a probe
     for (size, quant), path in files.items():
         shape = shape_of(size)
         row = {"size": size, "shape": shape.name, "quant": quant, "params": shape.params()}
@@ -78,7 +77,6 @@ def run_shape_validation(models: dict[str, tuple[Path, Path]], rounds: int, k_ma
     reversed every other round, so drift and order cancel and each round is one paired unit.
     models: label → (target path, draft path); on_round(doc) after each round."""
     import contextlib
-    import os
 
     from cpuspec.harness.bench import environment
     from cpuspec.harness.measure import filler_tokens
@@ -92,7 +90,7 @@ def run_shape_validation(models: dict[str, tuple[Path, Path]], rounds: int, k_ma
                               "reps": reps,
                               "threads": threads, "label": SHAPE_TRUE},
                  "models": {}, "probes": {label: [] for label in models}}
-    os.sync()   # files written just before (shape-true ones) reach the disk before any timing
+    osapi.current().sync_disks()   # files written just before reach the disk before any timing
     with contextlib.ExitStack() as stack:
         sessions = {}
         for label, (target, draft) in models.items():

@@ -438,17 +438,21 @@ def local_model(path: Path, origin: dict | None = None) -> FetchedModel:
                             warnings=[f"{path.name}: {SHAPE_TRUE}: real shapes and quant "
                                       "types, no real outputs"], shape_true=SHAPE_TRUE)
     digest = file_sha256(path)      # hashed once, remembered by path, size and mtime
+    fresh = origin is not None      # this run's reference compared it; else only remembered
     origin = origin or recall(path) or {}
     if all(isinstance(origin.get(k), str) for k in ("repo", "file")):   # named by a reference
         name = origin["file"].rsplit("/", 1)[-1].removesuffix(".gguf") \
             if not origin["repo"].startswith("ollama:") else origin["repo"]
         spec = ModelSpec(name=name, repo=origin["repo"], file=origin["file"])
+        against = "the hub's listing" if not origin["repo"].startswith("ollama:") else \
+            "its Ollama digest"
         return FetchedModel(spec, path, digest, "hub" if origin.get("verified") and not
                             origin["repo"].startswith("ollama:") else "local-store",
-                            bool(origin.get("verified")),
-                            verified_by="sha256 of the file, against the hub's listing"
-                            if not origin["repo"].startswith("ollama:") else
-                            "sha256 of the file, against its Ollama digest",
+                            bool(origin.get("verified")) and fresh,
+                            verified_by=f"sha256 of the file, against {against}" if fresh
+                            else f"remembered: its sha256 was checked against {against} when "
+                            "it was fetched; unchanged since (size and modification time), "
+                            "not compared this run",
                             revision=origin.get("revision"), store=origin.get("store"),
                             public=origin.get("public") is True,
                             hf_ref=origin.get("hf_ref") if isinstance(origin.get("hf_ref"),

@@ -20,9 +20,9 @@ import json
 import os
 import re
 import shutil
-import socket
 import tempfile
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -63,6 +63,16 @@ class Ref:
     tag: str | None = None        # ollama
 
 
+def _local_folder(text: str) -> bool:
+    """The reference's first component is a folder here (./models/...): a relative path the
+    user mistyped, said as a missing file, never sent to the hub as OWNER/REPO."""
+    first = text.split("/", 1)[0]
+    try:
+        return "/" in text and bool(first) and Path(first).is_dir()
+    except OSError:
+        return False
+
+
 def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
     """What a --target/--draft value names. An existing path always wins; then ollama: and
     hf://; then a registered name; then OWNER/REPO[:QUANT] and OWNER/REPO/FILE.gguf; anything
@@ -97,6 +107,8 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
                    revision=rev)
     if text in registered:
         return Ref("name", text)
+    if _local_folder(text):   # models/qwen, models/q/qwen.gguf: a path mistyped, not a repo
+        return Ref("path", str(p))
     head, _, quant = text.partition(":")
     if REPO.fullmatch(head) and not text.endswith(".gguf"):
         if ":" in text and not re.fullmatch(r"[\w.-]+", quant):
@@ -158,20 +170,44 @@ def sha256_file(path: Path) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def hub_reachable() -> bool:
-    """One quick TCP connect to the hub's endpoint, so an unreachable hub costs seconds, not
-    huggingface-hub's retry loop (five retries with back-off per file)."""
+def hub_unreachable() -> str | None:
+    """None where the hub answers; else why not, in words. One quick request through
+    huggingface-hub's own HTTP session (so its proxies, HTTPS_PROXY / HTTP_PROXY / NO_PROXY,
+    and HF_ENDPOINT apply, as to every download after it), so an unreachable hub costs
+    seconds, not huggingface-hub's retry loop (five retries with back-off per file)."""
     from huggingface_hub import constants
     if constants.HF_HUB_OFFLINE:
-        return False
+        return "HF_HUB_OFFLINE is set"
+    endpoint = constants.ENDPOINT
     try:
-        url = urllib.parse.urlparse(constants.ENDPOINT)
-        port = url.port or (80 if url.scheme == "http" else 443)
-        with socket.create_connection((url.hostname, port), timeout=HUB_PROBE_TIMEOUT_S):
-            return True
-    except (OSError, ValueError, TypeError):   # unreachable, or HF_ENDPOINT is no URL
-        return False
+        from huggingface_hub import get_session   # reads HF_ENDPOINT when first imported
+        get_session().head(endpoint, timeout=HUB_PROBE_TIMEOUT_S)
+        return None
+    except Exception as exc:   # connection, proxy, TLS, a malformed HF_ENDPOINT: one line
+        proxy = _proxy_for(endpoint)
+        how = f"through the proxy {proxy}" if proxy else f"at {endpoint}"
+        return f"the hub did not answer {how} ({type(exc).__name__})"
 
+
+def _proxy_for(url: str) -> str | None:
+    """The proxy a request to url goes through, as the environment sets it (NO_PROXY kept)."""
+    try:
+        host = urllib.parse.urlparse(url).hostname or ""
+        if urllib.request.proxy_bypass(host):
+            return None
+        return urllib.request.getproxies().get(urllib.parse.urlparse(url).scheme)
+    except (ValueError, TypeError):
+        return None
+
+
+def hub_reachable() -> bool:
+    global _LAST_UNREACHABLE
+    _LAST_UNREACHABLE = hub_unreachable()
+    return _LAST_UNREACHABLE is None
+
+
+# why the hub was out of reach when last asked (said in the error that follows it)
+_LAST_UNREACHABLE: str | None = None
 
 
 def _known_path() -> Path:
@@ -346,8 +382,11 @@ def _copies(repo: str, revision: str | None) -> list[_Copy]:
 
 
 def is_model_file(path: str) -> bool:
+    """A model file as llama.cpp's -hf takes one (common/download.cpp,
+    gguf_filename_is_model): case-sensitive, so `X-MTP-Q4_K_M.gguf` is a model to llama.cpp,
+    and cpuspec must pick what llama.cpp would."""
     name = path.rsplit("/", 1)[-1]
-    return name.endswith(".gguf") and not any(s in name.lower() for s in NOT_A_MODEL)
+    return name.endswith(".gguf") and not any(s in name for s in NOT_A_MODEL)
 
 
 def split_parts(path: str) -> list[str]:
@@ -440,8 +479,8 @@ def plan_ref(ref: Ref) -> Plan | None:
             if all(p in copy.files for p in parts):
                 return Plan(ref, name, parts, copy.commit, None, copy)
         where = "no copy of it" if not copies else "no whole copy of that file"
-        raise RefError(f"{ref.text}: {where} on this machine, and the hub is out of reach "
-                       "(offline, HF_HUB_OFFLINE set, or no network)")
+        raise RefError(f"{ref.text}: {where} on this machine, and the hub is out of reach: "
+                       f"{_LAST_UNREACHABLE or 'offline, or no network'}")
     commit, files, private = listed
     # a name the listing gave is used only as a plain path inside the repo
     files = {f: m for f, m in files.items() if _plain(f)}

@@ -20,18 +20,21 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from cpuspec.inputs.registry import cpuspec_home
 from cpuspec.machine.hardware import cpu_id, cpu_model
+from cpuspec.machine import interrupt, osapi
 from cpuspec.machine.interrupt import ChildTimeout, start_child, wait_child
 from cpuspec.machine.matrix import matrix_engine
 
@@ -44,6 +47,10 @@ PROBE_ARGV = [sys.executable, "-m", "cpuspec.llama.probe_child"]
 PROBE_TIMEOUT_S = 120.0
 REBUILD_ENV = "CPUSPEC_REBUILD"        # "0": never rebuild by itself, say what to run instead
 FIX_COMMAND = "cpuspec rebuild"
+# The llama-cpp-python releases cpuspec's ggml patches (llama/patches) were written and
+# tested on; pyproject.toml pins the first. Another version is built all the same where the
+# patches apply, and refused in one line where they do not (apply_patches).
+TESTED_VERSIONS = ("0.3.36",)
 REBUILD_TIME = "about 5-10 minutes on 2 cores"
 
 
@@ -55,6 +62,12 @@ class BuildCrash(RuntimeError):
     """The installed build dies in the probe; str() is the one line a user reads."""
 
 
+# Signals that mean the build itself died (ggml's AMX tile bug: SIGSEGV or SIGILL; an abort
+# in ggml: SIGABRT). Any other end (killed, stopped, timed out) says nothing about the build.
+CRASH_SIGNALS = frozenset(getattr(signal, n) for n in ("SIGSEGV", "SIGILL", "SIGBUS", "SIGFPE",
+                                                       "SIGABRT") if hasattr(signal, n))
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     ok: bool
@@ -63,6 +76,13 @@ class ProbeResult:
     system_info: str = ""
     buffers: dict | None = None
     stderr_tail: str = ""
+    timed_out: bool = False
+
+    @property
+    def crashed(self) -> bool:
+        """Died of a signal that only a broken build sends itself (CRASH_SIGNALS)."""
+        return not self.timed_out and self.returncode < 0 and \
+            -self.returncode in CRASH_SIGNALS
 
     @property
     def signal_name(self) -> str | None:
@@ -111,6 +131,12 @@ def patches_applied(src: Path) -> set[str]:
 def apply_patches(src: Path, log: Callable[[str], None]) -> list[str]:
     """Apply cpuspec's patches to an unpacked llama-cpp-python sdist, each once; a patch that
     is already in the source (a release with the fix) is passed over. Names applied now."""
+    version = Path(src).name.rpartition("-")[2]
+    if version not in TESTED_VERSIONS:
+        log(f"build: cpuspec's patches were tested on llama-cpp-python "
+            f"{', '.join(TESTED_VERSIONS)}; this is {version}: each is applied where it fits "
+            "(or found already in the source), and the build stops in one line where one "
+            "does not")
     mark = src / APPLIED_MARK
     done = patches_applied(src)
     applied = []
@@ -168,31 +194,44 @@ def known_result() -> dict | None:
         return None
 
 
-def remember(result: ProbeResult, rebuilt: bool, rebuild_failed: str | None = None) -> None:
+def remember(result: ProbeResult, rebuilt: bool, rebuild_failed: str | None = None) -> bool:
     """What the probe found for this build (and a rebuild that failed: not tried again
-    unasked), under $CPUSPEC_HOME/engine."""
+    unasked), under $CPUSPEC_HOME/engine. Best effort: a home that cannot be written (read
+    only, full, a file in the way) only means the next command probes again (False). Written
+    to a temporary file of its own, then renamed: two commands at once never mix results."""
     path = _record_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"ok": result.ok, "uses_amx": result.uses_amx,
-                               "rebuild_failed": rebuild_failed,
-                               "system_info": result.system_info,
-                               "buffers": result.buffers, "rebuilt_by_cpuspec": rebuilt,
-                               "patches": list(PATCHES) if rebuilt else [],
-                               "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}))
-    tmp.replace(path)
+    text = json.dumps({"ok": result.ok, "uses_amx": result.uses_amx,
+                       "rebuild_failed": rebuild_failed, "system_info": result.system_info,
+                       "buffers": result.buffers, "rebuilt_by_cpuspec": rebuilt,
+                       "patches": list(PATCHES) if rebuilt else [],
+                       "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        return False
 
 
-def probe(argv: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResult:
-    """Run the probe child (no core file): ok, or how it died."""
+def probe(argv: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT_S,
+          env: dict | None = None) -> ProbeResult:
+    """Run the probe child (no core file): ok, or how it died. env: the child's environment
+    (a rebuilt wheel's trial folder on PYTHONPATH)."""
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = start_child(argv or PROBE_ARGV, core_dump=False, stdout=out, stderr=err,
-                           text=True)
+                           text=True, env=env)
+        timed_out = False
         try:
             rc = wait_child(proc, timeout_s=timeout_s)
         except ChildTimeout:
-            rc = -int(getattr(signal, "SIGKILL", 9))
+            rc, timed_out = -int(getattr(signal, "SIGKILL", 9)), True
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
@@ -205,7 +244,8 @@ def probe(argv: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> 
             rc = 1
     return ProbeResult(ok=rc == 0, returncode=rc, seconds=seconds,
                        system_info=report.get("system_info", ""),
-                       buffers=report.get("buffers"), stderr_tail=stderr[-2000:])
+                       buffers=report.get("buffers"), stderr_tail=stderr[-2000:],
+                       timed_out=timed_out)
 
 
 def crash_line(result: ProbeResult, rebuilt: bool) -> str:
@@ -233,7 +273,8 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
     """On a CPU with AMX, make sure the installed llama-cpp-python survives a batched decode:
     probe it once per build; where it dies, rebuild it with the patches (unless $CPUSPEC_REBUILD
     is 0) and probe again; sdist(log) gives the unpacked sdist (native.sdist_dir). Returns
-    "no engine", "known", "sound" or "rebuilt"; raises BuildCrash with the line to print where
+    "no engine", "known", "sound", "rebuilt" or "could not tell" (the child timed out or was
+    killed from outside: never taken for a crash, never remembered); raises BuildCrash with the line to print where
     it still dies, BuildError where the child failed otherwise or the rebuild failed."""
     if "amx_tile" not in matrix_engine().features or not amx_platform():
         return "no engine"
@@ -251,6 +292,13 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
     if result.returncode >= 0:     # an error, not a crash: a rebuild would not help
         raise BuildError(f"the build check's child process failed (exit {result.returncode}), "
                          f"not by a signal: {result.stderr_tail.strip()[-400:]}")
+    if not result.crashed:   # timed out or killed from outside: nothing known, nothing kept
+        log("cpuspec: could not tell whether this llama-cpp-python build survives this CPU's "
+            "AMX: the check's child process "
+            + (f"ran past {PROBE_TIMEOUT_S:g} s" if result.timed_out
+               else f"was stopped ({result.death})")
+            + " (a slow or busy machine?); nothing rebuilt, the next command checks again")
+        return "could not tell"
     if rebuild_ok is None:
         rebuild_ok = os.environ.get(REBUILD_ENV, "1") != "0"
     if not rebuild_ok:
@@ -274,26 +322,116 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
     return "rebuilt"
 
 
-def rebuild(log: Callable[[str], None], src: Path, pip_argv: list[str] | None = None) -> float:
-    """Build llama-cpp-python again from its unpacked sdist `src` with cpuspec's patches and
-    install it in place (pip; with $CMAKE_ARGS as this shell has them: the first install's are
-    not recorded, so a GPU build must be rebuilt with its CMAKE_ARGS set). Seconds taken."""
-    t0 = time.monotonic()
-    apply_patches(src, log)
-    argv = pip_argv or [sys.executable, "-m", "pip", "install", "--no-deps",
-                        "--force-reinstall", "--no-cache-dir", str(Path(src).resolve())]
-    log(f"build: pip install {src.name} with cpuspec's patches ({REBUILD_TIME})")
+# The installed build's backends, from the libraries in its package (llama_cpp/lib), and the
+# cmake flag that builds each: a rebuild keeps them (pip records no CMAKE_ARGS of its own).
+BACKEND_LIBS = {"vulkan": "-DGGML_VULKAN=on", "cuda": "-DGGML_CUDA=on",
+                "metal": "-DGGML_METAL=on", "hip": "-DGGML_HIP=on", "sycl": "-DGGML_SYCL=on",
+                "blas": "-DGGML_BLAS=on", "opencl": "-DGGML_OPENCL=on"}
+
+
+def _lib_backends(names) -> set[str]:
+    """Backends among library file names (libggml-vulkan.so, ggml-cuda.dll, ...)."""
+    found = set()
+    for name in names:
+        base = Path(name).name.lower()
+        for b in BACKEND_LIBS:
+            if re.match(rf"(lib)?ggml-{b}\b", base):
+                found.add(b)
+    return found
+
+
+def installed_backends() -> set[str]:
+    """The installed llama-cpp-python's GPU (and BLAS) backends, by its library files; never
+    imports it (a rebuild is about to replace it)."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return set()
+    lib = Path(list(spec.submodule_search_locations)[0]) / "lib"
+    return _lib_backends(p.name for p in lib.iterdir()) if lib.is_dir() else set()
+
+
+def rebuild_cmake_args(env: dict | None = None) -> str:
+    """$CMAKE_ARGS as this shell has them, plus the flag of each backend the installed build
+    has that they do not name: a Vulkan or CUDA build comes back a Vulkan or CUDA build."""
+    args = (env if env is not None else os.environ).get("CMAKE_ARGS", "")
+    have = args.upper()
+    extra = [BACKEND_LIBS[b] for b in sorted(installed_backends())
+             if BACKEND_LIBS[b].split("=")[0].upper() not in have]
+    return " ".join([args, *extra]).strip()
+
+
+def _pip(argv: list[str], env: dict | None = None) -> tuple[int, str]:
+    """Run pip (or a stand-in) in a child process group: its exit code and output's tail. A
+    stop request kills the group (machine/interrupt)."""
     with tempfile.TemporaryFile("w+", errors="replace") as out:
-        proc = start_child(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = start_child(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
         rc = wait_child(proc)
         out.seek(0)
-        tail = out.read()[-1500:]
-    if rc != 0:
-        raise BuildError(f"pip could not build llama-cpp-python with the patch (exit {rc}):\n"
-                         f"{tail}")
+        return rc, out.read()[-1500:]
+
+
+def _swap_in(wheel: Path) -> tuple[int, str]:
+    """Install the checked wheel over the old build: seconds, with Ctrl-C and SIGTERM held
+    until pip is done (a reinstall cut half way would leave no llama_cpp at all)."""
+    with interrupt.deferred():
+        return _pip([sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall",
+                     "--no-cache-dir", str(wheel)])
+
+
+def rebuild(log: Callable[[str], None], src: Path, pip_argv: list[str] | None = None) -> float:
+    """Build llama-cpp-python again from its unpacked sdist `src` with cpuspec's patches, and
+    install it only once it is known good. Steps: a wheel is built apart (pip wheel, with
+    rebuild_cmake_args: the user's CMAKE_ARGS and the installed build's backends); it must
+    carry those backends; unpacked beside, it must import and pass the probe; then it is
+    swapped in (interrupts held for those seconds). Ctrl-C or a failure at any earlier step
+    leaves the installed build as it was. One rebuild at a time (a lock beside the source).
+    Seconds taken. pip_argv replaces the wheel build's command (tests)."""
+    t0 = time.monotonic()
+    apply_patches(src, log)
+    cmake = rebuild_cmake_args()
+    want = {b for b in BACKEND_LIBS if BACKEND_LIBS[b].split("=")[0].upper() in cmake.upper()}
+    env = {**os.environ, "CMAKE_ARGS": cmake}
+    work = Path(src).parent
+    with open(work / ".rebuild.lock", "w") as lock, osapi.current().locked(lock), \
+            tempfile.TemporaryDirectory(prefix=".rebuild-", dir=work) as tmp:
+        log(f"build: pip wheel {Path(src).name} with cpuspec's patches ({REBUILD_TIME})"
+            + (f"; CMAKE_ARGS={cmake}" if cmake else ""))
+        rc, tail = _pip(pip_argv or [sys.executable, "-m", "pip", "wheel", "--no-deps",
+                                     "--no-cache-dir", "-w", tmp, str(Path(src).resolve())],
+                        env)
+        if rc != 0:
+            raise BuildError(f"pip could not build llama-cpp-python with the patch (exit {rc};"
+                             f" the installed build is unchanged):\n{tail}")
+        wheel = _checked_wheel(Path(tmp), want)
+        trial = Path(tmp) / "trial"
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(trial)
+        result = probe(env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(trial), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)})
+        if not result.ok:
+            raise BuildError(f"the rebuilt llama-cpp-python fails the check ({result.death}); "
+                             "not installed: the installed build is unchanged")
+        rc, tail = _swap_in(wheel)
+        if rc != 0:
+            raise BuildError(f"pip could not install the rebuilt wheel (exit {rc}):\n{tail}")
     seconds = time.monotonic() - t0
     log(f"build: llama-cpp-python rebuilt in {seconds / 60:.1f} min")
     return seconds
+
+
+def _checked_wheel(folder: Path, want: set[str]) -> Path:
+    """The one wheel pip built, carrying every backend asked for."""
+    wheels = sorted(folder.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildError(f"pip built {len(wheels)} wheels, not one; nothing installed")
+    with zipfile.ZipFile(wheels[0]) as z:
+        has = _lib_backends(z.namelist())
+    lacking = sorted(want - has)
+    if lacking:
+        raise BuildError(f"the rebuilt wheel has no {', '.join(lacking)} backend, which the "
+                         "installed build has; not installed (check CMAKE_ARGS and the "
+                         "backend's SDK)")
+    return wheels[0]
 
 
 def restart_command() -> None:

@@ -17,11 +17,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from cpuspec.llama.build import PATCHES, apply_patches, patches_applied
+from cpuspec.llama.build import PATCHES, TESTED_VERSIONS, apply_patches, patches_applied
 from cpuspec.machine.interrupt import ChildTimeout, start_child, wait_child
 from cpuspec.core.commands import (CLI, SERVER, invocations, python_snippet, shell,  # noqa: F401
                        spec_flags)
@@ -42,13 +43,23 @@ class NativeError(RuntimeError):
 
 def vendored_version() -> str:
     """The installed llama-cpp-python's version, from its metadata: importing llama_cpp would
-    load its library, which a rebuild is about to replace."""
+    load its library, which a rebuild is about to replace. With none installed (a reinstall
+    cut short), the version cpuspec was tested on: `cpuspec rebuild` can bring it back."""
     from importlib.metadata import PackageNotFoundError, version
     try:
         return version("llama_cpp_python")
     except PackageNotFoundError:
+        pass
+    try:
         import llama_cpp
         return llama_cpp.__version__
+    except Exception:   # not installed, or half removed
+        return TESTED_VERSIONS[0]
+
+
+def native_root() -> Path:
+    """Where the installed version's sdist, its unpacked source and its builds live."""
+    return cpuspec_home() / "native" / f"llama-cpp-python-{vendored_version()}"
 
 
 def program(bin_dir: Path, name: str) -> Path:
@@ -66,8 +77,7 @@ def build_dir() -> Path:
     """Where cmake puts the programs: build/bin, or build/bin/Release with MSVC (a
     multi-config generator); the first that exists, else the first of this OS's."""
     from cpuspec.machine import osapi
-    root = cpuspec_home() / "native" / f"llama-cpp-python-{vendored_version()}"
-    dirs = [root / d for d in osapi.current().BUILD_BIN_DIRS]
+    dirs = [native_root() / d for d in osapi.current().BUILD_BIN_DIRS]
     return next((d for d in dirs if d.is_dir()), dirs[0])
 
 
@@ -98,7 +108,7 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     $CMAKE_ARGS as pip's build of llama-cpp-python takes them (the same flags for both).
     About 15 minutes on 2 cores, once."""
     bin_dir = build_dir()
-    root = cpuspec_home() / "native" / f"llama-cpp-python-{vendored_version()}"
+    root = native_root()
     src = root / f"llama_cpp_python-{vendored_version()}"
     if has_programs(bin_dir, targets) and patches_applied(src) == set(PATCHES):
         return bin_dir
@@ -132,26 +142,65 @@ def check_toolchain() -> None:
 
 
 def sdist_archive(log: Callable[[str], None]) -> Path:
-    """The installed llama-cpp-python's sdist as pip downloads it (once, beside the build)."""
+    """The installed llama-cpp-python's sdist as pip downloads it (once, beside the build).
+    pip writes it whole or not at all; a download that fails says so in one line."""
     version = vendored_version()
-    root = build_dir().parent.parent
+    root = native_root()
     root.mkdir(parents=True, exist_ok=True)
     archive = root / f"llama_cpp_python-{version}.tar.gz"
     if not archive.is_file():
         log(f"native: pip download llama-cpp-python=={version} (sdist)")
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-              ":all:", "-q", "-d", str(root), f"llama-cpp-python=={version}"], None)
+        try:
+            _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+                  ":all:", "-q", "-d", str(root), f"llama-cpp-python=={version}"], None)
+        except NativeError as exc:
+            raise NativeError(f"could not download llama-cpp-python=={version}'s source from "
+                              f"the package index (offline, a proxy, or the version gone?): "
+                              f"{str(exc).splitlines()[-1][:200]}") from None
+        if not archive.is_file():
+            raise NativeError(f"pip downloaded no {archive.name} into {root}")
     return archive
+
+
+def _safe_members(tar: tarfile.TarFile, dest: Path) -> list:
+    """The archive's members, refused where one would land outside dest or is a device, as
+    tarfile's "data" filter does (absent from Python 3.11.0-3.11.3)."""
+    root = dest.resolve()
+    for m in tar.getmembers():
+        target = (dest / m.name).resolve()
+        if not target.is_relative_to(root) or m.isdev() or (
+                (m.issym() or m.islnk()) and not (target.parent / m.linkname).resolve()
+                .is_relative_to(root)):
+            raise NativeError(f"{tar.name}: {m.name!r} would land outside {dest}")
+    return tar.getmembers()
 
 
 def sdist_dir(log: Callable[[str], None]) -> Path:
     """The installed llama-cpp-python's sdist, unpacked once beside the build (cpuspec's
-    builds patch it there: llama/build.py)."""
+    builds patch it there: llama/build.py). Unpacked into a folder of its own, then renamed:
+    a half-unpacked folder is never taken for the source; a damaged archive is removed (the
+    next command downloads it again) and said in one line."""
     archive = sdist_archive(log)
     src = archive.parent / archive.name.removesuffix(".tar.gz")
-    if not src.is_dir():
+    if src.is_dir():
+        return src
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=archive.parent))
+    try:
         with tarfile.open(archive) as tar:
-            tar.extractall(archive.parent, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, filter="data")
+            else:   # Python 3.11.0-3.11.3
+                tar.extractall(tmp, members=_safe_members(tar, tmp))
+        unpacked = tmp / src.name
+        if not unpacked.is_dir():
+            raise NativeError(f"{archive.name} holds no {src.name}/ folder")
+        os.replace(unpacked, src)
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        archive.unlink(missing_ok=True)
+        raise NativeError(f"{archive.name} is damaged ({exc}); removed: the next command "
+                          "downloads it again") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return src
 
 

@@ -118,6 +118,30 @@ def _quiet_unraisable(previous):
 
 
 @contextlib.contextmanager
+def deferred():
+    """Hold Ctrl-C, SIGTERM and SIGHUP for a block that must not be cut half way (a pip
+    reinstall of the library cpuspec runs on): a stop asked for meanwhile is acted on right
+    after it (KeyboardInterrupt, main thread only). Inside, wait_child sees no stop request,
+    so the child is not killed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum))
+                for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if held:
+        global _last_signal
+        _last_signal = held[0]
+        _requested.set()
+        check()
+
+
+@contextlib.contextmanager
 def handled():
     """Install the handler for SIGINT, SIGTERM and SIGHUP for the duration (main thread
     only), and forget a stop request on the way out."""

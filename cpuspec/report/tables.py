@@ -266,6 +266,10 @@ def _static_details(task: str, s: dict, k: int) -> list[str]:
     else:
         lines.append(f"[{task}] lossless audit: {au['identical']}/{au['n']} outputs "
                      "identical to target-only decoding"
+                     + (f", {au['numeric']} numeric, {au['defect']} defects"
+                        if au.get("numeric") is not None else "")
+                     + (f"; exact replay {au['exact_ok']}/{au['exact_n']}"
+                        if au.get("exact_n") else "")
                      + (f"; smallest top-2 logit margin at a divergence "
                         f"{au['min_margin_at_divergence']:.3f}"
                         if au["min_margin_at_divergence"] is not None else ""))
@@ -333,16 +337,48 @@ def _prefill_shared_details(task: str, s: dict) -> list[str]:
     return lines
 
 
+def render_drift(d: dict | None) -> str:
+    """What "lossless" means on this machine: the target's batched-vs-one-token logits."""
+    if not d:
+        return ""
+    from cpuspec.report.screen import wrap
+    return "\n".join(wrap(
+                f"Logit drift, this target on this build: the same prefix as a row of a "
+                f"{d['batch']}-token batch against one token at a time, {d['positions']} "
+                f"positions of plain decoding's own text: largest |Δlogit| per position "
+                f"median {d['max_dlogit_median']:.3f}, max {d['max_dlogit_max']:.3f}; argmax "
+                f"flips {d['flips_per_1k']:.1f} per 1,000 positions; total variation at "
+                f"T = {d['temperature']:g} mean {d['tv_mean']:.4f}, max {d['tv_max']:.4f} "
+                f"({d['seconds']:.1f} s to measure)"))
+
+
 def render_audit(audit: list[dict]) -> str:
+    """Each output that differs from plain decoding, or whose exact replay disagreed: where,
+    both tokens, and (where classified) both tokens' logits on the one-token and the batched
+    path, numeric or DEFECT and where the flip came from."""
     lines = []
     for a in audit:
+        exact = a.get("exact") if isinstance(a.get("exact"), dict) else None
+        head = f"  {a.get('mode', 'static')} {a['prompt_id']} rep {a['repetition']}: "
+        if exact and not exact.get("ok"):
+            lines.append(head + f"DEFECT: SD's own verifies replayed give token "
+                         f"{exact.get('replayed')!r} at output {exact.get('position')} (round "
+                         f"{exact.get('round')}), where SD emitted {exact.get('expected')!r}")
         if a["identical"]:
             continue
         margin = a.get("raw_top2_margin")
-        lines.append(f"  {a.get('mode', 'static')} {a['prompt_id']} rep {a['repetition']}: first divergence at output "
-                     f"token {a['first_divergence']} (raw chose {a['raw_token']!r}, SD chose "
-                     f"{a['sd_token']!r}); target top-2 logit margin there "
-                     f"{'-' if margin is None else format(margin, '.3f')}")
+        line = (head + f"first divergence at output token {a['first_divergence']} (raw chose "
+                f"{a.get('raw_token')!r}, SD chose {a.get('sd_token')!r}); target top-2 logit "
+                f"margin there {'-' if margin is None else format(margin, '.3f')}")
+        d = a.get("divergence") or {}
+        if d.get("one_token") and d.get("batched"):
+            o, b = d["one_token"], d["batched"]
+            kind = "DEFECT" if d["kind"] == "defect" else d["kind"]
+            line += (f"; logits raw/SD one token at a time {o['raw']:.3f}/{o['sd']:.3f}, in "
+                     f"SD's batch {b['raw']:.3f}/{b['sd']:.3f}: {kind} ({d.get('drift')})")
+        elif d.get("kind"):
+            line += f"; {d['kind'].upper()}: {d.get('why')}"
+        lines.append(line)
     return "\n".join(lines)
 
 

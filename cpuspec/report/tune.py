@@ -76,9 +76,11 @@ def render_tune_screen(doc: dict, source: str | None = "RUN") -> str:
         if verdict == "faster" and server is None and task not in beaten \
                 and config_of(best["command"]):
             server = (task, config_of(best["command"]), _probe_of(doc, best["candidate"]))
+    spent = doc.get("wall_s")
     lines = [*screen.wrap("cpuspec tune: where SD pays most per task, measured ×raw on prompts "
                           "the search did not choose on (95 % interval; *: a range)"
-                          + (f"; models {prefix}…" if prefix else "")), "",
+                          + (f"; models {prefix}…" if prefix else "")
+                          + (f"; {spent / 60:.1f} min of wall time" if spent else "")), "",
              screen.table(["task", "target + draft", "k", "measured ×raw", "verdict",
                            "a vs 1+α+β"], rows)]
     lines += _fastest_screen(doc)

@@ -56,6 +56,34 @@ def _wrap(text: str, indent: str = "") -> list[str]:
     return wrap(text, indent)
 
 
+def same_cell(audit: dict) -> str:
+    """'6/15': outputs equal to plain decoding's, of those audited; '+9≈': the others differ
+    only where the target's own logits explain it (numeric); 'DEFECT 2': the loop got them
+    wrong (summary.summarize_audit)."""
+    cell = f"{audit.get('identical', 0)}/{audit.get('n', 0)}"
+    if audit.get("defect"):
+        return f"{cell} DEFECT {audit['defect']}"
+    return f"{cell} +{audit['numeric']}≈" if audit.get("numeric") else cell
+
+
+def audit_legend(summary: dict) -> list[str]:
+    """The line under the table that says what the `same` column's marks mean, where any
+    output differs from plain decoding or was replayed: the numbers of the overall row."""
+    au = (summary.get(OVERALL) or next(iter(summary.values()), {})).get("audit") or {}
+    if not (au.get("numeric") or au.get("defect") or au.get("exact_n")):
+        return []
+    text = (f"same: outputs equal to plain decoding's; ≈: {au.get('numeric') or 0} differ only "
+            "where the target itself ranks two tokens the other way in a batch than one at a "
+            "time (numeric, not the loop: docs/method.md#lossless)")
+    if au.get("exact_n"):
+        text += (f"; SD's own verifies replayed: {au['exact_ok']}/{au['exact_n']} outputs "
+                 "reproduced")
+    if au.get("defect"):
+        text += (f"; DEFECT: {au['defect']} outputs the loop got wrong "
+                 "(cpuspec report RUN --details shows where)")
+    return _wrap(text)
+
+
 def verdict_table(summary: dict) -> str:
     rows = []
     for task, s in summary.items():
@@ -67,8 +95,7 @@ def verdict_table(summary: dict) -> str:
         name = cut(task, TASK_WIDTH)
         rows.append([name, _speedup(s), _verdict(s), against,
                      fmt_value(s.get("acceptance_pct"), ".0f"),
-                     fmt_value(s.get("zero_accept_pct"), ".0f"), _p99(s),
-                     f"{audit.get('identical', 0)}/{audit.get('n', 0)}"])
+                     fmt_value(s.get("zero_accept_pct"), ".0f"), _p99(s), same_cell(audit)])
     # the sequential design's interval is its look's level, named in the line above
     ci = "[interval]" if any(s.get("sequential") for s in summary.values()) else "[95% CI]"
     return _table(["task", f"SD ×raw {ci}", "verdict", "a vs 1+α+β", "acc %", "0-acc %",
@@ -245,7 +272,8 @@ def render_verdict(results: dict, summary: dict, advice: dict | None,
     commands that read it again; warning: a line printed under the advice (noise)."""
     settings = results["settings"]
     n_prompts = len({r["prompt_id"] for r in results["runs"]})
-    lines = [_legend(results, summary, n_prompts), "", verdict_table(summary)]
+    lines = [_legend(results, summary, n_prompts), "", verdict_table(summary),
+             *audit_legend(summary)]
     adaptive = [f"{task} {s['adaptive_speedup']:.2f}" for task, s in summary.items()
                 if _number(s.get("adaptive_speedup")) is not None]
     if adaptive:

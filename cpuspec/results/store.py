@@ -102,7 +102,7 @@ def write_atomic(path: Path, text: str | bytes) -> None:
             mode = stat.S_IMODE(path.stat().st_mode)
         except OSError:
             mode = 0o666 & ~_umask()
-        os.fchmod(fd, mode)
+        os.chmod(tmp, mode)   # by name: os.fchmod is POSIX only (Windows before 3.13)
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -170,16 +170,20 @@ def _confirmed(base_runs: list[dict], runs: list[dict], design: Design | None = 
 def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _: None,
              k_max: int = K_MAX, confirm: bool = True, on_update=None,
              budget_s: float | None = None, pilot: bool = True,
-             depths: list[int] | None = None, race_size: int = RACE_SIZE) -> dict:
+             depths: list[int] | None = None, race_size: int = RACE_SIZE,
+             started: float | None = None) -> dict:
     """Rank, measure, predict, confirm (see the module's docstring). With budget_s, steps that
-    would start after it are skipped, and the record says which. race_size: the answers
-    predicted fastest that race per task in the confirmation (tune/race.py)."""
+    would start after it are skipped, and the record says which; the budget counts the wall
+    clock from `started` (time.monotonic() when the command began: loads, derivations and
+    probes included), else from here. race_size: the answers predicted fastest that race per
+    task in the confirmation (tune/race.py)."""
     tune_prompts, confirm_prompts = split_prompts(cfg.prompts)
     if not tune_prompts or (confirm and not confirm_prompts):
         raise ValueError("tune needs at least 2 prompts per task (one to tune on, one to "
                          "confirm on); raise --prompts-per-task")
     t = _Search(cfg, candidates, log, k_max, confirm, on_update, budget_s, tune_prompts,
                 confirm_prompts, race_size)
+    t.start = started if started is not None else t.start
     ranking = rank_candidates(cfg, candidates, k_max, log)
     t.doc["ranking"] = [_public(r) for r in ranking]
     t.update()
@@ -201,6 +205,7 @@ def run_tune(cfg: BenchConfig, candidates: list[Candidate], log: Log = lambda _:
         calibrate_depths(t.doc["depth_predictions"], t.doc["recommendations"])
         t.update()
     t.doc["complete"] = True
+    t.doc["wall_s"] = time.monotonic() - t.start      # from the command's start
     return t.doc
 
 

@@ -189,3 +189,14 @@ def locked(handle):
 
 def rusage() -> dict:
     return posix.rusage()
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def sync_disks() -> None:
+    os.sync()

@@ -284,3 +284,16 @@ def locked(handle):
 
 def rusage() -> dict:
     return posix.rusage()
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def sync_disks() -> None:
+    """Written files' pages reach the disk now (sync)."""
+    os.sync()

@@ -258,3 +258,13 @@ def rusage() -> dict:
     return {"voluntary_ctx_switches": ctx.voluntary, "involuntary_ctx_switches": None,
             "minor_page_faults": getattr(mem, "num_page_faults", None),
             "major_page_faults": None}
+
+
+def load_average() -> float | None:
+    """Windows keeps no load average (psutil emulates one only after a warm-up): None."""
+    return None
+
+
+def sync_disks() -> None:
+    """Windows has no sync(); a file closed by this process is in the OS cache, which a read
+    serves as Linux's page cache does: nothing to do."""
