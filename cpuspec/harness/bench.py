@@ -10,6 +10,7 @@ import copy
 import datetime as dt
 import functools
 import platform
+import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -143,13 +144,17 @@ def audit_pair(target, prompt_tokens: list[int], raw: Generation, sd: Generation
     pos = first_divergence(raw.tokens, sd.tokens)
     out = {"identical": pos is None, "first_divergence": pos,
            "n_compared": min(len(raw.tokens), len(sd.tokens))}
+    t0 = time.perf_counter()    # what the audit costs (its share of a bench: docs/method.md)
     if exact or pos is not None:
         out["exact"] = replay_exact(target, prompt_tokens, sd.tokens, sd.batches,
                                     keep).to_dict()
+        out["exact"]["seconds"] = time.perf_counter() - t0
     if pos is not None and pos < out["n_compared"]:
+        t1 = time.perf_counter()
         out["divergence"] = classify_divergence(
             target, prompt_tokens, raw.tokens, sd.tokens, sd.batches,
             [r.n_emitted for r in sd.rounds], pos, keep)
+        out["divergence"]["seconds"] = time.perf_counter() - t1
         d = out["divergence"]   # the fields every reader of older files knows
         out.update({k: d[k] for k in ("raw_token", "sd_token", "raw_top1", "raw_top2",
                                       "raw_top2_margin", "sd_choice_is_raw_runner_up")})
