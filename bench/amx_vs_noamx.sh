@@ -37,6 +37,11 @@ if [ ! -x .venv-noamx/bin/cpuspec ]; then
     .venv-noamx/bin/pip install -q --no-cache-dir -e '.[test]'
 fi
 mkdir -p "$HOME_NO"; [ -e "$HOME_NO/models" ] || ln -s "$HOME_AMX/models" "$HOME_NO/models"
+# like for like: one llama-cpp-python version in both builds (pyproject.toml pins it)
+v_amx=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))')
+v_no=$(.venv-noamx/bin/python -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))')
+[ "$v_amx" = "$v_no" ] || { echo "llama-cpp-python $v_amx in .venv but $v_no in .venv-noamx:" \
+  "not like for like; rebuild one of them" >&2; exit 2; }
 
 # cs BUILD ARGS...: cpuspec from one build, with that build's home (native programs, results)
 cs() {
@@ -56,7 +61,9 @@ run() {
   if [ "$rc" -ne 0 ]; then
     for f in json txt log; do [ -e "$OUT/$name.$f" ] && mv -f "$OUT/$name.$f" "$OUT/$name.failed.$f"; done
     echo "$name: FAILED (exit $rc): $OUT/$name.failed.log" | tee -a "$OUT/failures.txt" >&2
-    [ "$rc" -ge 128 ] && exit "$rc"   # a signal (Ctrl-C): stop the script
+    # Ctrl-C, SIGTERM or a closed terminal stops the script; a crash (139: SIGSEGV, 132:
+    # SIGILL, 134: SIGABRT) is a finding, recorded, and the stages go on
+    case "$rc" in 129|130|143) exit "$rc";; esac
     return 0
   fi
   echo "$name: $(( $(date +%s) - start )) s" | tee -a "$OUT/wall_times.txt"
@@ -64,8 +71,15 @@ run() {
 }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 
+# builds RUN: both builds, the order swapped on every other repetition (a drifting machine
+# favours neither)
+builds() { if [ $(( ${1:-1} % 2 )) -eq 1 ]; then echo "amx noamx"; else echo "noamx amx"; fi; }
 for b in amx noamx; do
   cs "$b" hw --json > "$OUT/hw_$b.json"
+  # untimed: the first command that runs a model does the build check (and a rebuild where
+  # the build crashes), so no measured run absorbs it
+  cs "$b" costs --pair qwen2.5-coder-1.5b --max-n 2 --reps 1 --no-save \
+    > "$OUT/first_check_$b.txt" 2>&1 || true
   cs "$b" rebuild --probe-only > "$OUT/probe_$b.txt" 2>&1 || true
 done
 
@@ -73,7 +87,7 @@ if has costs; then
   for r in $(seq 1 "$REPS"); do
     for t in 2 1; do
       for p in qwen2.5-coder-1.5b qwen2.5-coder-1.5b-q4_0 qwen2.5-coder-1.5b-q8_0; do
-        for b in amx noamx; do
+        for b in $(builds "$r"); do
           run "costs_${p#qwen2.5-coder-1.5b}_t${t}_${b}_r$r" "$b" costs --pair "$p" \
             --max-n 16 --reps 3 -t "$t" --no-save
         done
@@ -82,34 +96,34 @@ if has costs; then
   done
 fi
 if has bench; then
-  for b in amx noamx; do run "bench_default_$b" "$b" bench; done
-  for b in amx noamx; do
+  for b in $(builds 1); do run "bench_default_$b" "$b" bench; done
+  for b in $(builds 2); do
     run "bench_q8_0_k7_$b" "$b" bench --pair qwen2.5-coder-1.5b-q8_0 -k 7 -n 64 --threads 2
   done
-  for b in amx noamx; do
+  for b in $(builds 1); do
     run "heldout6_q8_0_k7_$b" "$b" bench --pair qwen2.5-coder-1.5b-q8_0 -k 7 -n 64 \
       --threads 2 --prompts bench/prompts_heldout6.jsonl --tasks json,code,story
   done
 fi
 if has tune; then
-  for b in amx noamx; do
+  for b in $(builds 2); do
     run "tune_b25_heldout5_$b" "$b" tune --budget 25 --tasks json,code \
       --prompts bench/prompts_heldout5.jsonl
   done
 fi
 if has paths; then
-  for b in amx noamx; do
+  for b in $(builds 1); do
     run "paths_q8_0_k7_$b" "$b" paths --build-native --paths cpuspec,llama-server -t 2 \
       --pair qwen2.5-coder-1.5b-q8_0 -k 7 --tasks json,code --prompts-per-task 5 -n 64
   done
 fi
 if has heads; then
-  for b in amx noamx; do
+  for b in $(builds 2); do
     run "heads_qwen3_4b_$b" "$b" heads --lengths 2,4 -n 64
   done
 fi
 if has whatif; then
-  for b in amx noamx; do
+  for b in $(builds 1); do
     run "whatif_sizes_$b" "$b" costs --sizes 1.5b,7b,14b --quants Q4_K_M,Q4_0,Q8_0 --max-n 9 \
       --no-save
     run "whatif_moe_$b" "$b" costs --pairs qwen3-0.6b:qwen3-30b-a3b --quants Q4_0 --max-n 9 \

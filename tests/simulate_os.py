@@ -193,6 +193,8 @@ def simulate(os_name: str, mp=None, mac: str = "m1") -> Calls:
         _setattr(windows, "GLPI", lambda: buf, mp)
         _setattr(windows, "REGISTRY", registry.get, mp)
         _setattr(windows, "SET_THREAD_MASK", set_thread_mask, mp)
+        _setattr(windows, "SET_POWER_THROTTLING",
+                 lambda state: calls.append(("power_throttling", state)) or True, mp)
         _setattr(psutil.Process, "cpu_affinity", cpu_affinity, mp)
         for sig in ("SIGKILL", "SIGHUP"):
             _delattr(signal, sig, mp)

@@ -223,6 +223,9 @@ def test_bench_on_windows_pins_the_target_to_p_cores(windows, tiny_models, tmp_p
     assert res.exit_code == 0, res.output
     # one CPU per P-core (the first SMT sibling), through psutil's process affinity
     assert ("process_affinity", [0, 2, 4, 6]) in windows
+    # EcoQoS off, as llama.cpp does: PROCESS_POWER_THROTTLING_STATE {1, EXECUTION_SPEED, 0}
+    import struct
+    assert ("power_throttling", struct.pack("<III", 1, 1, 0)) in windows
     assert json.loads(out.read_text())["meta"]["hardware"]["os"] == "win32"
 
 

@@ -192,3 +192,14 @@ def test_the_console_script_names_the_click_group():
     assert target
     obj = getattr(importlib.import_module(target.group(1)), target.group(2))
     assert isinstance(obj, click.Group)
+
+
+# The size past which a module holds more than one job (issue 79.16: refs.py was 803 lines
+# doing six, cli/measure.py 873): split where the jobs split, not squeezed.
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_the_size_of_one_job():
+    big = [f"{p.relative_to(PKG)}: {n} lines" for p in PKG.rglob("*.py")
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    assert big == []

@@ -20,7 +20,7 @@ from cpuspec.cli import engine as cli_engine
 from cpuspec.cli.main import main
 from cpuspec.llama import build, native
 from cpuspec.llama.tilecfg import MMQ, compile_mmq, read_tile_configs, unpack_ggml_cpu
-from cpuspec.machine.matrix import MatrixEngine, build_uses, matrix_engine
+from cpuspec.machine.matrix import MatrixEngine, build_uses, describe, matrix_engine
 from cpuspec.results.records import Machine
 
 from conftest import REAL_MODELS_HOME
@@ -353,8 +353,8 @@ def test_compare_sets_an_amx_run_beside_an_amx_less_one(tmp_path):
     a.write_text(json.dumps(on))
     b.write_text(json.dumps(e_run_with_its_engine()))
     out = CliRunner().invoke(main, ["compare", str(a), str(b), "--details"]).output
-    assert re.search(r"run 1: .*matrix engine Intel AMX .*used by this build", out), out
-    assert re.search(r"run 2: .*matrix engine Intel AMX .*NOT used by this build", out), out
+    assert re.search(r"run 1: .*matrix engine Intel AMX .*compiled into this build", out), out
+    assert re.search(r"run 2: .*matrix engine Intel AMX .*NOT compiled into this build", out), out
 
 
 @pytest.mark.parametrize("argv, timeout", [
@@ -415,3 +415,15 @@ def test_remember_is_best_effort_and_never_mixes_two_writers(monkeypatch, tmp_pa
     assert build.remember(ok, rebuilt=False) and build.remember(ok, rebuilt=True)
     assert len({name for _, name in seen}) == 2 and build.known_result()["rebuilt_by_cpuspec"]
     assert not list(build._record_path().parent.glob("*.tmp*"))
+
+
+def test_compiled_in_is_not_ran_on_the_tiles():
+    """Issue 79.7: the system info says compiled in; only the build check's child, whose
+    weights reached AMX buffers, says the tiles ran."""
+    from cpuspec.cli.hardware import tiles_ran
+    assert tiles_ran(None, {"ok": True, "uses_amx": True}) == ""
+    assert "not seen running" in tiles_ran(True, None)
+    assert "ran on the tiles" in tiles_ran(True, {"ok": True, "uses_amx": True})
+    assert "did not run" in tiles_ran(True, {"ok": True, "uses_amx": False})
+    assert describe(MatrixEngine("Intel AMX", ("amx_tile",)), True).endswith(
+        "compiled into this build")

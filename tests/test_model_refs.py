@@ -618,8 +618,9 @@ def test_room_for_every_download_is_checked_before_the_first(monkeypatch, tmp_pa
     from collections import namedtuple
 
     from cpuspec.inputs import refs
+    from cpuspec.inputs.refs import resolve
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(refs.shutil, "disk_usage", lambda p: usage(10 << 30, 0, 1 << 30))
+    monkeypatch.setattr(resolve.shutil, "disk_usage", lambda p: usage(10 << 30, 0, 1 << 30))
     plans = [refs.Plan(Ref("hf", "a/b"), "b.gguf", ["b.gguf"], "c" * 40,
                        {"b.gguf": {"size": 700 << 20, "sha256": None}}) for _ in range(2)]
     refs.check_room(plans[:1])            # 0.7 GB of 1 GB free: fits

@@ -119,7 +119,7 @@ def test_acceptance_from_a_foreign_record_is_refused_not_a_traceback(tmp_path):
 
 
 def test_tune_takes_each_name_once(monkeypatch):
-    from cpuspec.cli import measure
+    from cpuspec.cli import tune as measure
     from cpuspec.inputs.registry import load_registry
     names = measure._tune_names(load_registry(), "qwen2.5-coder-1.5b-q4_0,qwen2.5-coder-1.5b-q4_0",
                                 "lookup,lookup", None)

@@ -144,7 +144,7 @@ def test_the_tune_budget_is_wall_clock_from_the_command_s_start(tiny_models, tmp
 
     from click.testing import CliRunner
 
-    from cpuspec.cli import measure
+    from cpuspec.cli import tune as measure
     from cpuspec.cli.main import main
     monkeypatch.setattr(measure, "time", types.SimpleNamespace(
         monotonic=lambda: time.monotonic() - 120))

@@ -136,8 +136,8 @@ def test_a_renamed_shape_true_file_is_known_by_its_metadata(written, tmp_path, m
     def never(*a, **k):
         raise AssertionError("measured a shape-true file")
     monkeypatch.setattr("cpuspec.harness.paths.measure_paths", never)
-    monkeypatch.setattr("cpuspec.cli.measure.run_quality", never)
-    monkeypatch.setattr("cpuspec.cli.measure.run_tune", never, raising=False)
+    monkeypatch.setattr("cpuspec.cli.quality.run_quality", never)
+    monkeypatch.setattr("cpuspec.cli.tune.run_tune", never, raising=False)
     st, real = tmp_path / "st.bin", Path(REAL_MODELS_HOME) / "models" / REAL["1.5b"]
     for args in (["paths", "--target", st, "--drafter", "lookup", "--paths", "cpuspec",
                   "--no-save"],

@@ -31,7 +31,7 @@ REF_FORMS = ("a .gguf file, a registered name (`cpuspec models list`), OWNER/REP
 
 
 def parse_model(reg, name: str, check_file: bool = True) -> Ref:
-    """A model reference (inputs/refs.py), checked before anything is fetched: its syntax and
+    """A model reference (inputs/refs/), checked before anything is fetched: its syntax and
     (check_file) a path's file (exit 2 on bad input)."""
     try:
         ref = parse_ref(name, set(reg.models))

@@ -1,5 +1,5 @@
 """The `cpuspec` command: its group and `bench` (one point or a sweep); the other commands live
-in cli_measure, cli_models and cli_results and are added here. Click only: parse, build a
+in cli/hardware.py, costs.py, paths.py, quality.py, tune.py, models.py and results.py and are added here. Click only: parse, build a
 config, call the core, hand the results to a printer (shared helpers: cliutil)."""
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ import click
 
 from cpuspec import __version__
 from cpuspec.harness.bench import BenchConfig, environment, run_bench
-from cpuspec.cli.measure import contention, costs, hw, paths, quality, tune
+from cpuspec.cli.costs import costs
+from cpuspec.cli.hardware import contention, hw
+from cpuspec.cli.paths import paths
+from cpuspec.cli.quality import quality
+from cpuspec.cli.tune import tune
 from cpuspec.cli.models import check_default_draft, models, pair_draft_file
 from cpuspec.cli.results import advise, compare, plot, report, runs
 from cpuspec.cli.dataset import export, leaderboard, publish

@@ -57,11 +57,13 @@ def _emitted(decoder, drafts: Sequence[int], choice: Sequence[int]) -> tuple[int
 
 def replay_exact(target, prompt: Sequence[int], tokens: Sequence[int],
                  batches: Sequence[Sequence[int]], reuse: int = 0,
-                 stop_before: int | None = None) -> ExactAudit:
+                 stop_before: int | None = None,
+                 capture: tuple[int, int, dict] | None = None) -> ExactAudit:
     """Replay SD's verifies on the target: prefill prompt[reuse:] at reuse, then per round the
     batch [last token, *drafts] at the position after the output so far, keeping what the
     round's argmaxes accept and rolling the rest back. stop_before=r leaves the target's KV as
-    SD's was at the start of round r (for classify_divergence)."""
+    SD's was at the start of round r; capture=(r, row, into) keeps round r's logit row `row`
+    in into["row"] on the way (classify_divergence's batched path, at no extra decode)."""
     target.truncate(reuse)
     first = target.eval(list(prompt[reuse:]), reuse, 1)[0]
     if not tokens or first != tokens[0]:
@@ -72,6 +74,8 @@ def replay_exact(target, prompt: Sequence[int], tokens: Sequence[int],
             break
         pos = len(prompt) + len(out) - 1
         choice = target.eval([out[-1], *drafts], pos, len(drafts) + 1)
+        if capture is not None and capture[0] == r:
+            capture[2]["row"] = _row(target, len(drafts) + 1, capture[1])
         n_acc, emitted = _emitted(target, drafts, choice)
         want = list(tokens[len(out):len(out) + len(emitted)])
         if emitted != want:
@@ -104,10 +108,31 @@ def _row(target, n_out: int, row: int) -> np.ndarray:
     return np.array(target.logits(n_out)[row], dtype=np.float64)
 
 
+def one_token_paths(target, prompt: Sequence[int], raw: Sequence[int], sd: Sequence[int],
+                    drafts: Sequence[int], start: int, row: int, j: int,
+                    reuse: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """On plain decoding's path (the prompt in one prefill, then one token per decode) over
+    the prefix both outputs share: SD's exact batch of the round that chose index j
+    ([sd[start - 1], *drafts]) evaluated on that one-token KV (its row `row`: flips there are
+    the batched row's own), then, rolled back, the one-token logits after raw[:j]. One prefix
+    serves both (start - 1 ≤ j: the round began inside the shared prefix)."""
+    n = len(prompt)
+    target.truncate(reuse)
+    target.eval(list(prompt[reuse:]), reuse, 1)
+    for i, tok in enumerate(raw[:start - 1]):
+        target.eval([tok], n + i, 1)
+    batch = [sd[start - 1], *drafts]
+    target.eval(batch, n + start - 1, len(batch))
+    kv_free = _row(target, len(batch), row)
+    target.truncate(n + start - 1)
+    for i in range(start - 1, j):     # j ≥ start: at least one decode
+        target.eval([raw[i]], n + i, 1)
+    return _row(target, 1, 0), kv_free
+
+
 def one_token_logits(target, prompt: Sequence[int], prefix: Sequence[int],
                      reuse: int = 0) -> np.ndarray:
-    """The target's logits after prompt + prefix on plain decoding's path: the prompt in one
-    prefill (as raw decoding read it), then one token per decode."""
+    """The target's logits after prompt + prefix on plain decoding's path."""
     target.truncate(reuse)
     target.eval(list(prompt[reuse:]), reuse, 1)
     for i, tok in enumerate(prefix):
@@ -115,40 +140,35 @@ def one_token_logits(target, prompt: Sequence[int], prefix: Sequence[int],
     return _row(target, 1, 0)
 
 
-def batch_on_one_token_kv(target, prompt: Sequence[int], tokens: Sequence[int],
-                          drafts: Sequence[int], start: int, row: int,
-                          reuse: int = 0) -> np.ndarray:
-    """SD's exact batch of one round ([tokens[start - 1], *drafts]) evaluated on a KV built
-    one token at a time: its row `row`. Flips there are the batched row's own."""
-    one_token_logits(target, prompt, tokens[:start - 1], reuse)
-    batch = [tokens[start - 1], *drafts]
-    target.eval(batch, len(prompt) + start - 1, len(batch))
-    return _row(target, len(batch), row)
-
-
 def classify_divergence(target, prompt: Sequence[int], raw: Sequence[int],
                         sd: Sequence[int], batches: Sequence[Sequence[int]],
-                        n_emitted: Sequence[int], j: int, reuse: int = 0) -> dict:
+                        n_emitted: Sequence[int], j: int, reuse: int = 0,
+                        batched: np.ndarray | None = None) -> dict:
     """At output index j, where SD's token first differs from raw decoding's: both tokens'
     logits on the one-token path and on SD's batched path (its own round, on the KV its earlier
-    rounds left), "numeric" when each path's argmax is its own run's token, else "defect";
-    and where the flip comes from ("batch row", "kv cache", or "neither" path of the two)."""
+    rounds left: `batched`, as replay_exact captured it, else replayed here), "numeric" when
+    each path's argmax is its own run's token, else "defect"; and where the flip comes from
+    ("batch row", "kv cache", or "neither" path of the two)."""
     raw_tok, sd_tok = raw[j], sd[j]
-    one = one_token_logits(target, prompt, raw[:j], reuse)
-    top1, top2 = (int(t) for t in np.argsort(one)[-2:][::-1])
-    out = {"raw_token": raw_tok, "sd_token": sd_tok, "raw_top1": top1, "raw_top2": top2,
-           "raw_top2_margin": float(one[top1] - one[top2]),
-           "sd_choice_is_raw_runner_up": sd_tok == top2}
+    out = {"raw_token": raw_tok, "sd_token": sd_tok}
     if j == 0:   # both read the prompt in the same prefill: a difference there is no kernel's
-        out.update(kind="defect", why="the first token (the prompt's prefill) differs",
+        one = one_token_logits(target, prompt, [], reuse)
+        out.update(_top2(one, sd_tok), kind="defect",
+                   why="the first token (the prompt's prefill) differs",
                    one_token={"raw": float(one[raw_tok]), "sd": float(one[sd_tok])})
         return out
     r, row, start = locate(sd, batches, n_emitted, j)
-    replay_exact(target, prompt, sd, batches, reuse, stop_before=r)
-    batch = [sd[start - 1], *batches[r]]
-    target.eval(batch, len(prompt) + start - 1, len(batch))
-    batched = _row(target, len(batch), row)
-    kv_free = batch_on_one_token_kv(target, prompt, sd, batches[r], start, row, reuse)
+    if batched is None:
+        cap: dict = {}
+        replay_exact(target, prompt, sd, batches, reuse, stop_before=r + 1,
+                     capture=(r, row, cap))
+        batched = cap.get("row")
+    one, kv_free = one_token_paths(target, prompt, raw, sd, batches[r], start, row, j, reuse)
+    out.update(_top2(one, sd_tok))
+    if batched is None:   # the replay stopped before round r (a defect earlier on)
+        out.update(kind="defect", why="SD's own rounds do not replay up to this one",
+                   one_token={"raw": float(one[raw_tok]), "sd": float(one[sd_tok])})
+        return out
     one_ok, batched_ok = int(one.argmax()) == raw_tok, int(batched.argmax()) == sd_tok
     flip = int(kv_free.argmax())
     out.update(round=r, row=row,
@@ -166,3 +186,10 @@ def classify_divergence(target, prompt: Sequence[int], raw: Sequence[int],
                                        if not one_ok else "SD's own batch does not give "
                                        "SD's token"))
     return out
+
+
+def _top2(one: np.ndarray, sd_tok: int) -> dict:
+    """The one-token path's top two tokens and their margin (the fields older files carry)."""
+    top1, top2 = (int(t) for t in np.argsort(one)[-2:][::-1])
+    return {"raw_top1": top1, "raw_top2": top2, "raw_top2_margin": float(one[top1] - one[top2]),
+            "sd_choice_is_raw_runner_up": sd_tok == top2}

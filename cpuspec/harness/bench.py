@@ -10,7 +10,6 @@ import copy
 import datetime as dt
 import functools
 import platform
-import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,10 +18,11 @@ from typing import Callable
 import numpy as np
 
 from cpuspec import __version__
+from cpuspec.machine import osapi
 from cpuspec.machine.hardware import (CoreOwner, CorePinner, OwnedDecoder, census_delta,
                                      current_affinity, detect_hardware, thread_census)
 from cpuspec.core.lookup import HYBRID_NGRAM, HybridDrafter, LookupDrafter, NGRAM_MAX, NGRAM_MIN
-from cpuspec.core.audit import classify_divergence, replay_exact
+from cpuspec.harness.audit import audit_prompt, record_drift
 from cpuspec.harness.measure import CATCHUP_PROBE_TOKENS, CURVE_N, NoiseProbe, NoiseSample, probe_costs
 from cpuspec.inputs.models import FetchedModel, fetch_model, local_model
 from cpuspec.harness.order import MODE_ORDER, mode_order
@@ -58,7 +58,7 @@ class BenchConfig:
     warmup: int = 1
     pair: str | None = None
     target_path: Path | None = None
-    # where --target/--draft came from (inputs/refs.py: repo, revision, file, store, ...), as
+    # where --target/--draft came from (inputs/refs/: repo, revision, file, store, ...), as
     # the reference named it; None: a path, as found (its remembered origin, if any)
     target_origin: dict | None = None
     draft_origin: dict | None = None
@@ -129,41 +129,6 @@ def _run_record(p: Prompt, rep: int, mode: str, g: Generation, text: str,
                if g.draft_confidence is not None else {})}
 
 
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def audit_pair(target, prompt_tokens: list[int], raw: Generation, sd: Generation,
-               keep: int = 0, exact: bool = False) -> dict:
-    """SD's output against raw decoding's (core/audit.py): identical or not; the exact audit
-    (SD's own verifies replayed) where they differ, or on every output with `exact`; and at a
-    divergence, both tokens' logits on both paths, classified numeric or defect."""
-    pos = first_divergence(raw.tokens, sd.tokens)
-    out = {"identical": pos is None, "first_divergence": pos,
-           "n_compared": min(len(raw.tokens), len(sd.tokens))}
-    t0 = time.perf_counter()    # what the audit costs (its share of a bench: docs/method.md)
-    if exact or pos is not None:
-        out["exact"] = replay_exact(target, prompt_tokens, sd.tokens, sd.batches,
-                                    keep).to_dict()
-        out["exact"]["seconds"] = time.perf_counter() - t0
-    if pos is not None and pos < out["n_compared"]:
-        t1 = time.perf_counter()
-        out["divergence"] = classify_divergence(
-            target, prompt_tokens, raw.tokens, sd.tokens, sd.batches,
-            [r.n_emitted for r in sd.rounds], pos, keep)
-        out["divergence"]["seconds"] = time.perf_counter() - t1
-        d = out["divergence"]   # the fields every reader of older files knows
-        out.update({k: d[k] for k in ("raw_token", "sd_token", "raw_top1", "raw_top2",
-                                      "raw_top2_margin", "sd_choice_is_raw_runner_up")})
-    elif pos is not None:   # one output is a prefix of the other: an end token moved
-        out["divergence"] = {"kind": "defect", "why": "one output stops where the other "
-                             "goes on (an end-of-generation token differs)"}
-    return out
-
-
 def environment(threads: int | list[int]) -> dict:
     import llama_cpp
     from cpuspec.llama.engine import ggml_devices, system_info
@@ -201,7 +166,6 @@ def load_pair(cfg: BenchConfig, log: Log, fetched=None):
         if draft_m:
             check_same_tokenizer(target_m, draft_m)
         yield LoadedPair(target_f, draft_f, pair_name, target_m, draft_m)
-
 
 
 def describe_run(cfg: BenchConfig, loaded: LoadedPair) -> dict:
@@ -353,6 +317,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
     `on_update(results)` is called after every prompt with the results so far (marked
     "complete": false), so a caller can save them before the run ends."""
     if loaded is None:
+        osapi.current().keep_full_speed()   # Windows: no EcoQoS throttling (llama.cpp's too)
         if cfg.cpus:  # before any llama.cpp thread exists: its workers inherit it
             CorePinner().pin(cfg.cpus)
         with load_pair(cfg, log) as pair:
@@ -391,7 +356,7 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
                      on_update)
         # the probe again: the machine drifts over a run (issue 57), so the prediction has a band
         probe("cost_probe_end")
-        _drift(cfg, target, encoded, reuse, results, log)
+        record_drift(cfg, target, encoded, reuse, results, log)
         # The quality proxy beside the speed: a faster quant is a win only if this holds up.
         if cfg.quality:
             results["quality"] = target_perplexity(target_m, cfg.threads)
@@ -481,26 +446,6 @@ def refuse_recurrent(*sessions) -> None:
                               "heads for its MTP layer)")
 
 
-def _drift(cfg: BenchConfig, target, encoded: list, reuse: list, results: dict,
-           log: Log) -> None:
-    """results["drift"]: the target's batched-vs-one-token logits over plain decoding's own
-    outputs (harness/drift.py), on the prompts read from an empty cache (not a depth or a
-    follow-up: their context would be read again whole)."""
-    from cpuspec.harness.drift import DRIFT_POSITIONS, measure_drift
-    if not cfg.drift:
-        return
-    first = {}
-    for r in results["runs"]:
-        if r["mode"] == "raw":
-            first.setdefault(r["prompt_id"], r["tokens"])
-    texts = [(tokens, first[p.prompt_id]) for p, tokens, kept in
-             zip(cfg.prompts, encoded, reuse) if not kept and p.prompt_id in first]
-    if texts:
-        log(f"logit drift: up to {DRIFT_POSITIONS} positions one token at a time and in "
-            f"batches of {cfg.k + 1}")
-        results["drift"] = measure_drift(target, texts, cfg.k, cfg.temperature or 1.0)
-
-
 def _record_contexts(results: dict, target, draft) -> None:
     """Where each context's work and KV cache live (llama.cpp's report) and whether its ops may
     be offloaded: the proof that a CPU point ran on the CPU on a GPU build too."""
@@ -586,7 +531,7 @@ def _measure_all(cfg: BenchConfig, gen: Generator, target, draft, target_m, enco
                 log(f"[{done}/{total}] {p.prompt_id}: {retry}; measuring it again")
                 results["discarded_runs"] += records
             results["runs"] += records
-            audited = _audit(cfg, target, p, rep, tokens, gens, kept, results)
+            audited = audit_prompt(cfg, target, p, rep, tokens, gens, kept, results)
             speeds = ", ".join(f"{m} {len(gens[m].tokens) / gens[m].e2e_s:.1f}"
                                for m in gen.modes)
             same = ("" if not audited else
@@ -631,13 +576,3 @@ def _records(cfg: BenchConfig, gen: Generator, p: Prompt, rep: int, gens: dict, 
         + (", CPU pressure" if pressured else "") + ")")
 
 
-def _audit(cfg: BenchConfig, target, p: Prompt, rep: int, tokens: list[int], gens: dict,
-           kept: int, results: dict) -> list[bool]:
-    """The lossless audit of each SD mode against raw decoding (greedy runs only)."""
-    audited = []
-    for mode in cfg.policies if cfg.temperature <= 0 else []:
-        audit = audit_pair(target, tokens, gens["raw"], gens[mode], kept, cfg.exact_audit)
-        results["audit"].append({"task": p.task, "prompt_id": p.prompt_id,
-                                 "repetition": rep, "mode": mode, **audit})
-        audited.append(audit["identical"])
-    return audited

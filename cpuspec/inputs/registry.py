@@ -139,7 +139,7 @@ def load_registry(path: Path | None = None) -> Registry:
 def _model_spec(path: Path, name: str, m: Any) -> ModelSpec:
     """One [models.NAME] entry, checked."""
     where = f"models.{name!r}"
-    # a name with '/' or ':' would read as a hub or Ollama reference (inputs/refs.py)
+    # a name with '/' or ':' would read as a hub or Ollama reference (inputs/refs/)
     _want("/" not in name and ":" not in name, path, f"{where}'s name", "without '/' or ':'")
     _want(isinstance(m, dict), path, where, "a table")
     unknown = set(m) - {"repo", "file", "size_bytes", "sha256", "mirror", "derive_from",

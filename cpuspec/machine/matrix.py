@@ -101,16 +101,18 @@ def engine_of_build(system_info: str | None) -> tuple[str | None, int | None]:
 
 
 def describe(engine: MatrixEngine | None, uses: bool | None) -> str:
-    """One phrase: 'Intel AMX (amx_tile, amx_int8, amx_bf16), used by this build'."""
+    """One phrase: 'Intel AMX (amx_tile, amx_int8, amx_bf16), compiled into this build'. Compiled
+    in, by the build's system info: whether the tiles ran is the build check's to say (its
+    probe puts the weights in AMX buffers: `cpuspec hw`)."""
     if engine is None:
         return "not recorded"
     if engine.name is None:
         return "none"
     text = f"{engine.name} ({', '.join(engine.features)})"
     if uses is True:
-        return f"{text}, used by this build"
+        return f"{text}, compiled into this build"
     if uses is False:
-        return f"{text}, NOT used by this build"
+        return f"{text}, NOT compiled into this build"
     if engine.name == "Apple AMX":
         return f"{text}, reached only through Accelerate (a BLAS build)"
     return text

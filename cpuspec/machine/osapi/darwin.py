@@ -200,3 +200,8 @@ def load_average() -> float | None:
 
 def sync_disks() -> None:
     os.sync()
+
+
+def keep_full_speed() -> bool:
+    """Nothing throttles a foreground process here as Windows' EcoQoS does: nothing to do."""
+    return True

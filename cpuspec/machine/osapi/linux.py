@@ -297,3 +297,8 @@ def load_average() -> float | None:
 def sync_disks() -> None:
     """Written files' pages reach the disk now (sync)."""
     os.sync()
+
+
+def keep_full_speed() -> bool:
+    """Nothing throttles a foreground process here as Windows' EcoQoS does: nothing to do."""
+    return True

@@ -268,3 +268,35 @@ def load_average() -> float | None:
 def sync_disks() -> None:
     """Windows has no sync(); a file closed by this process is in the OS cache, which a read
     serves as Linux's page cache does: nothing to do."""
+
+
+# --- EcoQoS ---------------------------------------------------------------------------------
+# Windows 11 may run a process it deems background at low speed on the E-cores (EcoQoS);
+# llama.cpp turns that off for itself (PR #12995). PROCESS_POWER_THROTTLING_STATE with
+# ControlMask = EXECUTION_SPEED and StateMask = 0: "always run at full speed".
+PROCESS_POWER_THROTTLING_CURRENT_VERSION = 1
+PROCESS_POWER_THROTTLING_EXECUTION_SPEED = 0x1
+PROCESS_POWER_THROTTLING = 4     # PROCESS_INFORMATION_CLASS ProcessPowerThrottling
+
+
+def _set_power_throttling_ctypes(state: bytes) -> bool:   # pragma: no cover (Windows only)
+    import ctypes
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    k32.GetCurrentProcess.restype = ctypes.c_void_p
+    buf = ctypes.create_string_buffer(state, len(state))
+    return bool(k32.SetProcessInformation(ctypes.c_void_p(k32.GetCurrentProcess()),
+                                          PROCESS_POWER_THROTTLING, buf, len(state)))
+
+
+SET_POWER_THROTTLING: Callable[[bytes], bool] = _set_power_throttling_ctypes
+
+
+def keep_full_speed() -> bool:
+    """Ask Windows not to throttle this process (EcoQoS off), as llama.cpp does; False where
+    the call failed (Windows 10 before 1709 has no such class)."""
+    state = struct.pack("<III", PROCESS_POWER_THROTTLING_CURRENT_VERSION,
+                        PROCESS_POWER_THROTTLING_EXECUTION_SPEED, 0)
+    try:
+        return SET_POWER_THROTTLING(state)
+    except (OSError, AttributeError):
+        return False
