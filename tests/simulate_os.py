@@ -1,5 +1,6 @@
 """Another OS, simulated on this Linux: what cpuspec's OS layer (machine/osapi) reads there,
-from recorded outputs of the real interfaces, and the Linux-only calls taken away.
+answered from data laid out as the real interfaces give it (not read off a Mac or a Windows
+machine: see each file's header), and the Linux-only calls taken away.
 
 What is simulated and how (docs/laptops.md says the same):
 * sys.platform is set ("darwin", "win32"); os.name stays "posix", since pathlib and subprocess

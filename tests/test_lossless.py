@@ -178,3 +178,39 @@ def test_follow_up_turns_pass_the_exact_audit(tiny_models, tmp_path):
                              "followup": "And three more?"}) + "\n")
     data, _ = bench(tiny_models, tmp_path, "--prompts", str(f), "--policy", "static")
     assert data["audit"] and all(a["exact"]["ok"] for a in data["audit"])
+
+
+def test_the_drift_reads_every_batch_on_a_kv_written_one_token_at_a_time():
+    """harness/drift.py: a chunk's rows are its own kernels' drift only if nothing before
+    it in the cache was written by an earlier batch (the review caught the forward order)."""
+    import numpy as np
+
+    from cpuspec.harness.drift import drift_of_text
+
+    class Recorder:
+        def __init__(self):
+            self.kv, self.seen = [], []
+
+        def eval(self, tokens, pos, n_out):
+            batched = len(tokens) > 1 and pos > 0
+            self.seen.append([b for _, b in self.kv[:pos]].count(True) if batched else 0)
+            self.kv = self.kv[:pos] + [(t, batched) for t in tokens]
+            self.n = n_out
+            return [0] * n_out
+
+        def truncate(self, pos):
+            del self.kv[pos:]
+
+        def logits(self, n_out):
+            return np.zeros((n_out, 8))
+    r = Recorder()
+    rows = drift_of_text(r, [1, 2, 3], list(range(20)), 4, 1.0)
+    assert len(rows) == 19 and max(r.seen) == 0
+
+
+def test_a_backend_turned_off_is_not_demanded_of_the_wheel(monkeypatch):
+    from cpuspec.llama import build
+    monkeypatch.setattr(build, "installed_backends", lambda: {"cuda", "blas"})
+    args, want = build.rebuild_cmake_args({"CMAKE_ARGS": "-DGGML_CUDA=OFF "
+                                                         "-DGGML_BLAS_VENDOR=OpenBLAS"})
+    assert want == {"blas"} and "-DGGML_BLAS=on" in args and "-DGGML_CUDA=on" not in args

@@ -21,7 +21,7 @@ from cpuspec.machine import interrupt
 
 def fake_pip(calls: list, libs: list[str], fail: int = 0, interrupt_at: str | None = None):
     """pip wheel: writes a wheel whose llama_cpp/lib holds `libs`; pip install: recorded."""
-    def run(argv, env=None):
+    def run(argv, env=None, die_with_parent=True):
         stage = argv[3] if len(argv) > 3 else "?"
         calls.append((stage, argv, env))
         if stage == interrupt_at:

@@ -119,7 +119,7 @@ def test_summarize_per_task_and_overall():
     # a file from before divergences were classified: their classes unknown (None), not 0
     assert s["story"]["audit"] == {"n": 1, "identical": 0, "min_margin_at_divergence": 0.125,
                                    "numeric": None, "defect": None, "exact_n": 0,
-                                   "exact_ok": 0, "drift": None}
+                                   "exact_ok": 0, "drift": None, "unreproducible": 0}
     assert s["overall"]["audit"]["identical"] == 1
 
 

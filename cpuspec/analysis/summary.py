@@ -319,9 +319,12 @@ def summarize_audit(audit: list[dict]) -> dict[str, Any]:
     exact = [a["exact"] for a in audit if isinstance(a.get("exact"), dict)]
     known = classified and (bool(diverged) or bool(exact))
     defects = sum(1 for a in audit if _defect(a))
+    unrepro = sum(1 for a in diverged
+                  if (a.get("divergence") or {}).get("kind") == "unreproducible")
     return {"n": len(audit), "identical": len(audit) - len(diverged),
-            "numeric": len(diverged) - sum(1 for a in diverged if _defect(a))
+            "numeric": len(diverged) - sum(1 for a in diverged if _defect(a)) - unrepro
             if known else None,
+            "unreproducible": unrepro,
             "defect": defects if known or defects else None,
             "exact_n": len(exact), "exact_ok": sum(1 for e in exact if e.get("ok")),
             "drift": {d: sum(1 for a in diverged

@@ -385,10 +385,13 @@ for _command in (hw, contention, costs, paths, quality, tune, models, advise, re
 
 def _checked_first(callback):
     """A command that runs models: on a CPU with AMX, the build check (cli/engine.py) before
-    its body, after click parsed its options (click calls the callback only then)."""
+    its body, after click parsed its options (click calls the callback only then); on
+    Windows, EcoQoS off for the whole command (every measurement at full speed)."""
     @functools.wraps(callback)
     def run(*args, **kwargs):
+        from cpuspec.machine import osapi
         check_llama_build(log)
+        osapi.current().keep_full_speed()
         return callback(*args, **kwargs)
     return run
 

@@ -44,6 +44,9 @@ def audit_pair(target, prompt_tokens: list[int], raw: Generation, sd: Generation
             target, prompt_tokens, raw.tokens, sd.tokens, sd.batches, emitted, pos, keep,
             batched=cap.get("row"))
         out["divergence"]["seconds"] = time.perf_counter() - t1
+        if not out.get("exact", {}).get("ok", True):   # the loop's own replay failed
+            out["divergence"].update(kind="defect", why="SD's own rounds do not replay "
+                                     "(the exact audit)")
         d = out["divergence"]   # the fields every reader of older files knows
         out.update({k: d[k] for k in ("raw_token", "sd_token", "raw_top1", "raw_top2",
                                       "raw_top2_margin", "sd_choice_is_raw_runner_up")})

@@ -18,7 +18,6 @@ from typing import Callable
 import numpy as np
 
 from cpuspec import __version__
-from cpuspec.machine import osapi
 from cpuspec.machine.hardware import (CoreOwner, CorePinner, OwnedDecoder, census_delta,
                                      current_affinity, detect_hardware, thread_census)
 from cpuspec.core.lookup import HYBRID_NGRAM, HybridDrafter, LookupDrafter, NGRAM_MAX, NGRAM_MIN
@@ -317,7 +316,6 @@ def run_bench(cfg: BenchConfig, log: Log = lambda _: None,
     `on_update(results)` is called after every prompt with the results so far (marked
     "complete": false), so a caller can save them before the run ends."""
     if loaded is None:
-        osapi.current().keep_full_speed()   # Windows: no EcoQoS throttling (llama.cpp's too)
         if cfg.cpus:  # before any llama.cpp thread exists: its workers inherit it
             CorePinner().pin(cfg.cpus)
         with load_pair(cfg, log) as pair:

@@ -36,9 +36,10 @@ def _compare(one: np.ndarray, batched: np.ndarray, temperature: float) -> list[f
 
 def drift_of_text(target, prompt: Sequence[int], text: Sequence[int], k: int,
                   temperature: float) -> list[list[float]]:
-    """Per position of `text` after `prompt`: _compare of its one-token and batched logits.
-    One-token logits: prefill, then one token per decode, each row copied. Batched: chunks of
-    k + 1 tokens evaluated on the one-token KV truncated to where they start."""
+    """Per position of `text` after `prompt` (in chunk order from the end): _compare of its
+    one-token and batched logits. One-token logits: prefill, then one token per decode, each
+    row copied. Batched: chunks of k + 1 tokens, each evaluated on the one-token KV truncated
+    to where it starts."""
     n_prompt = len(prompt)
     target.truncate(0)
     target.eval(list(prompt), 0, 1)
@@ -48,8 +49,10 @@ def drift_of_text(target, prompt: Sequence[int], text: Sequence[int], k: int,
         one.append(np.array(target.logits(1)[0], dtype=np.float64))
     out = []
     # a chunk starting at output index s reads text[s - 1 : s + k] at n_prompt + s - 1; its
-    # rows are the logits after text[:s], ..., text[:s + k]: one[s], ..., one[s + k]
-    for s in range(1, len(text), k + 1):
+    # rows are the logits after text[:s], ..., text[:s + k]: one[s], ..., one[s + k]. Taken
+    # from the last chunk back, so each truncate removes only later positions: every chunk
+    # reads a KV written one token at a time (the row's own drift, none carried in the cache)
+    for s in reversed(range(1, len(text), k + 1)):
         chunk = list(text[s - 1:s + k])
         target.truncate(n_prompt + s - 1)
         target.eval(chunk, n_prompt + s - 1, len(chunk))

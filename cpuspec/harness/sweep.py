@@ -142,10 +142,10 @@ def plan(hw, axes: dict[str, list], smt: bool, draft_cpus: list[int] | None,
     notes = []
     if draft_cpus:
         draft_cpus = check_cpus(hw, draft_cpus)
-    elif schedule == "parallel" and hw.pinning == "none":
-        notes.append("parallel schedule, unpinned: this OS lets no program choose cores, so "
-                     "the target's and the draft's threads share every core as it schedules "
-                     "them (-td sets the draft's threads)")
+    elif schedule == "parallel" and hw.pinning != "thread":
+        notes.append("parallel schedule, unpinned: this OS gives no thread cores of its own, "
+                     "so the target's and the draft's threads share the process's cores as it "
+                     "schedules them (-td sets the draft's threads)")
     elif schedule == "parallel":
         if len(points) > 1 or hw.hybrid == "not hybrid":
             raise SweepError("--schedule parallel needs --draft-cores (the draft's own CPUs); "

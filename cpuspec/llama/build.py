@@ -175,7 +175,8 @@ def build_key() -> str:
     CPU. A rebuild, another install or another machine gets another key."""
     h = hashlib.sha256()
     lib = installed_library_dir()
-    for f in sorted(lib.glob("*.so*") if lib else []):
+    for f in sorted([f for pat in ("*.so*", "*.dylib", "*.dll") for f in lib.glob(pat)]
+                    if lib else []):
         st = f.stat()
         h.update(f"{f.name} {st.st_size} {st.st_mtime_ns}\n".encode())
     h.update(f"{cpu_model()} {cpu_id()}".encode())
@@ -297,7 +298,8 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
             "AMX: the check's child process "
             + (f"ran past {PROBE_TIMEOUT_S:g} s" if result.timed_out
                else f"was stopped ({result.death})")
-            + " (a slow or busy machine?); nothing rebuilt, the next command checks again")
+            + " (a slow or busy machine?); nothing rebuilt, the next command checks again; "
+            f"if this run then dies with SIGSEGV, `{FIX_COMMAND}` fixes the build")
         return "could not tell"
     if rebuild_ok is None:
         rebuild_ok = os.environ.get(REBUILD_ENV, "1") != "0"
@@ -309,7 +311,8 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
     try:
         rebuild(log, sdist(log))
     except BuildError as exc:
-        remember(result, rebuilt=False, rebuild_failed=str(exc).splitlines()[0][:200])
+        if not getattr(exc, "transient", False):   # a timeout or a kill: tried again next time
+            remember(result, rebuilt=False, rebuild_failed=str(exc).splitlines()[0][:200])
         raise
     result = probe()
     if not result.ok:
@@ -350,21 +353,37 @@ def installed_backends() -> set[str]:
     return _lib_backends(p.name for p in lib.iterdir()) if lib.is_dir() else set()
 
 
-def rebuild_cmake_args(env: dict | None = None) -> str:
+def backend_flags(args: str) -> dict[str, bool]:
+    """Each backend a CMAKE_ARGS string sets, on or off (-DGGML_CUDA=on / =OFF / =0 ...);
+    only the exact flag counts (-DGGML_BLAS_VENDOR is not -DGGML_BLAS)."""
+    out = {}
+    for b, flag in BACKEND_LIBS.items():
+        name = flag.split("=")[0]
+        for m in re.finditer(rf"(?<![\w-]){re.escape(name)}=(\S+)", args, re.I):
+            out[b] = m.group(1).strip("'\"").lower() in ("on", "1", "true", "yes", "y")
+    return out
+
+
+def rebuild_cmake_args(env: dict | None = None) -> tuple[str, set[str]]:
     """$CMAKE_ARGS as this shell has them, plus the flag of each backend the installed build
-    has that they do not name: a Vulkan or CUDA build comes back a Vulkan or CUDA build."""
+    has that they do not name (a Vulkan or CUDA build comes back a Vulkan or CUDA build), and
+    the backends the wheel must then carry (the user's own =off respected)."""
     args = (env if env is not None else os.environ).get("CMAKE_ARGS", "")
-    have = args.upper()
-    extra = [BACKEND_LIBS[b] for b in sorted(installed_backends())
-             if BACKEND_LIBS[b].split("=")[0].upper() not in have]
-    return " ".join([args, *extra]).strip()
+    named = backend_flags(args)
+    extra = [BACKEND_LIBS[b] for b in sorted(installed_backends()) if b not in named]
+    want = {b for b, on in named.items() if on} | \
+        {b for b in installed_backends() if b not in named}
+    return " ".join([args, *extra]).strip(), want
 
 
-def _pip(argv: list[str], env: dict | None = None) -> tuple[int, str]:
+def _pip(argv: list[str], env: dict | None = None,
+         die_with_parent: bool = True) -> tuple[int, str]:
     """Run pip (or a stand-in) in a child process group: its exit code and output's tail. A
-    stop request kills the group (machine/interrupt)."""
+    stop request kills the group (machine/interrupt); die_with_parent=False lets it finish
+    even if cpuspec is killed (the swap: a reinstall cut half way leaves no llama_cpp)."""
     with tempfile.TemporaryFile("w+", errors="replace") as out:
-        proc = start_child(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+        proc = start_child(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
+                           die_with_parent=die_with_parent)
         rc = wait_child(proc)
         out.seek(0)
         return rc, out.read()[-1500:]
@@ -375,7 +394,7 @@ def _swap_in(wheel: Path) -> tuple[int, str]:
     until pip is done (a reinstall cut half way would leave no llama_cpp at all)."""
     with interrupt.deferred():
         return _pip([sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall",
-                     "--no-cache-dir", str(wheel)])
+                     "--no-cache-dir", str(wheel)], die_with_parent=False)
 
 
 def rebuild(log: Callable[[str], None], src: Path, pip_argv: list[str] | None = None) -> float:
@@ -388,8 +407,7 @@ def rebuild(log: Callable[[str], None], src: Path, pip_argv: list[str] | None = 
     Seconds taken. pip_argv replaces the wheel build's command (tests)."""
     t0 = time.monotonic()
     apply_patches(src, log)
-    cmake = rebuild_cmake_args()
-    want = {b for b in BACKEND_LIBS if BACKEND_LIBS[b].split("=")[0].upper() in cmake.upper()}
+    cmake, want = rebuild_cmake_args()
     env = {**os.environ, "CMAKE_ARGS": cmake}
     work = Path(src).parent
     with open(work / ".rebuild.lock", "w") as lock, osapi.current().locked(lock), \
@@ -409,8 +427,12 @@ def rebuild(log: Callable[[str], None], src: Path, pip_argv: list[str] | None = 
         result = probe(env={**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(trial), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)})
         if not result.ok:
-            raise BuildError(f"the rebuilt llama-cpp-python fails the check ({result.death}); "
-                             "not installed: the installed build is unchanged")
+            exc = BuildError("the rebuilt llama-cpp-python "
+                             + ("fails the check" if result.crashed or result.returncode > 0
+                                else "could not be checked") + f" ({result.death}); not "
+                             "installed: the installed build is unchanged")
+            exc.transient = not result.crashed and result.returncode <= 0
+            raise exc
         rc, tail = _swap_in(wheel)
         if rc != 0:
             raise BuildError(f"pip could not install the rebuilt wheel (exit {rc}):\n{tail}")

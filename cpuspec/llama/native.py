@@ -168,10 +168,10 @@ def _safe_members(tar: tarfile.TarFile, dest: Path) -> list:
     root = dest.resolve()
     for m in tar.getmembers():
         target = (dest / m.name).resolve()
-        if not target.is_relative_to(root) or m.isdev() or (
-                (m.issym() or m.islnk()) and not (target.parent / m.linkname).resolve()
-                .is_relative_to(root)):
-            raise NativeError(f"{tar.name}: {m.name!r} would land outside {dest}")
+        # no links at all (an sdist needs none, and a chain of them can point out), no devices
+        if not target.is_relative_to(root) or m.isdev() or m.issym() or m.islnk():
+            raise NativeError(f"{tar.name}: {m.name!r} would land outside {dest}, or is a "
+                              "link or a device: refused")
     return tar.getmembers()
 
 
@@ -195,10 +195,15 @@ def sdist_dir(log: Callable[[str], None]) -> Path:
         if not unpacked.is_dir():
             raise NativeError(f"{archive.name} holds no {src.name}/ folder")
         os.replace(unpacked, src)
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
         archive.unlink(missing_ok=True)
         raise NativeError(f"{archive.name} is damaged ({exc}); removed: the next command "
                           "downloads it again") from None
+    except OSError as exc:
+        if src.is_dir():   # another command unpacked it meanwhile
+            return src
+        raise NativeError(f"{archive.name} could not be unpacked in {archive.parent} "
+                          f"({exc.strerror or exc}); make room there and run it again") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return src

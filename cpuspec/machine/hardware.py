@@ -121,7 +121,9 @@ def default_threads_rule(topo_method: str, cores: list[Core], aff: list[int],
         return n, "llama.cpp's rule on macOS: the performance cores (hw.perflevel0.physicalcpu)"
     p_cores = [c for c in mine if c.kind == "P"]
     x86 = machine.lower() in ("x86_64", "amd64", "x64", "i686")
-    if name == "linux" and x86 and topo_method != "not hybrid" and p_cores:
+    # llama.cpp asks CPUID's hybrid bit (Intel only): a part told apart by frequency alone (an
+    # AMD Zen 5 + Zen 5c laptop) keeps every core there
+    if name == "linux" and x86 and topo_method == "intel-sysfs" and p_cores:
         return len(p_cores), ("llama.cpp's rule on Linux x86 hybrids: the physical P-cores "
                               "(E-cores and SMT siblings skipped)")
     where = {"win32": "Windows", "linux": "Linux"}.get(name, name)
@@ -223,9 +225,14 @@ def split_for_parallel(hw: HardwareInfo, p_cores: int, e_cores: int, smt: bool =
 
 
 def check_cpus(hw: HardwareInfo, cpus: list[int]) -> list[int]:
-    """An explicit CPU list (e.g. --draft-cores 4-7) must lie inside the allowed affinity."""
+    """An explicit CPU list for the draft (--draft-cores 4-7) must lie inside the allowed
+    affinity, on an OS that pins each thread (Linux): elsewhere it is refused, with why."""
     if hw.pinning == "none":
-        raise HardwareError(f"a CPU list ({_fmt_list(cpus)}): {_no_pinning_reason()}")
+        raise HardwareError(f"--draft-cores {_fmt_list(cpus)}: {_no_pinning_reason()}")
+    if hw.pinning == "process":
+        reason = getattr(osapi.current(), "NO_THREAD_PINNING",
+                         "this OS pins a whole process, not one thread")
+        raise HardwareError(f"--draft-cores {_fmt_list(cpus)}: {reason}")
     outside = sorted(set(cpus) - set(hw.affinity))
     if outside:
         raise HardwareError(f"CPUs {_fmt_list(outside)} are outside this process's CPU "

@@ -51,13 +51,14 @@ class ChildTimeout(RuntimeError):
     """A child process ran past its time limit (it has been killed)."""
 
 
-def start_child(argv, core_dump: bool = True, **kwargs):
+def start_child(argv, core_dump: bool = True, die_with_parent: bool = True, **kwargs):
     """Start a program in a process group of its own (POSIX: a session; Windows: a new process
     group), so that the terminal's Ctrl-C reaches us only and wait_child can stop it with
     everything it started (a shell script's children too); on Linux it is also killed if we
     are (SIGKILL gives us no chance to). core_dump=False for a child expected to crash: it
     leaves no core file behind. How each OS does it: machine/osapi."""
-    return subprocess.Popen(argv, **osapi.current().popen_kwargs(core_dump), **kwargs)
+    return subprocess.Popen(argv, **osapi.current().popen_kwargs(core_dump, die_with_parent),
+                            **kwargs)
 
 
 def wait_child(proc, poll_s: float = 0.1, timeout_s: float | None = None) -> int:
@@ -126,6 +127,7 @@ def deferred():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    check()   # a stop already asked for: acted on before the block starts, not inside it
     held: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: held.append(signum))
                 for s in STOP_SIGNALS}

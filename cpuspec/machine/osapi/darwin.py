@@ -171,7 +171,7 @@ def umask() -> int:
 
 # --- children and locks (POSIX; no PR_SET_PDEATHSIG on macOS) --------------------------------
 
-def popen_kwargs(core_dump: bool = True) -> dict:
+def popen_kwargs(core_dump: bool = True, die_with_parent: bool = True) -> dict:
     return posix.popen_kwargs(None, core_dump)
 
 

@@ -266,8 +266,8 @@ except (OSError, AttributeError, TypeError):
     _PRCTL = None
 
 
-def popen_kwargs(core_dump: bool = True) -> dict:
-    return posix.popen_kwargs(_die_with_parent, core_dump)
+def popen_kwargs(core_dump: bool = True, die_with_parent: bool = True) -> dict:
+    return posix.popen_kwargs(_die_with_parent if die_with_parent else None, core_dump)
 
 
 def kill_tree(proc) -> None:

@@ -31,6 +31,8 @@ def kill_tree(proc) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         elif proc.returncode is None:
             proc.kill()
+        else:   # reaped already (macOS before Python 3.13 polls): what it left in its group
+            os.killpg(proc.pid, signal.SIGKILL)   # a live group's id is no one else's pid
     except (ProcessLookupError, PermissionError):
         pass
 

@@ -29,7 +29,13 @@ COMPILERS = ("cl", "clang-cl", "gcc")
 INSTALL_TOOLCHAIN = ('Visual Studio Build Tools (the "Desktop development with C++" workload) and '
                      'CMake, and run from a "Developer PowerShell"; or install a prebuilt CPU wheel of '
                      'llama-cpp-python')
-PINNING = "thread"
+PINNING = "process"
+# Why not "thread": a thread's mask must lie inside the process's, and a new thread starts with
+# the process's mask, not its creator's (Linux: its creator's). llama.cpp's OpenMP workers for
+# the draft would not stay on the draft's cores, so the draft gets no cores of its own here.
+NO_THREAD_PINNING = ("Windows starts each new thread on the whole process's cores, so the "
+                     "draft's llama.cpp threads cannot be held to cores of their own; "
+                     "--p-cores/--e-cores pin the whole process")
 RELATION_PROCESSOR_CORE, RELATION_CACHE, RELATION_ALL = 0, 2, 0xFFFF
 LTP_PC_SMT = 0x1
 CPU_KEY = r"HARDWARE\DESCRIPTION\System\CentralProcessor\0"
@@ -82,6 +88,15 @@ def _group_masks(buf: bytes, at: int, count: int) -> list[int]:
     return cpus
 
 
+def _check_64_bit() -> None:
+    """The layout below is 64-bit Windows' (KAFFINITY is 8 bytes): a 32-bit Python reads
+    other offsets."""
+    import struct as _s
+    if _s.calcsize("P") != 8:
+        raise OSError("cpuspec reads Windows' processor records as a 64-bit Python does; "
+                      "use a 64-bit Python")
+
+
 def parse_glpi(buf: bytes) -> tuple[list[tuple[tuple[int, ...], int, bool]], int | None]:
     """SYSTEM_LOGICAL_PROCESSOR_INFORMATION_EX records → (cores as (cpus, EfficiencyClass,
     SMT), the largest cache's bytes). Layout (64-bit): Relationship DWORD, Size DWORD, then
@@ -107,6 +122,7 @@ def parse_glpi(buf: bytes) -> tuple[list[tuple[tuple[int, ...], int, bool]], int
 
 
 def topology(root=None) -> Topology:
+    _check_64_bit()
     cores, _ = parse_glpi(GLPI())
     groups = rank_groups([eff for _, eff, _ in cores])
     names = tier_names(len(groups), third="E")
@@ -193,9 +209,9 @@ def umask() -> int:
 CREATE_NEW_PROCESS_GROUP, CREATE_NO_WINDOW = 0x00000200, 0x08000000
 
 
-def popen_kwargs(core_dump: bool = True) -> dict:
-    # Windows writes no core files; a crashing child's error dialog is kept off by
-    # SetErrorMode in the child itself (llama.cpp's programs run unattended).
+def popen_kwargs(core_dump: bool = True, die_with_parent: bool = True) -> dict:
+    # Windows writes no core files. A crashing child may show Windows' error dialog until its
+    # time limit kills it (llama.cpp's programs run with one: $CPUSPEC_NATIVE_TIMEOUT_S).
     return {"creationflags": CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW}
 
 
