@@ -4,6 +4,7 @@ by the replay itself, not only by a divergence count."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -12,6 +13,7 @@ from cpuspec.cli.main import main
 from cpuspec.core import speculative
 from cpuspec.core.audit import classify_divergence, replay_exact
 from cpuspec.core.speculative import generate_raw, generate_speculative
+from cpuspec.results.schema import read_json
 
 from fakes import FakeClock, flaky_draft_rule, target_rule
 
@@ -214,3 +216,25 @@ def test_a_backend_turned_off_is_not_demanded_of_the_wheel(monkeypatch):
     args, want = build.rebuild_cmake_args({"CMAKE_ARGS": "-DGGML_CUDA=OFF "
                                                          "-DGGML_BLAS_VENDOR=OpenBLAS"})
     assert want == {"blas"} and "-DGGML_BLAS=on" in args and "-DGGML_CUDA=on" not in args
+
+
+LOSSLESS_RUNS = Path(__file__).resolve().parent.parent / "bench" / "results" / \
+    "epyc-family25-model17" / "lossless"
+
+
+def test_the_default_pairs_first_screen_classifies_every_divergence():
+    """bench/lossless.sh's default run (Q4_K_M pair, --exact-audit, machine B‴): the `same`
+    column reads identical + numeric, the legend says what ≈ means and that every SD output's
+    own verifies replayed; report --details gives both paths' logits per divergence."""
+    run = LOSSLESS_RUNS / "default_q4km.json.gz"
+    out = CliRunner().invoke(main, ["report", str(run)]).output
+    overall = next(ln for ln in out.splitlines() if ln.startswith("overall"))
+    doc = read_json(run)
+    diverged = [a for a in doc["audit"] if not a["identical"]]
+    assert diverged and all(a["divergence"]["kind"] == "numeric" for a in diverged)
+    assert overall.rstrip().endswith(f"{len(doc['audit']) - len(diverged)}/"
+                                     f"{len(doc['audit'])} +{len(diverged)}≈"), overall
+    assert "outputs reproduced" in out and "DEFECT" not in out
+    details = CliRunner().invoke(main, ["report", str(run), "--details"]).output
+    assert details.count(": numeric (") == len(diverged)
+    assert "Logit drift, this target on this build" in details

@@ -137,7 +137,7 @@ def test_parallel_schedule_on_the_real_pair(tmp_path):
         [sys.executable, "-m", "cpuspec", "bench", "--tasks", "json", "--prompts-per-task",
          "2", "--max-tokens", "32", "-k", "3", "--p-cores", "1", "--draft-cores",
          str(cpus[-1]), "--draft-threads", "1", "--policy", "static", "--schedule",
-         "parallel", "--warmup", "0", "--no-save", "--json", str(out)],
+         "parallel", "--warmup", "0", "--no-save", "--exact-audit", "--json", str(out)],
         capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -149,3 +149,49 @@ def test_parallel_schedule_on_the_real_pair(tmp_path):
     assert sum(r["schedule"]["hits"] for r in static) > 0
     for a in data["audit"]:
         assert a["identical"] or a["raw_top2_margin"] is not None
+    # the exact audit, on the parallel schedule's own rounds (issue 78)
+    assert data["audit"] and all(a["exact"]["ok"] for a in data["audit"])
+
+
+@pytest.mark.parametrize("extra", [
+    ["--tasks", "json,story"],                                       # static and adaptive
+    ["--tasks", "grounded", "--drafter", "lookup", "--policy", "static"],
+    ["--tasks", "grounded", "--drafter", "hybrid", "--policy", "static"],
+    ["--tasks", "code", "--p-min", "0.6", "--policy", "static"],
+    ["--tasks", "json", "--depth", "256", "--policy", "static"],
+], ids=["draft-model", "lookup", "hybrid", "p-min", "depth"])
+def test_every_drafter_passes_the_exact_audit_on_the_real_pair(tmp_path, extra):
+    """Issue 78: on the real Q4_K_M pair, whose batched and one-token logits differ, every SD
+    output's own verifies replay exactly (0 defects), and every divergence from plain
+    decoding is the target's own (numeric): the loop emitted the target's choices. The
+    parallel schedule: test_parallel_schedule_on_the_real_pair; follow-up turns: below."""
+    out = tmp_path / "audit.json"
+    env = dict(os.environ, CPUSPEC_HOME=REAL_MODELS_HOME)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpuspec", "bench", "--prompts-per-task", "2", "--max-tokens",
+         "32", "-k", "4", "--warmup", "0", "--fixed", "--no-save", "--exact-audit",
+         "--json", str(out), *extra], capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    audit = data["audit"]
+    assert audit and all(a["exact"]["ok"] for a in audit), \
+        [a["exact"] for a in audit if not a["exact"]["ok"]]
+    kinds = [a["divergence"]["kind"] for a in audit if not a["identical"]]
+    assert set(kinds) <= {"numeric"}, kinds
+    assert summarize(data)["overall"]["audit"]["defect"] in (0, None)
+
+
+def test_follow_up_turns_pass_the_exact_audit_on_the_real_pair(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"task": "chat", "prompt": "Write a haiku about rain.",
+                                   "followup": "Now one about snow."}) + "\n")
+    out = tmp_path / "follow.json"
+    env = dict(os.environ, CPUSPEC_HOME=REAL_MODELS_HOME)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpuspec", "bench", "--prompts", str(prompts), "--max-tokens",
+         "32", "-k", "4", "--warmup", "0", "--fixed", "--no-save", "--exact-audit",
+         "--policy", "static", "--json", str(out)],
+        capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    audit = json.loads(out.read_text())["audit"]
+    assert audit and all(a["exact"]["ok"] for a in audit)

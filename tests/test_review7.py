@@ -158,3 +158,26 @@ def test_the_tune_budget_is_wall_clock_from_the_command_s_start(tiny_models, tmp
     doc = json.loads(out.read_text())
     assert doc["wall_s"] >= 120 and doc.get("skipped_for_budget"), doc.get("skipped_for_budget")
     assert "min of wall time" in res.output
+
+
+def test_the_red_team_s_references_are_one_line_or_a_right_reading(tmp_path, monkeypatch):
+    """A home of no such user, a split count of zero, a local folder named like an owner with
+    the hub's :QUANT syntax, a password in a proxy URL."""
+    from cpuspec.inputs.refs import RefError, parse_ref, split_parts
+    from cpuspec.inputs.refs.hub import _no_password
+    with pytest.raises(RefError, match="no home folder"):
+        parse_ref("~no-such-user-xyz/m.gguf")
+    assert split_parts("m-Q4_K_M-00001-of-00000.gguf") == ["m-Q4_K_M-00001-of-00000.gguf"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "unsloth").mkdir()
+    assert parse_ref("unsloth/Qwen3-8B-GGUF:Q8_0").kind == "hf"
+    assert _no_password("http://user:secret@proxy:3128") == "http://proxy:3128"
+
+
+def test_an_explicit_file_that_is_no_model_is_refused_before_any_download(hub, tmp_path):  # noqa: F811
+    res = cpuspec(tmp_path, "models", "drafts", "acme/tiny-GGUF/README.md.gguf",
+                  endpoint=hub.endpoint)
+    res2 = cpuspec(tmp_path, "models", "drafts", "hf://acme/tiny-GGUF/README.md",
+                   endpoint=hub.endpoint)
+    assert res2.returncode != 0 and "not a GGUF model file" in res2.stderr, res2.stderr
+    assert "Traceback" not in res.stderr + res2.stderr

@@ -72,9 +72,11 @@ def audit_legend(summary: dict) -> list[str]:
     au = (summary.get(OVERALL) or next(iter(summary.values()), {})).get("audit") or {}
     if not (au.get("numeric") or au.get("defect") or au.get("exact_n")):
         return []
-    text = (f"same: outputs equal to plain decoding's; ≈: {au.get('numeric') or 0} differ only "
-            "where the target itself ranks two tokens the other way in a batch than one at a "
-            "time (numeric, not the loop: docs/method.md#lossless)")
+    text = "same: outputs equal to plain decoding's"
+    if au.get("numeric"):
+        text += (f"; ≈: {au['numeric']} differ only where the target itself ranks two tokens "
+                 "the other way in a batch than one at a time (numeric, not the loop: "
+                 "docs/method.md#lossless-proven)")
     if au.get("exact_n"):
         text += (f"; SD's own verifies replayed: {au['exact_ok']}/{au['exact_n']} outputs "
                  "reproduced")

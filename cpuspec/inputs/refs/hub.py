@@ -33,11 +33,13 @@ def hub_unreachable() -> str | None:
     endpoint = constants.ENDPOINT
     try:
         from huggingface_hub import get_session   # reads HF_ENDPOINT when first imported
-        get_session().head(endpoint, timeout=HUB_PROBE_TIMEOUT_S)
+        status = get_session().head(endpoint, timeout=HUB_PROBE_TIMEOUT_S).status_code
+        if status == 407 or status >= 500:   # a proxy that wants a login, a hub that is down
+            return f"the hub answered {status} at {endpoint}"
         return None
     except Exception as exc:   # connection, proxy, TLS, a malformed HF_ENDPOINT: one line
         proxy = _proxy_for(endpoint)
-        how = f"through the proxy {proxy}" if proxy else f"at {endpoint}"
+        how = f"through the proxy {_no_password(proxy)}" if proxy else f"at {endpoint}"
         return f"the hub did not answer {how} ({type(exc).__name__})"
 
 
@@ -50,6 +52,16 @@ def _proxy_for(url: str) -> str | None:
         return urllib.request.getproxies().get(urllib.parse.urlparse(url).scheme)
     except (ValueError, TypeError):
         return None
+
+
+def _no_password(url: str) -> str:
+    """A proxy URL as it may be printed: user:password@ taken out."""
+    try:
+        u = urllib.parse.urlsplit(url)
+        return u._replace(netloc=u.netloc.rpartition("@")[2]).geturl() if "@" in u.netloc \
+            else url
+    except ValueError:
+        return "(the proxy set in the environment)"
 
 
 def hub_reachable() -> bool:

@@ -50,6 +50,8 @@ def local_folder(text: str) -> bool:
     """The reference's first component is a folder here (./models/...): a relative path the
     user mistyped, said as a missing file, never sent to the hub as OWNER/REPO."""
     first = text.split("/", 1)[0]
+    if ":" in text:   # OWNER/REPO:QUANT is the hub's syntax, whatever folders lie here
+        return False
     try:
         return "/" in text and bool(first) and Path(first).is_dir()
     except OSError:
@@ -64,11 +66,13 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
     if not text:
         raise RefError("an empty model reference: give a .gguf path, OWNER/REPO[:QUANT] or "
                        "ollama:NAME[:TAG]")
-    p = Path(text).expanduser()
     try:
+        p = Path(text).expanduser()
         here = p.exists()
+    except RuntimeError:   # ~user of no such user
+        raise RefError(f"{text!r}: no home folder for {text.split('/')[0]!r}") from None
     except OSError:   # a name too long to be a path here
-        here = False
+        p, here = Path(text), False
     if here:
         return Ref("path", str(p))
     if text.startswith(OLLAMA_PREFIX):
@@ -156,6 +160,8 @@ def split_parts(path: str) -> list[str]:
     if not m:
         return [path]
     count = m.group(3)
+    if not 1 <= int(m.group(2)) <= int(count):   # -00001-of-00000, -00003-of-00002: no split
+        return [path]
     return [f"{m.group(1)}-{i:05d}-of-{count}.gguf" for i in range(1, int(count) + 1)]
 
 

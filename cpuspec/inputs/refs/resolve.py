@@ -9,8 +9,8 @@ from pathlib import Path
 
 from cpuspec.inputs.refs import hub
 from cpuspec.inputs.refs.hashes import file_sha256, remember
-from cpuspec.inputs.refs.names import (Log, Ref, RefError, llama_cpp_name, pick_file, plain,
-                                      split_parts)
+from cpuspec.inputs.refs.names import (Log, Ref, RefError, is_model_file, llama_cpp_name,
+                                      pick_file, plain, split_parts)
 from cpuspec.inputs.refs.stores import Copy, copies, ollama_blob, ollama_public
 
 
@@ -53,6 +53,9 @@ def plan_ref(ref: Ref) -> Plan | None:
         return Plan(ref, blob.name, [blob.name], blob=blob, public=ollama_public(ref.repo))
     if ref.kind != "hf":
         return None
+    if ref.file is not None and not is_model_file(ref.file):   # README.md, mmproj, safetensors
+        raise RefError(f"{ref.text}: {ref.file} is not a GGUF model file (a .gguf that is not "
+                       "an mmproj, imatrix or draft head)")
     listed = hub.listing(ref.repo, ref.revision)
     held = copies(ref.repo, ref.revision)
     if listed is None:   # offline: what this machine holds of the repo, by the same rule
@@ -107,6 +110,16 @@ def check_room(plans: list[Plan | None]) -> None:
 
 
 def fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
+    """_fetch_plan, with a file this user cannot read or a cache folder that cannot be made
+    said in one line (RefError), not a traceback."""
+    try:
+        return _fetch_plan(plan, log)
+    except OSError as exc:
+        raise RefError(f"{plan.ref.text}: {exc.filename or ''}: {exc.strerror or exc}") \
+            from None
+
+
+def _fetch_plan(plan: Plan, log: Log = lambda _: None) -> Resolved:
     """Carry a plan out: the copy on this machine, verified against the hub's sha256 where
     the hub was listed (a blob named by its sha256 needs no hashing), else a download of every
     part, verified; an Ollama blob, verified against its digest once."""

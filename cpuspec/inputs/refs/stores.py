@@ -69,9 +69,20 @@ def llamacpp_flat_cache() -> Path:
 
 
 def ollama_roots() -> list[Path]:
+    """Ollama's stores that can be read: $OLLAMA_MODELS, else the user's and the service's
+    (a service home this user may not enter is left out, not an error)."""
     if os.environ.get("OLLAMA_MODELS"):
-        return [Path(os.environ["OLLAMA_MODELS"])]
-    return [Path.home() / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models")]
+        roots = [Path(os.environ["OLLAMA_MODELS"])]
+    else:
+        roots = [Path.home() / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models")]
+    out = []
+    for r in roots:
+        try:
+            r.is_dir() and os.listdir(r)
+            out.append(r)
+        except OSError:   # not searchable by this user
+            continue
+    return out
 
 
 def snapshot(repo_dir: Path, revision: str | None) -> Path | None:
