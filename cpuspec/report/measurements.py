@@ -45,22 +45,22 @@ def render_quality(res: dict) -> str:
     from cpuspec.report import screen
     from cpuspec.analysis.summary import summarize_drift
     drift = [summarize_drift(m) or {} for m in res["models"]]
-    rows = [[screen.cut(m["file"], 34), screen.cut(m.get("desc", ""), 16),
+    rows = [[screen.cut(m["file"], 28), screen.cut(m.get("desc", ""), 12),
              "derived" if m.get("derived") else screen.cut(m["source"], 8),
              f"{m['perplexity']:.3f}", f"{100 * m['top1_agreement_mean']:.1f}%",
              f"{d['max_dlogit_median']:.2f}/{d['max_dlogit_max']:.2f}" if d else "-",
              f"{d['flips_per_1k']:.1f}" if d else "-"]
             for m, d in zip(res["models"], drift)]
     batch = next((d["batch"] for d in drift if d), None)
-    return "\n".join([screen.table(["model", "type", "source", "perplexity", "top-1 agree",
-                                     "|Δlogit| med/max", "flips/1k"], rows),
-                       *(screen.wrap(f"|Δlogit|: the largest logit difference per position "
+    return "\n".join([screen.table(["model", "type", "source", "perplexity", "agree",
+                                     "|Δ| med/max", "flips/1k"], rows),
+                       *(screen.wrap(f"|Δ|: the largest logit difference per position "
                                      f"between a row of a {batch}-token batch and one-token "
                                      "decoding of the same prefix (median/max); flips: argmax "
                                      "changes per 1,000 positions: what lossless means here")
                          if batch else []),
                        *screen.wrap(f"perplexity over {res['text_tokens']} tokens of a fixed "
-                                    f"text (built-in); top-1 agreement with "
+                                    f"text (built-in); agree: top-1 agreement with "
                                     f"{res['reference']['file']}'s greedy output on "
                                     f"{len(res['prompts'])} prompts × {res['max_tokens']} "
                                     "tokens (teacher-forced, 100 % = token for token).")])
