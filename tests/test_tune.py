@@ -168,8 +168,9 @@ def test_confirmation_runs_on_the_other_prompts(tiny_models, monkeypatch):
     assert run["cost_probes_from"] == "reused from tune's choosing run of target + draft"
     assert run["cost_probe"] == chosen["cost_probe"] and "cost_probe_end" not in run
     assert "quality" not in run and "quality" in chosen
-    assert best["confirmed"]["audit"] == {"n": 1, "identical": 1,
-                                          "min_margin_at_divergence": None}
+    audit = best["confirmed"]["audit"]
+    assert (audit["n"], audit["identical"], audit["min_margin_at_divergence"]) == (1, 1, None)
+    assert audit["defect"] in (0, None)
     # ... and the fastest answer is the one measured ahead on that prompt (one prompt: no look
     # decides, so neither stops)
     race = {m["k"]: m for m in rec["race"]}
