@@ -270,35 +270,7 @@ def popen_kwargs(core_dump: bool = True, die_with_parent: bool = True) -> dict:
     return posix.popen_kwargs(_die_with_parent if die_with_parent else None, core_dump)
 
 
-def kill_tree(proc) -> None:
-    posix.kill_tree(proc)
-
-
-def exited(proc) -> bool:
-    return posix.exited(proc)
-
-
-def locked(handle):
-    return posix.locked(handle)
-
-
-def rusage() -> dict:
-    return posix.rusage()
-
-
-def load_average() -> float | None:
-    """The 1-minute load average (None where the OS has none)."""
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
-
-
-def sync_disks() -> None:
-    """Written files' pages reach the disk now (sync)."""
-    os.sync()
-
-
-def keep_full_speed() -> bool:
-    """Nothing throttles a foreground process here as Windows' EcoQoS does: nothing to do."""
-    return True
+# what Linux and macOS do alike (posix.py)
+kill_tree, exited, locked, rusage = posix.kill_tree, posix.exited, posix.locked, posix.rusage
+load_average, sync_disks = posix.load_average, posix.sync_disks
+keep_full_speed = posix.keep_full_speed

@@ -66,3 +66,21 @@ def rusage() -> dict:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return {"voluntary_ctx_switches": ru.ru_nvcsw, "involuntary_ctx_switches": ru.ru_nivcsw,
             "minor_page_faults": ru.ru_minflt, "major_page_faults": ru.ru_majflt}
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def sync_disks() -> None:
+    """Written files' pages reach the disk now (sync)."""
+    os.sync()
+
+
+def keep_full_speed() -> bool:
+    """Nothing throttles a foreground process here as Windows' EcoQoS does: nothing to do."""
+    return True
