@@ -16,7 +16,6 @@ from pathlib import Path
 from cpuspec.machine import osapi
 from cpuspec.machine.matrix import MatrixEngine, matrix_engine
 from cpuspec.machine.osapi import PinningUnsupported, parse_cpu_list  # noqa: F401 (re-export)
-from cpuspec.machine.osapi.common import FREQ_GROUP_TOLERANCE  # noqa: F401 (re-export)
 
 ROOT = Path("/")
 

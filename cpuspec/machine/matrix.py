@@ -43,19 +43,6 @@ class MatrixEngine:
                    if isinstance(feats, list) else ())
 
 
-def _cpu_flags(root: Path) -> set[str]:
-    """The first processor's x86 `flags` or Arm `Features` in /proc/cpuinfo."""
-    try:
-        text = (root / "proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
-
-
 def matrix_engine(root: Path = ROOT, system: str | None = None,
                   machine: str | None = None, flags: frozenset[str] | None = None
                   ) -> MatrixEngine:
@@ -66,7 +53,9 @@ def matrix_engine(root: Path = ROOT, system: str | None = None,
         system or "", system or osapi.os_name())
     machine = machine or platform.machine()
     if flags is None:
-        flags = _cpu_flags(root) if system == "linux" else osapi.current().topology(root).flags
+        from cpuspec.machine.osapi import linux   # /proc/cpuinfo's flags, read in one place
+        flags = linux.cpu_flags(root) if system == "linux" else \
+            osapi.current().topology(root).flags
     amx = tuple(f for f in AMX_FLAGS if f in flags)
     if amx:
         return MatrixEngine("Intel AMX", amx)
