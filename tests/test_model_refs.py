@@ -723,3 +723,48 @@ def test_the_same_file_as_target_and_draft_is_said(hub, tmp_path):
                   "acme/tiny-GGUF/tiny-Q8_0.gguf", "--no-save", endpoint=hub.endpoint)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "the draft is the target" in res.stderr
+
+
+def test_models_drafts_offers_registered_drafts_that_are_not_on_this_machine(tiny_models,
+                                                                             tmp_path):
+    """Issue 79 item 14: on a machine holding none of them, the registered models whose
+    recorded tokenizer (printed by `models fingerprint` from their files) the target shares,
+    and that are smaller than it, are listed as "not on this machine", a derived one by its
+    parent's record; another tokenizer (one token swapped) and a model as large as the
+    target are not. A tokenizer record that is not one is one line, a non-zero exit."""
+    from tiny_gguf import make_weights, write_model
+    other = write_model(tmp_path / "other.gguf", make_weights(7), "tiny-other", swap_tokens=100)
+    pins = {}
+    for name, path in (("draft", tiny_models["draft"]), ("other", other)):
+        res = cpuspec(tmp_path, "models", "fingerprint", str(path))
+        assert res.returncode == 0 and res.stdout.startswith("tokenizer = {"), res.stderr
+        pins[name] = res.stdout.strip()
+    assert pins["draft"] != pins["other"]
+    size = tiny_models["target"].stat().st_size
+    entry = 'repo = "acme/d-GGUF"\nfile = "{}.gguf"\nsize_bytes = {}\n{}\n'
+    registry = tmp_path / "models.toml"
+    registry.write_text(
+        '[models.small]\n' + entry.format("small", size // 2, pins["draft"])
+        + '[models.small-q8]\nrepo = "acme/d-GGUF"\nfile = "small-q8.gguf"\n'
+        'derive_from = "small"\nquant = "Q8_0"\n'
+        '[models.large]\n' + entry.format("large", size, pins["draft"])
+        + '[models.foreign]\n' + entry.format("foreign", size // 2, pins["other"])
+        + '[pairs.p]\ntarget = "large"\ndraft = "small"\n')
+    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]), "--json",
+                  extra={"HF_HUB_OFFLINE": "1", "CPUSPEC_MODELS": str(registry)})
+    assert res.returncode == 0, res.stderr
+    away = {r["name"]: r for r in json.loads(res.stdout) if not r["on_machine"]}
+    assert set(away) == {"small", "small-q8"} and all(r["fits"] for r in away.values()), away
+    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]),
+                  extra={"HF_HUB_OFFLINE": "1", "CPUSPEC_MODELS": str(registry)})
+    assert res.returncode == 0, res.stderr
+    rows = [x for x in res.stdout.splitlines()[1:] if "  not on this machine" in x]
+    assert [x.split()[0] for x in rows] == ["small", "small-q8"], res.stdout
+    assert "PyPI" not in rows[0] and "derived from small" in rows[1], res.stdout
+    assert "2 more registered with cpuspec" in res.stdout.splitlines()[0], res.stdout
+    registry.write_text(registry.read_text().replace("hashed = ", "hashes = ", 1))
+    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]),
+                  extra={"HF_HUB_OFFLINE": "1", "CPUSPEC_MODELS": str(registry)})
+    assert res.returncode != 0 and "models.'small'.tokenizer" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in res.stderr

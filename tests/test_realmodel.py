@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +196,29 @@ def test_follow_up_turns_pass_the_exact_audit_on_the_real_pair(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     audit = json.loads(out.read_text())["audit"]
     assert audit and all(a["exact"]["ok"] for a in audit)
+
+
+def test_a_fresh_machine_is_offered_the_registered_drafts_of_a_qwen_target(bench_json,
+                                                                           tmp_path):
+    """Issue 79 item 14: with nothing in cpuspec's home, `models drafts` on the real 1.5B
+    target lists the registered 0.5B drafts as "not on this machine" (their tokenizer as
+    models.toml records it, from `cpuspec models fingerprint` on the real files), and Gemma,
+    another tokenizer, is not among them; the recorded fingerprint is the real file's."""
+    target = os.path.join(REAL_MODELS_HOME, "models", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CACHE"}
+    env.update(CPUSPEC_HOME=str(tmp_path / "fresh"), HF_HOME=str(tmp_path / "hf"),
+               HF_HUB_OFFLINE="1", OLLAMA_MODELS=str(tmp_path / "o"),
+               LMSTUDIO_HOME=str(tmp_path / "l"), XDG_CACHE_HOME=str(tmp_path / "x"))
+    res = subprocess.run([sys.executable, "-m", "cpuspec", "models", "drafts", target,
+                          "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    rows = {r["name"]: r for r in json.loads(res.stdout)}
+    assert rows["qwen2.5-coder-0.5b-q4km"]["fits"] and \
+        not rows["qwen2.5-coder-0.5b-q4km"]["on_machine"], rows
+    assert {"qwen2.5-coder-0.5b-q4_0", "qwen2.5-coder-0.5b-q8_0"} <= set(rows)
+    assert not any("1.5b" in n or "gemma" in n for n in rows), rows   # not smaller; another
+    printed = subprocess.run([sys.executable, "-m", "cpuspec", "models", "fingerprint", target],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert printed.returncode == 0, printed.stderr
+    toml = (Path(__file__).resolve().parents[1] / "models.toml").read_text()
+    assert toml.count(printed.stdout.strip()) == 2   # the 1.5B's and the 0.5B's: one tokenizer

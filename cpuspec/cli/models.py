@@ -87,22 +87,37 @@ def models_drafts(target, as_json):
     """
     from cpuspec.report.screen import grid
     name, size, want, path = _target_tokenizer(target)
-    rows = draft_rows(path, want)
+    rows = draft_rows(path, want, size)
     if as_json:
         echo(json.dumps(rows, indent=1))
         return
-    fits = [r for r in rows if r["fits"]]
+    here = [r for r in rows if r["fits"] and r["on_machine"]]
+    away = [r for r in rows if not r["on_machine"]]
     echo(f"Drafts for {name} ({size / 1e9:.2f} GB{'' if path else ', read from the hub'}) on "
-         f"this machine: {len(fits)} share its tokenizer" + (", smallest first:" if fits else "."))
-    table = [[r["name"], r["store"], f"{r['size_bytes'] / 1e9:.2f} GB", r["quant"] or "-",
-              ("fits" if r["size_bytes"] < size else "fits, but not smaller than the target")
-              if r["fits"] else f"left out: {r['why_not']}"] for r in rows]
-    if table:
-        echo(grid(table, headers=["name (for --draft)", "store", "size", "quant", ""],
+         f"this machine: {len(here)} share its tokenizer"
+         + (f"; {len(away)} more registered with cpuspec, not on this machine" if away else "")
+         + (", smallest first:" if here or away else "."))
+    if rows:
+        echo(grid([_draft_line(r, size) for r in rows],
+                  headers=["name (for --draft)", "store", "size", "quant", ""],
                   disable_numparse=True))
-    if not fits:
+    if not here and not away:
         echo("None fits: a draft must share the target's tokenizer (the same family); "
              "fetch one with `cpuspec bench --target … --draft OWNER/REPO:Q8_0`.")
+    elif away:
+        echo("A model not on this machine shares the tokenizer cpuspec recorded for it (the "
+             "whole check runs again when it is loaded); --draft NAME fetches or derives it.")
+
+
+def _draft_line(r: dict, size: int) -> list[str]:
+    if not r["fits"]:
+        why = f"left out: {r['why_not']}"
+    elif not r["on_machine"]:
+        why = f"fits; {r['how']}"
+    else:
+        why = "fits" if r["size_bytes"] < size else "fits, but not smaller than the target"
+    return [r["name"], r["store"], f"{r['size_bytes'] / 1e9:.2f} GB" if r["size_bytes"]
+            else "-", r["quant"] or "-", why]
 
 
 def _target_tokenizer(target: str) -> tuple[str, int, tuple, Path | None]:
@@ -131,10 +146,13 @@ def _target_tokenizer(target: str) -> tuple[str, int, tuple, Path | None]:
         raise BadInput(printable(str(exc))) from None
 
 
-def draft_rows(path: Path | None, want: tuple | None = None) -> list[dict]:
+def draft_rows(path: Path | None, want: tuple | None = None, size: int | None = None
+               ) -> list[dict]:
     """Every GGUF on this machine but the target itself (path; None: it is not on this
     machine), whether it can draft for it (shares its tokenizer, `want`: read from path where
-    not given) and why not, smallest first among those that fit."""
+    not given) and why not; then the registered models not on this machine whose recorded
+    tokenizer it shares and that are smaller than it (`size`); those that fit first, smallest
+    first."""
     from cpuspec.inputs.refs import local_ggufs, quant_of
     from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
     from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_mismatch, tokenizer_of
@@ -145,9 +163,10 @@ def draft_rows(path: Path | None, want: tuple | None = None) -> list[dict]:
             from cpuspec.cli.help import BadInput
             from cpuspec.core.text import printable
             raise BadInput(printable(str(exc))) from None
-    rows = []
+    rows, seen = [], set()
     for g in local_ggufs():
         try:
+            seen.add(g.path.resolve())
             if path is not None and g.path.resolve() == path.resolve():
                 continue
             why = tokenizer_mismatch(want, tokenizer_of(g.path), VOCAB_MAX_SIZE_DIFFERENCE)
@@ -155,8 +174,40 @@ def draft_rows(path: Path | None, want: tuple | None = None) -> list[dict]:
             why = f"unreadable ({exc})"
         rows.append({"name": g.ref, "store": g.store, "size_bytes": g.size,
                      "quant": quant_of(g.path.name) or quant_of(g.ref), "fits": why is None,
-                     "why_not": why})
-    return sorted(rows, key=lambda r: (not r["fits"], r["size_bytes"]))
+                     "why_not": why, "on_machine": True})
+    if size is None and path is not None:
+        size = path.stat().st_size
+    rows += registered_drafts(want, size, seen)
+    return sorted(rows, key=lambda r: (not r["fits"], not r["on_machine"],
+                                       r["size_bytes"] is None, r["size_bytes"] or 0))
+
+
+def registered_drafts(want: tuple, size: int | None, seen: set) -> list[dict]:
+    """The registered models that are not on this machine (their files not among `seen`),
+    whose recorded tokenizer `want` shares and that are smaller than the target (`size`; a
+    derived model by its parent's size, its own known only once derived): cpuspec fetches or
+    derives each by its name."""
+    from cpuspec.inputs.refs import quant_of
+    from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
+    from cpuspec.llama.gguf_meta import fingerprint_mismatch
+    reg, rows = registry(), []
+    for spec in reg.models.values():
+        pin, derived = reg.tokenizer(spec), derived_cache_path(spec, reg)
+        if pin is None or any(p is not None and p.resolve() in seen
+                              for p in (cached_path(spec), derived)):
+            continue
+        own = spec.size_bytes
+        bound = own or (reg.models[spec.derive_from].size_bytes if spec.derive_from else None)
+        if bound is None or (size is not None and bound >= size):
+            continue
+        if fingerprint_mismatch(want, pin, VOCAB_MAX_SIZE_DIFFERENCE) is None:
+            rows.append({"name": spec.name, "store": "not on this machine", "size_bytes": own,
+                         "quant": spec.quant or quant_of(spec.file), "fits": True,
+                         "why_not": None, "on_machine": False,
+                         "how": f"fetched (offline: derived from {spec.derive_from})"
+                         if spec.derive_from else
+                         "fetched" + (" (offline: from its PyPI mirror)" if spec.mirror else "")})
+    return rows
 
 
 def pair_draft_file(pair: str | None) -> Path | None:
@@ -211,6 +262,32 @@ def _names_to_specs(reg, names):
             raise click.ClickException(f"unknown model or pair {name!r}; see `cpuspec models "
                                        "list`")
     return specs
+
+
+@models.command("fingerprint")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def models_fingerprint(file):
+    """Print the `tokenizer = {…}` line that records FILE's tokenizer in models.toml, so that
+    `models drafts` can offer the model for a target while its file is not on this machine.
+
+    \b
+    Example:
+      cpuspec models fingerprint ~/.cache/cpuspec/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    """
+    from cpuspec.cli.help import BadInput
+    from cpuspec.core.text import printable
+    from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
+    from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_fingerprint, tokenizer_of
+    try:
+        kind, tokens = tok = tokenizer_of(file)
+    except GGUFMetaError as exc:
+        raise BadInput(printable(str(exc))) from None
+    if kind is None or not tokens:
+        raise BadInput(f"{printable(file.name)}: no tokenizer in the file")
+    # A target within the size rule has at least this many tokens: they are the ones hashed.
+    hashed = max(1, len(tokens) - VOCAB_MAX_SIZE_DIFFERENCE)
+    echo(f'tokenizer = {{ kind = "{kind}", tokens = {len(tokens)}, hashed = {hashed}, '
+         f'sha256 = "{tokenizer_fingerprint(tok, hashed)}" }}')
 
 
 @models.command("fetch")

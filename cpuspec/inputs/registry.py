@@ -43,6 +43,18 @@ class Mirror:
 
 
 @dataclass(frozen=True)
+class TokenizerPin:
+    """What a registered model's tokenizer is, recorded so that a target not fetched with it
+    can be checked against it: its kind (tokenizer.ggml.model), its number of tokens, and the
+    sha256 of its first `hashed` tokens' texts (llama/gguf_meta.tokenizer_fingerprint;
+    `cpuspec models fingerprint FILE` prints the line)."""
+    kind: str
+    tokens: int
+    hashed: int
+    sha256: str
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     repo: str
@@ -52,6 +64,7 @@ class ModelSpec:
     mirror: Mirror | None = None
     derive_from: str | None = None   # where the hub is unreachable: requantize this model
     quant: str | None = None         # ... to this llama.cpp quant type (pure)
+    tokenizer: TokenizerPin | None = None   # a derived model's is its parent's
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,14 @@ class Registry:
             raise ModelError(f"unknown pair {name!r}; known pairs: {known}")
         return self.pairs[name]
 
+    def tokenizer(self, spec: ModelSpec) -> TokenizerPin | None:
+        """A model's recorded tokenizer: its own, or the model it is derived from's
+        (requantizing keeps the tokenizer)."""
+        seen = set()
+        while spec.tokenizer is None and spec.derive_from and spec.name not in seen:
+            seen.add(spec.name)
+            spec = self.models[spec.derive_from]
+        return spec.tokenizer
 
 
 def cpuspec_home() -> Path:
@@ -90,6 +111,16 @@ def cpuspec_home() -> Path:
 
 def models_dir() -> Path:
     return cpuspec_home() / "models"
+
+
+def derived_cache_path(spec: ModelSpec, registry) -> Path | None:
+    """Where a registered model's derived variant lies once derived from its pinned parent
+    (None when it has no derive_from or its parent is not pinned)."""
+    parent = registry.models.get(spec.derive_from) if spec.derive_from else None
+    if parent is None or parent.sha256 is None:
+        return None
+    stem = Path(parent.file).stem
+    return models_dir() / "derived" / f"{stem}.{spec.quant}.from-{parent.sha256[:12]}.gguf"
 
 
 def _registry_path() -> Path:
@@ -143,9 +174,10 @@ def _model_spec(path: Path, name: str, m: Any) -> ModelSpec:
     _want("/" not in name and ":" not in name, path, f"{where}'s name", "without '/' or ':'")
     _want(isinstance(m, dict), path, where, "a table")
     unknown = set(m) - {"repo", "file", "size_bytes", "sha256", "mirror", "derive_from",
-                        "quant"}
+                        "quant", "tokenizer"}
     _want(not unknown, path, f"{where} key {', '.join(sorted(unknown))}",
-          "one of repo, file, size_bytes, sha256, mirror (quote names that contain "
+          "one of repo, file, size_bytes, sha256, mirror, derive_from, quant, tokenizer (quote "
+          "names that contain "
           'dots, e.g. [models."qwen2.5-0.5b"])')
     _want(_str(m.get("repo")), path, f"{where}.repo", "a non-empty string")
     _want(_str(m.get("file")), path, f"{where}.file", "a non-empty string")
@@ -163,8 +195,25 @@ def _model_spec(path: Path, name: str, m: Any) -> ModelSpec:
           "given both derive_from and quant, or neither")
     _want(quant is None or quant in DERIVABLE_QUANTS, path, f"{where}.quant",
           f"one of {', '.join(DERIVABLE_QUANTS)}")
+    tokenizer = _tokenizer_pin(path, where, m["tokenizer"]) if "tokenizer" in m else None
     return ModelSpec(name=name, repo=m["repo"], file=m["file"], size_bytes=size, sha256=sha,
-                     mirror=mirror, derive_from=derive_from, quant=quant)
+                     mirror=mirror, derive_from=derive_from, quant=quant, tokenizer=tokenizer)
+
+
+def _tokenizer_pin(path: Path, where: str, t: Any) -> TokenizerPin:
+    """A model's `tokenizer = { kind, tokens, hashed, sha256 }`, checked."""
+    where = f"{where}.tokenizer"
+    _want(isinstance(t, dict) and set(t) == {"kind", "tokens", "hashed", "sha256"}, path,
+          where, "a table of kind, tokens, hashed and sha256 (`cpuspec models fingerprint "
+          "FILE` prints it)")
+    _want(_str(t["kind"]), path, f"{where}.kind", "a non-empty string")
+    for key in ("tokens", "hashed"):
+        _want(isinstance(t[key], int) and not isinstance(t[key], bool) and t[key] > 0, path,
+              f"{where}.{key}", "a positive integer")
+    _want(t["hashed"] <= t["tokens"], path, f"{where}.hashed", "at most its tokens")
+    _want(isinstance(t["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", t["sha256"]), path,
+          f"{where}.sha256", "64 lowercase hex digits")
+    return TokenizerPin(t["kind"], t["tokens"], t["hashed"], t["sha256"])
 
 
 def _mirror(path: Path, where: str, mm: Any) -> Mirror:

@@ -109,3 +109,30 @@ def tokenizer_mismatch(target: tuple[str | None, list[str]],
         if a != b:
             return f"another tokenizer (token {i} is {b!r}, the target's {a!r})"
     return None
+
+
+def tokenizer_fingerprint(tokenizer: tuple[str | None, list[str]], hashed: int) -> str:
+    """sha256 of a tokenizer's first `hashed` tokens' texts (each UTF-8, after its length as
+    4 bytes): what models.toml records of a model so that a target can be checked against it
+    without its file."""
+    import hashlib
+    h = hashlib.sha256()
+    for text in tokenizer[1][:hashed]:
+        b = text.encode("utf-8", "surrogatepass")
+        h.update(len(b).to_bytes(4, "little") + b)
+    return h.hexdigest()
+
+
+def fingerprint_mismatch(target: tuple[str | None, list[str]], pin, max_size_difference: int
+                         ) -> str | None:
+    """tokenizer_mismatch against a registered model's recorded tokenizer (`pin`: its kind,
+    its number of tokens, and the sha256 of its first `hashed`): the same rule, with the
+    tokens past `hashed` left to the check when both are loaded."""
+    kind, tokens = target
+    if kind != pin.kind:
+        return f"another tokenizer kind ({pin.kind} against the target's {kind})"
+    if abs(len(tokens) - pin.tokens) > max_size_difference:
+        return f"another vocabulary ({pin.tokens} tokens against the target's {len(tokens)})"
+    if len(tokens) < pin.hashed or tokenizer_fingerprint(target, pin.hashed) != pin.sha256:
+        return "another tokenizer (its recorded fingerprint differs)"
+    return None

@@ -241,10 +241,13 @@ def local_ggufs() -> list[LocalGGUF]:
             except RefError:
                 continue
             add("Ollama", f"ollama:{name}:{tag}", blob)
-    from cpuspec.inputs.registry import load_registry, models_dir
+    from cpuspec.inputs.registry import derived_cache_path, load_registry, models_dir
     own = models_dir()
-    try:   # a registered model by its name
-        names = {own / s.file: n for n, s in load_registry().models.items()}
+    try:   # a registered model by its name, fetched or derived
+        reg = load_registry()
+        names = {own / s.file: n for n, s in reg.models.items()}
+        names.update({derived_cache_path(s, reg): n for n, s in reg.models.items()
+                      if s.derive_from})
     except ModelError:
         names = {}
     if own.is_dir():
