@@ -19,6 +19,9 @@ class FakeHub:
         self.repos, self.gated, self.drop_after, self.log = {}, set(), {}, []
         self.private, self.slow, self.move_on_list = set(), {}, {}
         self.redirect_lfs = self.bare_errors = False
+        # repos whose LFS files are on Xet (add_xet): their CAS, hf_xet's local one, or a dead
+        # one where none was given
+        self.xet, self.xet_cas = set(), "http://127.0.0.1:9"
 
     def add_repo(self, repo_id, files, sha=None, lfs_suffixes=(".gguf", ".bin", ".safetensors")):
         entries = {}
@@ -30,6 +33,27 @@ class FakeHub:
                 e.update(oid=git_blob_sha1(ptr), lfs={"oid": sha256, "size": len(data), "pointerSize": len(ptr)})
             entries[path] = e
         self.repos[repo_id] = {"sha": sha or hashlib.sha1(repo_id.encode()).hexdigest(), "files": entries}
+
+    def add_xet(self, repo_id, cas_dir=None):
+        """Serve repo_id's LFS files as the Hub serves Xet-backed ones. With cas_dir, each is
+        uploaded by hf_xet into a local CAS there (hf_xet's own local:// store), which the
+        download then reads; without, the CAS announced is dead."""
+        self.xet.add(repo_id)
+        if cas_dir is None:
+            return
+        import tempfile, time, warnings
+        import hf_xet
+        self.xet_cas = f"local://{cas_dir}"
+        token = ("t", int(time.time()) + 3600)
+        for e in self.repos[repo_id]["files"].values():
+            if e["lfs"]:
+                with tempfile.NamedTemporaryFile() as f:
+                    f.write(e["data"]); f.flush()
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", DeprecationWarning)
+                        info, = hf_xet.upload_files([f.name], self.xet_cas, token,
+                                                    lambda: token, None, "model")
+                e["xet_hash"] = info.hash
 
     def start(self, host="127.0.0.1"):
         handler = type("H", (Handler,), {"hub": self})
@@ -89,6 +113,7 @@ class Handler(BaseHTTPRequestHandler):
                         (rf"/api/models/{R}/tree/([^/]+)(?:/(.*))?", self.tree),
                         (rf"/api/models/{R}/paths-info/([^/]+)", self.paths_info),
                         (rf"/{R}/resolve/([^/]+)/(.+)", self.resolve),
+                        (rf"/api/models/{R}/xet-read-token/([^/]+)", self.xet_token),
                         (r"/cdn/([0-9a-f]{64})", self.cdn)):
             m = re.fullmatch(pat, path)
             if m:
@@ -152,7 +177,18 @@ class Handler(BaseHTTPRequestHandler):
                                          "Location": f"http://localhost:{self.hub.port}/cdn/{e['lfs']['oid']}",
                                          "X-Linked-Etag": f'"{e["lfs"]["oid"]}"', "X-Linked-Size": str(e["size"])})
         etag = e["lfs"]["oid"] if e["lfs"] else e["oid"]
+        if e["lfs"] and repo_id in self.hub.xet:   # like the Hub for a Xet-backed file
+            common.update({"X-Xet-Hash": e.get("xet_hash") or e["lfs"]["oid"],
+                           "X-Xet-Refresh-Route":
+                           f"{self.hub.endpoint}/api/models/{repo_id}/xet-read-token/{repo['sha']}"})
         self._bytes(repo_id, fpath, e["data"], {**common, "ETag": f'"{etag}"'})
+
+    def xet_token(self, repo_id, rev, q):
+        """The Hub's read token for a Xet-backed repo: where its CAS server is (here
+        `xet_cas`; no Xet CAS is served, so a download from it fails as a dead CAS does)."""
+        import time
+        self._json({}, headers={"X-Xet-Cas-Url": self.hub.xet_cas, "X-Xet-Access-Token": "t",
+                                "X-Xet-Token-Expiration": str(int(time.time()) + 3600)})
 
     def cdn(self, sha256, q):
         for rid, repo in self.hub.repos.items():

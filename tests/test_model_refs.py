@@ -768,3 +768,103 @@ def test_models_drafts_offers_registered_drafts_that_are_not_on_this_machine(tin
     assert res.returncode != 0 and "models.'small'.tokenizer" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert "Traceback" not in res.stderr
+
+
+def test_tunes_serve_lines_name_hub_models_as_llama_cpp_takes_them(hub, tmp_path):
+    """Issue 79 item 15: tune records each measured candidate's models as bench does (the
+    name llama.cpp's -hf takes, hf_ref), and its serve lines use it: `-hf`/`-hfd` and
+    from_pretrained, not the files' paths. A tiny tune and bench on the local hub give the
+    records; a recorded tune whose answer was measured faster gives the serve line, with the
+    models of its measured answer as those records have them."""
+    from cpuspec.report.tune import render_tune, render_tune_screen
+    from cpuspec.results.schema import read_json
+    out = tmp_path / "tune.json"
+    res = cpuspec(tmp_path, "tune", "--targets", "acme/tiny-GGUF:Q8_0", "--drafts", "lookup",
+                  "--tasks", "json", "--prompts-per-task", "2", "--max-tokens", "16",
+                  "--k-max", "2", "--threads", "1", "--json", str(out), "--no-save",
+                  "--no-confirm", endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-2000:]
+    measured = json.loads(out.read_text())["measured"]
+    assert measured and all(m["results"]["models"]["target"]["hf_ref"] == "acme/tiny-GGUF:Q8_0"
+                            for m in measured), measured
+    # the same harness with a draft model (the tiny draft costs too much for tune to measure)
+    bench = tmp_path / "bench.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF:Q8_0", "--draft",
+                  "acme/tiny-draft-GGUF:Q8_0", "--no-save", "--json", str(bench),
+                  endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-2000:]
+    models = json.loads(bench.read_text())["models"]
+    assert models["draft"]["hf_ref"] == "acme/tiny-draft-GGUF:Q8_0"
+    doc = read_json(ROOT / "bench/results/epyc-family25-model17/"
+                    "tune_json_code_budget12.json.gz")
+    served = doc["recommendations"]["json"]["best_sd"]["candidate"]
+    for m in doc["measured"]:
+        if m["candidate"] == served:
+            m["results"]["models"] = models
+    screen = render_tune_screen(doc).replace(" \\\n  ", " ")   # a command's wrapped lines
+    assert "-hf acme/tiny-GGUF:Q8_0" in screen and "-hfd acme/tiny-draft-GGUF:Q8_0" in screen
+    assert "from-cc324af070c2" not in screen.split("Next: serve it")[1], screen
+    details = render_tune(doc)
+    assert "-hf acme/tiny-GGUF:Q8_0" in details, details
+    assert "hf_hub_download" in details or "from_pretrained" in details
+
+
+def test_lm_studio_models_are_listed_by_the_name_that_takes_them(tiny_models, tmp_path):
+    """Issue 79 item 15: an LM Studio model is listed as PUBLISHER/REPO/FILE, the name that
+    --draft takes it by (offline, from LM Studio's folder), not by its path; one in a folder
+    whose names no hub repo could have keeps its path."""
+    lms = tmp_path / "lms" / "models"
+    (lms / "acme" / "tiny-draft-GGUF").mkdir(parents=True)
+    (lms / "acme" / "tiny-draft-GGUF" / "tiny-draft-Q4_0.gguf").write_bytes(
+        tiny_models["draft"].read_bytes())
+    (lms / "My Models" / "odd one").mkdir(parents=True)
+    (lms / "My Models" / "odd one" / "odd-Q4_0.gguf").write_bytes(
+        tiny_models["draft"].read_bytes())
+    res = cpuspec(tmp_path, "models", "list", "--local", "--json",
+                  extra={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, res.stderr
+    names = {r["name"] for r in json.loads(res.stdout) if r["store"] == "LM Studio"}
+    assert names == {"acme/tiny-draft-GGUF/tiny-draft-Q4_0.gguf",
+                     str(lms / "My Models" / "odd one" / "odd-Q4_0.gguf")}, names
+    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]),
+                  extra={"HF_HUB_OFFLINE": "1"})
+    assert "acme/tiny-draft-GGUF/tiny-draft-Q4_0.gguf" in res.stdout, res.stdout
+    out = tmp_path / "run.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", str(tiny_models["target"]), "--draft",
+                  "acme/tiny-draft-GGUF/tiny-draft-Q4_0.gguf", "--json", str(out), "--no-save",
+                  extra={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    draft = json.loads(out.read_text())["models"]["draft"]
+    assert draft["store"] == "LM Studio" and draft["path"] == str(
+        lms / "acme" / "tiny-draft-GGUF" / "tiny-draft-Q4_0.gguf")
+
+
+def test_a_xet_backed_file_is_fetched_through_hf_xet_and_a_dead_cas_is_one_line(
+        hub, tmp_path):
+    """Issue 79 item 15: the Hub serves most GGUFs from Xet storage. The local hub serves a
+    repo as a Xet-backed one (X-Xet-Hash, a read token naming its CAS), its bytes in a CAS
+    that hf_xet itself wrote (local://): bench fetches the file through hf_xet (no GET of its
+    bytes from the hub) and verifies it. Where the CAS is dead: one line, exit 2, no file
+    kept (hf_xet's retries cut to one by its own setting)."""
+    pytest.importorskip("hf_xet")   # huggingface-hub installs it where it has a wheel
+    hub.add_xet("acme/tiny-draft-GGUF", tmp_path / "cas")
+    out = tmp_path / "run.json"
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/tiny-GGUF:Q8_0", "--draft",
+                  "acme/tiny-draft-GGUF:Q8_0", "--json", str(out), "--no-save",
+                  endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-3000:]
+    draft = json.loads(out.read_text())["models"]["draft"]
+    assert draft["verified"] and draft["hf_ref"] == "acme/tiny-draft-GGUF:Q8_0", draft
+    assert any("xet-read-token" in path for _, path, _ in hub.log)
+    assert not [p for c, p, _ in hub.log if c == "GET" and "/acme/tiny-draft-GGUF/resolve/" in p]
+    hub.xet_cas = "http://127.0.0.1:9"
+    hub.add_xet("acme/split-GGUF")
+    res = cpuspec(tmp_path, *BENCH, "--target", "acme/split-GGUF:Q4_K_M", "--no-save",
+                  endpoint=hub.endpoint, extra={"HF_XET_CLIENT_RETRY_MAX_ATTEMPTS": "1"},
+                  timeout=120)
+    assert res.returncode == 2, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in res.stderr and "acme/split-GGUF" in last, res.stderr
+    kept = [f for f in (tmp_path / "hf" / "hub" / "models--acme--split-GGUF").rglob("*")
+            if f.is_file() and "blobs" in f.parts]
+    assert not kept, kept

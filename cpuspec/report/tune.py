@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from cpuspec.analysis.sequential import PRECISION
-from cpuspec.core.commands import SERVER, invocations
+from cpuspec.core.commands import SERVER, hub_files, hub_names, invocations
 from cpuspec.report import screen
 from cpuspec.report.load import load_note
 from cpuspec.report.paths import how_to_run, server_share
@@ -31,15 +31,26 @@ def config_of(command: str) -> dict | None:
             "tasks": [t for t in opt("--tasks", default="").split(",") if t]}
 
 
-def run_it_elsewhere(command: str, meta: dict | None = None) -> list[str]:
+def run_it_elsewhere(command: str, meta: dict | None = None, models: dict | None = None
+                     ) -> list[str]:
     """Under a recommended SD configuration's `cpuspec bench` line: the same configuration in
-    llama.cpp's server and CLI and in llama-cpp-python, and what `cpuspec paths` measured of
-    it here (paths_report.how_to_run)."""
+    llama.cpp's server and CLI and in llama-cpp-python (models fetched from the hub by the
+    names llama.cpp takes: `models`, the measured run's record), and what `cpuspec paths`
+    measured of it here (paths_report.how_to_run)."""
     c = config_of(command)
     if c is None:
         return []
     return how_to_run(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
-                      meta=meta, p_min=c["p_min"], tasks=c["tasks"] or None)
+                      meta=meta, p_min=c["p_min"], tasks=c["tasks"] or None,
+                      hub=hub_names(models or {}), hub_files=hub_files(models or {}))
+
+
+def _measured_models(doc: dict, candidate: str) -> dict:
+    """The models record (target, draft) of a measured candidate's bench run: which names
+    llama.cpp's -hf takes for them."""
+    return next(((m.get("results") or {}).get("models") or {}
+                 for m in doc.get("measured") or []
+                 if isinstance(m, dict) and m.get("candidate") == candidate), {})
 
 
 def _probe_of(doc: dict, candidate: str) -> dict | None:
@@ -75,7 +86,8 @@ def render_tune_screen(doc: dict, source: str | None = "RUN") -> str:
                      f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"])
         if verdict == "faster" and server is None and task not in beaten \
                 and config_of(best["command"]):
-            server = (task, config_of(best["command"]), _probe_of(doc, best["candidate"]))
+            server = (task, config_of(best["command"]), _probe_of(doc, best["candidate"]),
+                      _measured_models(doc, best["candidate"]))
     spent = doc.get("wall_s")
     lines = [*screen.wrap("cpuspec tune: where SD pays most per task, measured ×raw on prompts "
                           "the search did not choose on (95 % interval; *: a range)"
@@ -101,13 +113,14 @@ def _next_lines(doc: dict, server, beaten: dict, answers: dict, verdicts: dict) 
     fastest where it beat the reference's raw), run what beat it, or what the evidence asks."""
     if server is None:   # else the fastest answer, where it was measured faster than the
         # reference's raw decoding
-        server = next(((task, config_of(rec["command"]), _probe_of(doc, rec["candidate"]))
+        server = next(((task, config_of(rec["command"]), _probe_of(doc, rec["candidate"]),
+                        _measured_models(doc, rec["candidate"]))
                        for task, rec, verdict in _fastest_answers(doc) if verdict == "faster"
                        and rec["k"] and task not in beaten and config_of(rec["command"])), None)
     if server:
-        task, c, probe = server
+        task, c, probe, models = server
         argv = invocations(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
-                           p_min=c["p_min"])[SERVER]
+                           p_min=c["p_min"], hub=hub_names(models))[SERVER]
         note = load_note(c["target"], c["draft"], c["k"], doc.get("meta"),
                          threads=c["threads"], drafter=c["drafter"], p_min=c["p_min"])
         share = server_share(c["target"], c["draft"], c["k"], c["drafter"], c["threads"],
@@ -247,7 +260,7 @@ def render_tune(doc: dict) -> str:
             r = {"recommended": r, "best_sd": r}
         fast.append(_fastest_row(task, r["recommended"], ref, ppl))
         sd.append(_best_sd_row(task, r["best_sd"]))
-        lines += _task_lines(task, r, doc.get("meta"))
+        lines += _task_lines(task, r, doc)
     out = []
     window = (doc.get("settings") or {}).get("draft_window")
     if window:
@@ -289,17 +302,19 @@ def _best_sd_row(task: str, best: dict) -> list:
             f"{t['a']:.2f} vs {t['break_even_a']:.2f}" if t else "-"]
 
 
-def _task_lines(task: str, r: dict, meta: dict | None) -> list[str]:
+def _task_lines(task: str, r: dict, doc: dict) -> list[str]:
     """The commands of a task's answers, why SD does not pay where it does not, and how
     finely each confirmation resolves."""
-    rec, best = r["recommended"], r["best_sd"]
+    rec, best, meta = r["recommended"], r["best_sd"], doc.get("meta")
     t = best.get("terms") or {}
     lines = [f"{task}: fastest: {rec['command']}"]
     if rec["k"] and rec["command"] != best["command"]:
-        lines += run_it_elsewhere(rec["command"], meta)
+        lines += run_it_elsewhere(rec["command"], meta,
+                                  _measured_models(doc, rec.get("candidate")))
     if best["pays"]:
         lines.append(f"{task}: SD pays most: {best['command']}")
-        lines += run_it_elsewhere(best["command"], meta)
+        lines += run_it_elsewhere(best["command"], meta,
+                                  _measured_models(doc, best.get("candidate")))
     elif best.get("ruled_out_by_cost_curve"):
         lines.append(f"{task}: SD cannot pay with any candidate: the best cost curve, "
                      f"{best['candidate']}, allows at most {best['predicted_speedup']:.2f}× "

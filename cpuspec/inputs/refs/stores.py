@@ -9,7 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cpuspec.inputs.refs.names import SPLIT, Ref, RefError, is_model_file, split_parts
+from cpuspec.inputs.refs.names import (SPLIT, Ref, RefError, is_model_file, parse_ref,
+                                       split_parts)
 from cpuspec.inputs.registry import ModelError
 
 
@@ -225,7 +226,7 @@ def local_ggufs() -> list[LocalGGUF]:
         for f in sorted(lms.glob("*/*/**/*.gguf")):
             rel = f.relative_to(lms).as_posix()
             if _first_part(rel):
-                add("LM Studio", str(f), f)
+                add("LM Studio", lmstudio_name(rel) or str(f), f)
     flat = llamacpp_flat_cache()
     if flat.is_dir():
         for f in sorted(flat.glob("*.gguf")):
@@ -255,6 +256,18 @@ def local_ggufs() -> list[LocalGGUF]:
             if "shape-true" not in f.parts:
                 add("cpuspec", names.get(f, str(f)), f)
     return out
+
+
+def lmstudio_name(rel: str) -> str | None:
+    """The name an LM Studio model (PUBLISHER/REPO/FILE below its folder) is given by:
+    PUBLISHER/REPO/FILE, as the hub's files are named (copies() finds it in LM Studio's
+    folder, offline too), where it reads as one; None: by its path."""
+    try:
+        ref = parse_ref(rel)
+    except RefError:
+        return None
+    return rel if ref.kind == "hf" and ref.file and ref.repo == "/".join(rel.split("/")[:2]) \
+        else None
 
 
 def _first_part(rel: str) -> bool:
