@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from cpuspec.cli import engine as cli_engine
 from cpuspec.cli.main import main
 from cpuspec.llama import build, native
 from cpuspec.llama.tilecfg import MMQ, compile_mmq, read_tile_configs, unpack_ggml_cpu
+from cpuspec.machine import osapi
 from cpuspec.machine.matrix import MatrixEngine, build_uses, describe, matrix_engine
 from cpuspec.results.records import Machine
 
@@ -252,6 +254,50 @@ def test_a_build_that_dies_is_rebuilt_once_then_remembered(amx_cpu, monkeypatch)
     assert build.known_result()["ok"] and build.known_result()["rebuilt_by_cpuspec"]
     monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)       # not probed again
     assert build.check_build(said.append, lambda log: Path("/sdist")) == "known"
+
+
+def test_one_rebuild_at_a_time_from_the_sdist_on_and_a_waiter_probes_again(amx_cpu,
+                                                                           monkeypatch):
+    """Issue 79 item 5: the lock covers every step (the sdist is fetched under it); a command
+    that finds another rebuilding waits, then probes the build again instead of rebuilding
+    it a second time. The other command is a thread holding the lock on a file handle of
+    its own (flock: two handles conflict as two processes do)."""
+    import threading
+    monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
+    monkeypatch.setenv(build.REBUILD_ENV, "1")
+    fetched_under_lock = []
+
+    def sdist(log):
+        with open(build.cpuspec_home() / "engine" / "rebuild.lock", "a") as h:
+            try:
+                with osapi.current().locked(h, wait=False):
+                    fetched_under_lock.append(False)
+            except BlockingIOError:
+                fetched_under_lock.append(True)
+        return Path("/sdist")
+    monkeypatch.setattr(build, "rebuild", lambda log, src: monkeypatch.setattr(
+        build, "PROBE_ARGV", [sys.executable, "-m", "cpuspec.llama.probe_child"]))
+    assert build.check_build(lambda m: None, sdist) == "rebuilt"
+    assert fetched_under_lock == [True]
+    (build.cpuspec_home() / "engine" / f"probe-{build.build_key()}.json").unlink()
+    monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
+    monkeypatch.setattr(build, "rebuild", lambda log, src: pytest.fail("rebuilt twice"))
+    holding, said = threading.Event(), []
+
+    def other_command():   # rebuilds for a second, then the build works
+        with build.rebuild_lock(lambda m: None):
+            holding.set()
+            time.sleep(2.0)
+            monkeypatch.setattr(build, "PROBE_ARGV", [sys.executable, "-m",
+                                                      "cpuspec.llama.probe_child"])
+    t = threading.Thread(target=other_command)
+    t.start()
+    holding.wait(10)
+    assert build.check_build(said.append, lambda log: pytest.fail("fetched")) == "rebuilt"
+    t.join()
+    assert any("waiting for it" in m for m in said), said
+    assert any("rebuilt llama-cpp-python meanwhile" in m for m in said), said
+    assert build.known_result()["ok"]
 
 
 def test_a_rebuild_that_still_dies_gives_one_line_and_exit_2(amx_cpu, monkeypatch, capsys):

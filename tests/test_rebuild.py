@@ -48,9 +48,13 @@ def sdist(tmp_path, monkeypatch):
 
 
 def probe_ok(seen: list):
+    """The probe child, passing, having imported llama_cpp from the first folder on its
+    PYTHONPATH (the trial of the new wheel)."""
     def probe(*a, env=None, **k):
         seen.append(env)
-        return build.ProbeResult(ok=True, returncode=0, seconds=0.1)
+        first = (env or {}).get("PYTHONPATH", "").split(os.pathsep)[0]
+        return build.ProbeResult(ok=True, returncode=0, seconds=0.1,
+                                 module=str(Path(first) / "llama_cpp" / "__init__.py"))
     return probe
 
 
@@ -159,3 +163,25 @@ def test_another_version_is_told_what_happens(tmp_path):
     said = []
     build.apply_patches(src, said.append)
     assert "tested on llama-cpp-python 0.3.36; this is 0.3.99" in said[0]
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_the_check_must_have_loaded_the_new_wheel_not_the_installed_build(sdist, monkeypatch,
+                                                                          isolated):
+    """The probe child runs with the wheel's trial folder first on PYTHONPATH and reports
+    which llama_cpp it imported. A child that ignored PYTHONPATH (here: python -E) checked
+    the installed build, not the new one: nothing is installed. A real child process; only
+    its decode is left out."""
+    monkeypatch.setattr(build, "installed_backends", lambda: set())
+    calls = []
+    monkeypatch.setattr(build, "_pip", fake_pip(calls, ["libggml-base.so"]))
+    report = "import json, llama_cpp; print(json.dumps({'llama_cpp': llama_cpp.__file__}))"
+    monkeypatch.setattr(build, "PROBE_ARGV", [sys.executable, *(["-E"] if isolated else []),
+                                              "-c", report])
+    if isolated:
+        with pytest.raises(build.BuildError, match="not from the wheel"):
+            build.rebuild(lambda m: None, sdist)
+        assert "install" not in [c[0] for c in calls]
+    else:
+        build.rebuild(lambda m: None, sdist)
+        assert [c[0] for c in calls] == ["wheel", "install"]

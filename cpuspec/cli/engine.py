@@ -51,7 +51,8 @@ def rebuild(probe_only):
     """
     if not probe_only:
         try:
-            build.rebuild(log, native.sdist_dir(log))
+            with build.rebuild_lock(log):
+                build.rebuild(log, native.sdist_dir(log))
         except (build.BuildError, native.NativeError) as exc:
             raise click.ClickException(str(exc))
     result = build.probe()

@@ -16,6 +16,7 @@ On a CPU without a matrix engine none of this runs.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -77,6 +78,7 @@ class ProbeResult:
     buffers: dict | None = None
     stderr_tail: str = ""
     timed_out: bool = False
+    module: str | None = None    # the llama_cpp package the child imported (its __init__)
 
     @property
     def crashed(self) -> bool:
@@ -246,7 +248,7 @@ def probe(argv: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT_S,
     return ProbeResult(ok=rc == 0, returncode=rc, seconds=seconds,
                        system_info=report.get("system_info", ""),
                        buffers=report.get("buffers"), stderr_tail=stderr[-2000:],
-                       timed_out=timed_out)
+                       timed_out=timed_out, module=report.get("llama_cpp"))
 
 
 def crash_line(result: ProbeResult, rebuilt: bool) -> str:
@@ -305,15 +307,19 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
         rebuild_ok = os.environ.get(REBUILD_ENV, "1") != "0"
     if not rebuild_ok:
         raise BuildCrash(crash_line(result, rebuilt=False))
-    log(f"cpuspec: this llama-cpp-python build dies ({result.death}) in a batched decode on this CPU's "
-        f"AMX: a known bug in ggml's tile setup (docs/troubleshooting.md). Rebuilding it with "
-        f"cpuspec's fix, once: {REBUILD_TIME}")
-    try:
-        rebuild(log, sdist(log))
-    except BuildError as exc:
-        if not getattr(exc, "transient", False):   # a timeout or a kill: tried again next time
-            remember(result, rebuilt=False, rebuild_failed=str(exc).splitlines()[0][:200])
-        raise
+    key = build_key()
+    with rebuild_lock(log) as waited:
+        if waited or build_key() != key:   # another command rebuilt it while this one waited
+            return _rebuilt_meanwhile(log)
+        log(f"cpuspec: this llama-cpp-python build dies ({result.death}) in a batched decode "
+            f"on this CPU's AMX: a known bug in ggml's tile setup (docs/troubleshooting.md). "
+            f"Rebuilding it with cpuspec's fix, once: {REBUILD_TIME}")
+        try:
+            rebuild(log, sdist(log))
+        except BuildError as exc:
+            if not getattr(exc, "transient", False):   # a timeout or a kill: tried next time
+                remember(result, rebuilt=False, rebuild_failed=str(exc).splitlines()[0][:200])
+            raise
     result = probe()
     if not result.ok:
         remember(result, rebuilt=True,
@@ -323,6 +329,54 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
     log(f"cpuspec: the rebuilt llama-cpp-python decodes on AMX"
         f"{' (weights in AMX buffers)' if result.uses_amx else ''}")
     return "rebuilt"
+
+
+def _rebuilt_meanwhile(log: Callable[[str], None]) -> str:
+    """After waiting on another command's rebuild: what the build now is, probed again (never
+    rebuilt twice): "rebuilt" where it survives; where it still dies, that command's failure
+    as this one's (BuildCrash)."""
+    known = known_result()
+    if known is not None and known.get("rebuild_failed"):
+        raise BuildCrash(f"cpuspec: another cpuspec command's rebuild of llama-cpp-python "
+                         f"failed ({known['rebuild_failed']}); `{FIX_COMMAND}` tries again "
+                         "and shows pip's output")
+    result = probe()
+    if not result.ok:
+        raise BuildCrash(crash_line(result, rebuilt=True))
+    remember(result, rebuilt=True)
+    log("cpuspec: another cpuspec command rebuilt llama-cpp-python meanwhile; it decodes on "
+        "AMX")
+    return "rebuilt"
+
+
+@contextlib.contextmanager
+def rebuild_lock(log: Callable[[str], None]):
+    """One rebuild at a time on this machine, every step of it (the sdist's download and
+    unpacking, the patch, the wheel, the swap): a lock under $CPUSPEC_HOME/engine. Yields
+    whether it had to wait for another command (which says so first). A home that cannot be
+    written takes no lock (as remember())."""
+    path = cpuspec_home() / "engine" / "rebuild.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError:
+        yield False
+        return
+    lock = osapi.current().locked
+    with handle:
+        waited = False
+        try:
+            held = lock(handle, wait=False)
+            held.__enter__()
+        except BlockingIOError:
+            log("cpuspec: another cpuspec command is rebuilding llama-cpp-python; waiting for "
+                "it to finish")
+            held, waited = lock(handle), True
+            held.__enter__()
+        try:
+            yield waited
+        finally:
+            held.__exit__(None, None, None)
 
 
 # The installed build's backends, from the libraries in its package (llama_cpp/lib), and the
@@ -403,15 +457,14 @@ def rebuild(log: Callable[[str], None], src: Path, pip_argv: list[str] | None = 
     rebuild_cmake_args: the user's CMAKE_ARGS and the installed build's backends); it must
     carry those backends; unpacked beside, it must import and pass the probe; then it is
     swapped in (interrupts held for those seconds). Ctrl-C or a failure at any earlier step
-    leaves the installed build as it was. One rebuild at a time (a lock beside the source).
-    Seconds taken. pip_argv replaces the wheel build's command (tests)."""
+    leaves the installed build as it was. The caller holds rebuild_lock (one rebuild at a
+    time, from the sdist on). Seconds taken. pip_argv replaces the wheel build's command
+    (tests)."""
     t0 = time.monotonic()
     apply_patches(src, log)
     cmake, want = rebuild_cmake_args()
     env = {**os.environ, "CMAKE_ARGS": cmake}
-    work = Path(src).parent
-    with open(work / ".rebuild.lock", "w") as lock, osapi.current().locked(lock), \
-            tempfile.TemporaryDirectory(prefix=".rebuild-", dir=work) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".rebuild-", dir=Path(src).parent) as tmp:
         log(f"build: pip wheel {Path(src).name} with cpuspec's patches ({REBUILD_TIME})"
             + (f"; CMAKE_ARGS={cmake}" if cmake else ""))
         rc, tail = _pip(pip_argv or [sys.executable, "-m", "pip", "wheel", "--no-deps",
@@ -426,6 +479,10 @@ def rebuild(log: Callable[[str], None], src: Path, pip_argv: list[str] | None = 
             z.extractall(trial)
         result = probe(env={**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(trial), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)})
+        if result.ok and not _loaded_from(result, trial):
+            raise BuildError(f"the check of the rebuilt wheel loaded llama_cpp from "
+                             f"{result.module or 'an unknown place'}, not from the wheel; not "
+                             "installed: the installed build is unchanged")
         if not result.ok:
             exc = BuildError("the rebuilt llama-cpp-python "
                              + ("fails the check" if result.crashed or result.returncode > 0
@@ -439,6 +496,16 @@ def rebuild(log: Callable[[str], None], src: Path, pip_argv: list[str] | None = 
     seconds = time.monotonic() - t0
     log(f"build: llama-cpp-python rebuilt in {seconds / 60:.1f} min")
     return seconds
+
+
+def _loaded_from(result: "ProbeResult", folder: Path) -> bool:
+    """Whether the probe child imported llama_cpp from `folder` (the trial of a new wheel),
+    as its report says."""
+    try:
+        return bool(result.module) and Path(result.module).resolve().is_relative_to(
+            folder.resolve())
+    except (OSError, ValueError):
+        return False
 
 
 def _checked_wheel(folder: Path, want: set[str]) -> Path:

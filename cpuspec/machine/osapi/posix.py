@@ -49,11 +49,11 @@ def exited(proc) -> bool:
 
 
 @contextlib.contextmanager
-def locked(handle):
+def locked(handle, wait: bool = True):
     """An exclusive lock on an open file, held for the block (flock: released on close and
-    when the process dies)."""
+    when the process dies). wait=False: BlockingIOError at once where another holds it."""
     import fcntl
-    fcntl.flock(handle, fcntl.LOCK_EX)
+    fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     try:
         yield
     finally:

@@ -240,9 +240,10 @@ def exited(proc) -> bool:
     return proc.poll() is not None
 
 
-def locked(handle):
+def locked(handle, wait: bool = True):
     """msvcrt.locking on the file's first byte, retried until it is ours (LK_NBLCK fails at
-    once where LK_LOCK would give up after 10 s)."""
+    once where LK_LOCK would give up after 10 s); wait=False: BlockingIOError at once where
+    another holds it."""
     import contextlib
     import time
 
@@ -256,6 +257,8 @@ def locked(handle):
                 msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
                 break
             except OSError:
+                if not wait:
+                    raise BlockingIOError("the lock is held") from None
                 time.sleep(0.05)
         try:
             yield
