@@ -30,6 +30,33 @@ def _first_screen(results: dict, s: dict, source: str | None) -> None:
     echo(render_verdict(results, s, advice, source, warning))
 
 
+def _settings_lines(results: dict) -> None:
+    """What the windows mean, and the context depth and draft window the run measured at."""
+    echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
+               f"decode-only = after the prefills. [95% CI] = {INTERVAL_LEGEND}.")
+    depth = results.get("depth")
+    if depth:
+        held = depth["held_tokens"]
+        echo(f"Depth: {depth['requested_tokens']} tokens of context before each prompt "
+                   f"({min(held)}-{max(held)} tokens with the chat template), held in both "
+                   "KV caches, read once and not timed.")
+    window = results["settings"].get("draft_window")
+    if window:
+        echo(describe_window(window, "the draft", "the target"))
+
+
+def _lossless_lines(results: dict) -> None:
+    """The outputs that differ from target-only decoding, and the logit drift behind them."""
+    diverged = render_audit(results.get("audit", []))
+    if diverged:
+        echo("Outputs that differ from target-only decoding (batched verify logits differ "
+                   "slightly from one-token decoding; flips happen at near-ties):")
+        echo(diverged)
+    drift = render_drift(summarize_drift(results))
+    if drift:
+        echo(drift)
+
+
 def print_bench(results: dict, fmt: str = "text", details: bool = False,
                 source: str | None = None) -> None:
     """The bench's report, shared by `cpuspec bench` and `cpuspec report`: by default the
@@ -48,28 +75,11 @@ def print_bench(results: dict, fmt: str = "text", details: bool = False,
         _first_screen(results, s, source)
         return
     k = results["settings"]["k"]
-    echo("Windows: end-to-end (e2e) = both prefills + every round, the headline; "
-               f"decode-only = after the prefills. [95% CI] = {INTERVAL_LEGEND}.")
-    depth = results.get("depth")
-    if depth:
-        held = depth["held_tokens"]
-        echo(f"Depth: {depth['requested_tokens']} tokens of context before each prompt "
-                   f"({min(held)}-{max(held)} tokens with the chat template), held in both "
-                   "KV caches, read once and not timed.")
-    window = results["settings"].get("draft_window")
-    if window:
-        echo(describe_window(window, "the draft", "the target"))
+    _settings_lines(results)
     echo(render_table(s, "github" if fmt == "markdown" else "simple"))
     echo("")
     echo(render_details(s, k))
-    diverged = render_audit(results.get("audit", []))
-    if diverged:
-        echo("Outputs that differ from target-only decoding (batched verify logits differ "
-                   "slightly from one-token decoding; flips happen at near-ties):")
-        echo(diverged)
-    drift = render_drift(summarize_drift(results))
-    if drift:
-        echo(drift)
+    _lossless_lines(results)
     if results.get("cost_probe") and any(r["mode"] == "static" for r in results["runs"]):
         echo("\nAdvice (on or off: the measured end-to-end verdict; k* and the "
                    "predictions: the cost model, every k up to the one measured):")

@@ -53,6 +53,9 @@ def _bandwidths(cfg: ContentionConfig, llama_cpus: list[int], out: dict,
 
 
 def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _: None) -> dict:
+    """The memory side of SD on this machine: the copy bandwidths, each phase's (raw decode,
+    draft decode, verify) speed against the roofline, c and β from them, and how the target's
+    and the draft's decode slow as background copy streams are added."""
     from cpuspec.llama.engine import Model, Session
     llama_cpus = cfg.cpus[:cfg.threads]
     stream_cpus = [c for c in cfg.cpus if c not in llama_cpus]
@@ -72,37 +75,50 @@ def run_contention(cfg: ContentionConfig, log: Callable[[str], None] = lambda _:
                          for name, (m, _) in models.items()}
         time_decode_tok_s(target, 4)  # warm-up: page in the weights
         time_decode_tok_s(draft, 4)
-        phases = {}
-        for phase, fn in (("raw", lambda: time_decode_tok_s(target, cfg.n_tokens)),
-                          ("draft", lambda: time_decode_tok_s(draft, cfg.n_tokens)),
-                          ("verify", lambda: verify_tok_s(target, cfg.k + 1,
-                                                        max(1, cfg.n_tokens // 2)))):
-            log(f"phase {phase}")
-            with Sampler() as s:
-                tok_s = fn()
-            model = "draft" if phase == "draft" else "target"
-            weight = out["models"][model]["weight_bytes"]
-            # A verify reads the weights once per batch of k+1 tokens.
-            reads_per_s = tok_s / (cfg.k + 1) if phase == "verify" else tok_s
-            phases[phase] = {"tok_s": tok_s, "bandwidth_gbps": reads_per_s * weight / 1e9,
-                             "roofline_fraction": reads_per_s * weight / bw_llama,
-                             "psutil": s.summary()}
-        out["phases"] = phases
+        phases = out["phases"] = _phases(cfg, target, draft, out["models"], bw_llama, log)
         tb, db = (out["models"][m]["weight_bytes"] for m in ("target", "draft"))
         out["c_measured"] = phases["raw"]["tok_s"] / phases["draft"]["tok_s"]
         out["c_bytes"] = db / tb
         out["beta_measured"] = (cfg.k + 1) / phases["verify"]["tok_s"] * \
             phases["raw"]["tok_s"] - 1
-        curve = []
-        for n in range(len(stream_cpus) + 1):
-            log(f"contention: {n} background stream(s)")
-            with BackgroundStreams(stream_cpus[:n]):
-                curve.append({"streams": n,
-                              "target_tok_s": time_decode_tok_s(target, cfg.n_tokens),
-                              "draft_tok_s": time_decode_tok_s(draft, cfg.n_tokens)})
-        for row in curve:
-            row["target_vs_alone"] = row["target_tok_s"] / curve[0]["target_tok_s"]
-            row["draft_vs_alone"] = row["draft_tok_s"] / curve[0]["draft_tok_s"]
-        out["curve"] = curve
+        out["curve"] = _curve(target, draft, stream_cpus, cfg.n_tokens, log)
     out["multi_thread_copy_gbps"] = bw_multi / 1e9
     return out
+
+
+def _phases(cfg: ContentionConfig, target, draft, models: dict, bw_llama: float,
+            log: Callable[[str], None]) -> dict:
+    """Each phase alone (raw decode, draft decode, verify of k + 1): its speed, the bandwidth
+    it draws and that against the roofline, and psutil's view while it ran."""
+    phases = {}
+    for phase, fn in (("raw", lambda: time_decode_tok_s(target, cfg.n_tokens)),
+                      ("draft", lambda: time_decode_tok_s(draft, cfg.n_tokens)),
+                      ("verify", lambda: verify_tok_s(target, cfg.k + 1,
+                                                    max(1, cfg.n_tokens // 2)))):
+        log(f"phase {phase}")
+        with Sampler() as s:
+            tok_s = fn()
+        weight = models["draft" if phase == "draft" else "target"]["weight_bytes"]
+        # A verify reads the weights once per batch of k+1 tokens.
+        reads_per_s = tok_s / (cfg.k + 1) if phase == "verify" else tok_s
+        phases[phase] = {"tok_s": tok_s, "bandwidth_gbps": reads_per_s * weight / 1e9,
+                         "roofline_fraction": reads_per_s * weight / bw_llama,
+                         "psutil": s.summary()}
+    return phases
+
+
+def _curve(target, draft, stream_cpus: list[int], n_tokens: int,
+           log: Callable[[str], None]) -> list[dict]:
+    """The target's and the draft's decode speed with 0, 1, … background copy streams on
+    the other cores, each against its speed alone."""
+    curve = []
+    for n in range(len(stream_cpus) + 1):
+        log(f"contention: {n} background stream(s)")
+        with BackgroundStreams(stream_cpus[:n]):
+            curve.append({"streams": n,
+                          "target_tok_s": time_decode_tok_s(target, n_tokens),
+                          "draft_tok_s": time_decode_tok_s(draft, n_tokens)})
+    for row in curve:
+        row["target_vs_alone"] = row["target_tok_s"] / curve[0]["target_tok_s"]
+        row["draft_vs_alone"] = row["draft_tok_s"] / curve[0]["draft_tok_s"]
+    return curve

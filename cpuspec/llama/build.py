@@ -307,6 +307,14 @@ def check_build(log: Callable[[str], None], sdist: Callable[[Callable], Path],
         rebuild_ok = os.environ.get(REBUILD_ENV, "1") != "0"
     if not rebuild_ok:
         raise BuildCrash(crash_line(result, rebuilt=False))
+    return _rebuild_and_probe(log, sdist, result)
+
+
+def _rebuild_and_probe(log: Callable[[str], None], sdist: Callable[[Callable], Path],
+                       result: ProbeResult) -> str:
+    """The build died (result): rebuild it under the lock (or, where another command rebuilt
+    it meanwhile, probe that one), then probe the rebuilt build; "rebuilt", or BuildCrash /
+    BuildError with what failed (remembered, unless a timeout or a kill stopped it)."""
     key = build_key()
     with rebuild_lock(log) as waited:
         if waited or build_key() != key:   # another command rebuilt it while this one waited

@@ -26,22 +26,9 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
     # one level for every best shown: in the header; several, or one not recorded: a column
     levels = {_level(r) for r in rows[:25] if r.get("sd")}
     show_level = len(levels) > 1 or "?" in levels
-    config_width = 15 if show_level else 20
     show_bw = any(r.get("bw") for r in rows)
-    table = []
-    for i, r in enumerate(rows[:25], 1):
-        fm = f" ({r['family']}/{r['model']})" if r.get("family") is not None else ""
-        cpu = screen.cut(r["cpu"] or "?", 16 - len(fm)) + fm     # the family/model whole
-        best = screen.speedup(r["sd"], [r["lo"], r["hi"]] if r.get("lo") is not None
-                              else None, None) if r.get("sd") else "none faster"
-        level = [_level(r) if r.get("sd") else "-"] if show_level else []
-        table.append([str(i) + ("←" if r["fp"] == mine else ""), cpu,
-                      _isa(r.get("isa")), r.get("threads") or "-",
-                      "-" if r.get("raw") is None else f"{r['raw']:.1f}",
-                      screen.cut(r.get("config") or "-", config_width), r.get("n_faster") or "-",
-                      best, *level,
-                      *(["-" if r.get("p7") is None else f"{r['p7']:.2f}"] if show_p7 else []),
-                      *(["-" if not r.get("bw") else f"{r['bw']:.0f}"] if show_bw else [])])
+    table = [_board_row(i, r, mine, show_level, show_p7, show_bw)
+             for i, r in enumerate(rows[:25], 1)]
     head = ["#", "CPU (fam/mod)", "ISA", "t", "raw", "best SD measured", "of",
             "SD ×raw [lvl %]" if show_level else f"SD ×raw [{next(iter(levels), '95')}%]",
             *(["lvl %"] if show_level else []), *(["7B p*"] if show_p7 else []),
@@ -54,6 +41,31 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
                            "7B Q4_K_M target (costs measured, acceptance assumed)"
                            if show_p7 else ""))
     lines += ["", screen.table(head, table)]
+    return "\n".join(lines + _board_notes(rows, mine, skipped, row_notes))
+
+
+def _board_row(i: int, r: dict, mine: str | None, show_level: bool, show_p7: bool,
+               show_bw: bool) -> list:
+    """One machine's row: rank (← yours), CPU, ISA, threads, raw t/s, its best SD
+    configuration and how many measured faster, that one's ×raw, and the optional columns."""
+    fm = f" ({r['family']}/{r['model']})" if r.get("family") is not None else ""
+    cpu = screen.cut(r["cpu"] or "?", 16 - len(fm)) + fm     # the family/model whole
+    best = screen.speedup(r["sd"], [r["lo"], r["hi"]] if r.get("lo") is not None
+                          else None, None) if r.get("sd") else "none faster"
+    level = [_level(r) if r.get("sd") else "-"] if show_level else []
+    return [str(i) + ("←" if r["fp"] == mine else ""), cpu, _isa(r.get("isa")),
+            r.get("threads") or "-", "-" if r.get("raw") is None else f"{r['raw']:.1f}",
+            screen.cut(r.get("config") or "-", 15 if show_level else 20),
+            r.get("n_faster") or "-", best, *level,
+            *(["-" if r.get("p7") is None else f"{r['p7']:.2f}"] if show_p7 else []),
+            *(["-" if not r.get("bw") else f"{r['bw']:.0f}"] if show_bw else [])]
+
+
+def _board_notes(rows: list[dict], mine: str | None, skipped: list[str],
+                 row_notes: list[str]) -> list[str]:
+    """The lines under the board: unrecorded levels, machines beyond 25, which is yours, the
+    files and rows passed over, and the next query."""
+    lines = []
     if any(r.get("sd") and r.get("level") is None for r in rows[:25]):
         lines += screen.wrap("lvl ?: a row of a schema-2 file, which did not record its "
                              "interval's level (a fixed run's 95 % or a sequential look's "
@@ -71,9 +83,9 @@ def render_board(rows: list[dict], source: str, n_rows: int, skipped: list[str],
     if dropped:
         lines += screen.wrap("rows passed over: " + "; ".join(dropped), "  ")
     lines += [w for n in row_notes if n not in dropped for w in screen.wrap(f"note: {n}", "  ")]
-    lines += screen.wrap("More: cpuspec leaderboard --sql \"SELECT cpu_name, task, sd_speedup "
-                         "FROM rows WHERE verdict = 'faster' ORDER BY sd_speedup DESC\"")
-    return "\n".join(lines)
+    return lines + screen.wrap("More: cpuspec leaderboard --sql \"SELECT cpu_name, task, "
+                               "sd_speedup FROM rows WHERE verdict = 'faster' ORDER BY "
+                               "sd_speedup DESC\"")
 
 
 def render_query(cols: list[str], rows: list[tuple]) -> str:

@@ -180,8 +180,33 @@ def read_source(source: str, columns: list[tuple[str, str]], version: int,
     """Every cpuspec dataset file under `source`: only the columns `wanted` (all by default);
     an older schema through `migrations` (version → function on an Arrow table), a newer one,
     a foreign or a damaged file passed over with the reason."""
-    pa, pq = _pa()
+    pa, _ = _pa()
     fs, root = _fs(source)
+    paths = _dataset_paths(fs, root, source)
+    names = wanted or [n for n, _ in columns]
+    schema = pa.schema([f for f in arrow_schema(columns, version) if f.name in names])
+    tables, skipped = [], []
+    for path in paths:
+        name = path[len(root.rstrip("/")):].lstrip("/") or path   # said relative to SOURCE
+        try:
+            table, why = _read_file(fs, path, names, version, migrations or {})
+            if table is None:
+                skipped.append(f"{name}: {why}")
+                continue
+            # conformed here: a column that does not cast passes over this file alone
+            tables.append(_conform(table.select([n for n in names
+                                                 if n in table.column_names]), schema))
+        except Exception as exc:   # a damaged file among good ones: say so, keep the rest
+            skipped.append(f"{name}: unreadable ({_first_line(exc)[:120]})")
+    if not tables:
+        raise DatasetError(f"no cpuspec dataset file could be read from {source}: "
+                           + "; ".join(skipped[:3]) + (f"; {len(skipped) - 3} more"
+                                                       if len(skipped) > 3 else ""))
+    return Loaded(pa.concat_tables(tables), len(paths), skipped)
+
+
+def _dataset_paths(fs, root: str, source: str) -> list[str]:
+    """The .parquet files a source names: every one under a folder, or the one file."""
     try:
         if fs.isdir(root):
             paths = sorted(p for p in fs.find(root) if p.endswith(".parquet"))
@@ -198,43 +223,32 @@ def read_source(source: str, columns: list[tuple[str, str]], version: int,
         raise DatasetError(f"cannot read {source}: {_first_line(exc)}") from None
     if not paths:
         raise DatasetError(f"no .parquet files under {source}")
-    names = wanted or [n for n, _ in columns]
-    schema = pa.schema([f for f in arrow_schema(columns, version) if f.name in names])
-    tables, skipped = [], []
-    for path in paths:
-        name = path[len(root.rstrip("/")):].lstrip("/") or path   # said relative to SOURCE
-        try:
-            with fs.open(path, "rb") as f:
-                pf = pq.ParquetFile(f)
-                meta = pf.schema_arrow.metadata or {}
-                if SCHEMA_KEY not in meta:
-                    skipped.append(f"{name}: not a cpuspec dataset file")
-                    continue
-                got = int(meta[SCHEMA_KEY])
-                if got > version:
-                    skipped.append(f"{name}: dataset schema {got}, newer than this cpuspec "
-                                   f"reads ({version}): upgrade cpuspec")
-                    continue
-                missing = [v for v in range(got, version) if v not in (migrations or {})]
-                if missing:
-                    skipped.append(f"{name}: dataset schema {got} has no migration to "
-                                   f"{version} (from {missing[0]})")
-                    continue
-                # an older file is read whole: its migration may need columns since renamed
-                table = pf.read(columns=[n for n in names if n in pf.schema_arrow.names]
-                                if got == version else None)
-            for v in range(got, version):
-                table = migrations[v](table)
-            # conformed here: a column that does not cast passes over this file alone
-            tables.append(_conform(table.select([n for n in names
-                                                 if n in table.column_names]), schema))
-        except Exception as exc:   # a damaged file among good ones: say so, keep the rest
-            skipped.append(f"{name}: unreadable ({_first_line(exc)[:120]})")
-    if not tables:
-        raise DatasetError(f"no cpuspec dataset file could be read from {source}: "
-                           + "; ".join(skipped[:3]) + (f"; {len(skipped) - 3} more"
-                                                       if len(skipped) > 3 else ""))
-    return Loaded(pa.concat_tables(tables), len(paths), skipped)
+    return paths
+
+
+def _read_file(fs, path: str, names: list[str], version: int, migrations: dict):
+    """(table at this schema version, "") of one dataset file, or (None, why it is passed
+    over): not cpuspec's, newer than this cpuspec, or older with no migration to here."""
+    _, pq = _pa()
+    with fs.open(path, "rb") as f:
+        pf = pq.ParquetFile(f)
+        meta = pf.schema_arrow.metadata or {}
+        if SCHEMA_KEY not in meta:
+            return None, "not a cpuspec dataset file"
+        got = int(meta[SCHEMA_KEY])
+        if got > version:
+            return None, (f"dataset schema {got}, newer than this cpuspec reads ({version}): "
+                          "upgrade cpuspec")
+        missing = [v for v in range(got, version) if v not in migrations]
+        if missing:
+            return None, (f"dataset schema {got} has no migration to {version} (from "
+                          f"{missing[0]})")
+        # an older file is read whole: its migration may need columns since renamed
+        table = pf.read(columns=[n for n in names if n in pf.schema_arrow.names]
+                        if got == version else None)
+    for v in range(got, version):
+        table = migrations[v](table)
+    return table, ""
 
 
 def _conform(table, schema):

@@ -200,62 +200,79 @@ class LocalGGUF:
 
 
 def local_ggufs() -> list[LocalGGUF]:
-    """Every GGUF model file cpuspec can see on this machine, by store (first parts only)."""
+    """Every GGUF model file cpuspec can see on this machine, by store (first parts only):
+    huggingface-hub's caches, LM Studio, llama.cpp's flat cache, Ollama, cpuspec's own."""
     out: list[LocalGGUF] = []
-
-    def add(store: str, ref: str, path: Path) -> None:
+    for store, ref, path in [*_hub_cache_files(), *_lmstudio_files(), *_flat_cache_files(),
+                             *_ollama_files(), *_own_files()]:
         try:   # regular files only: a FIFO would block whoever reads it, a folder is none
-            if not all(p.is_file() for p in _parts_on_disk(path)):
-                return
-            size = sum(p.stat().st_size for p in _parts_on_disk(path))
+            parts = _parts_on_disk(path)
+            if all(p.is_file() for p in parts):
+                out.append(LocalGGUF(store, ref, path, sum(p.stat().st_size for p in parts)))
         except OSError:
-            return
-        out.append(LocalGGUF(store, ref, path, size))
-    for cache in hf_cache_dirs():
-        if not cache.is_dir():
             continue
-        for repo_dir in sorted(cache.glob("models--*--*")):
+    return out
+
+
+def _hub_cache_files():
+    """(store, name, path) of each model in huggingface-hub's caches: OWNER/REPO/FILE."""
+    for cache in hf_cache_dirs():
+        for repo_dir in sorted(cache.glob("models--*--*")) if cache.is_dir() else []:
             repo = repo_dir.name.removeprefix("models--").replace("--", "/", 1)
             snap = snapshot(repo_dir, None)
             for f in sorted(snap.rglob("*.gguf")) if snap else []:
                 rel = f.relative_to(snap).as_posix()
                 if _first_part(rel):
-                    add("huggingface-hub cache", f"{repo}/{rel}", f)
+                    yield "huggingface-hub cache", f"{repo}/{rel}", f
+
+
+def _lmstudio_files():
+    """(store, name, path) of each model in LM Studio's folder (lmstudio_name)."""
     lms = lmstudio_models()
-    if lms is not None and lms.is_dir():
-        for f in sorted(lms.glob("*/*/**/*.gguf")):
-            rel = f.relative_to(lms).as_posix()
-            if _first_part(rel):
-                add("LM Studio", lmstudio_name(rel) or str(f), f)
+    for f in sorted(lms.glob("*/*/**/*.gguf")) if lms is not None and lms.is_dir() else []:
+        rel = f.relative_to(lms).as_posix()
+        if _first_part(rel):
+            yield "LM Studio", lmstudio_name(rel) or str(f), f
+
+
+def _flat_cache_files():
+    """(store, path, path) of each model in llama.cpp's older flat cache: by path."""
     flat = llamacpp_flat_cache()
-    if flat.is_dir():
-        for f in sorted(flat.glob("*.gguf")):
-            if _first_part(f.name):
-                add("llama.cpp cache", str(f), f)
+    for f in sorted(flat.glob("*.gguf")) if flat.is_dir() else []:
+        if _first_part(f.name):
+            yield "llama.cpp cache", str(f), f
+
+
+def _ollama_files():
+    """(store, ollama:NAME:TAG, blob) of each installed Ollama model whose model layer is a
+    file here (the blob's name is its sha256: listing hashes nothing)."""
     for root in ollama_roots():
         for manifest in sorted(root.glob("manifests/*/*/*/*")) if root.is_dir() else []:
             host, ns, model, tag = manifest.parts[-4:]
             name = model if (host, ns) == ("registry.ollama.ai", "library") else \
                 f"{host}/{ns}/{model}"
-            try:   # the blob's name is its sha256: listing hashes nothing
+            try:
                 blob = ollama_blob(Ref("ollama", f"ollama:{name}:{tag}", repo=name, tag=tag))
             except RefError:
                 continue
-            add("Ollama", f"ollama:{name}:{tag}", blob)
+            yield "Ollama", f"ollama:{name}:{tag}", blob
+
+
+def _own_files():
+    """(store, name, path) of each model in cpuspec's folder: a registered one (fetched or
+    derived) by its registered name, any other by its path; shape-true files left out."""
     from cpuspec.inputs.registry import derived_cache_path, load_registry, models_dir
     own = models_dir()
-    try:   # a registered model by its name, fetched or derived
+    try:
         reg = load_registry()
         names = {own / s.file: n for n, s in reg.models.items()}
         names.update({derived_cache_path(s, reg): n for n, s in reg.models.items()
                       if s.derive_from})
     except ModelError:
         names = {}
-    if own.is_dir():
-        for f in sorted(own.rglob("*.gguf")):
-            if "shape-true" not in f.parts:
-                add("cpuspec", names.get(f, str(f)), f)
-    return out
+    for f in sorted(own.rglob("*.gguf")) if own.is_dir() else []:
+        if "shape-true" not in f.parts:
+            yield "cpuspec", names.get(f, str(f)), f
 
 
 def lmstudio_name(rel: str) -> str | None:
