@@ -419,6 +419,14 @@ def test_references_parse_as_llama_cpp_names_them(tmp_path, monkeypatch):
     assert parse_ref("owner/repo/m.gguf").kind == "path"      # a file here wins
     with pytest.raises(RefError):
         parse_ref("ollama:../../etc")
+    # the red team's: a pull request's revision as HfFileSystem reads it, whole or %2F-written;
+    # a revision that climbs, or an empty Ollama tag, is refused
+    for text in ("hf://a/b@refs/pr/1/sub/x.gguf", "hf://a/b@refs%2Fpr%2F1/sub/x.gguf"):
+        r = parse_ref(text)
+        assert (r.repo, r.revision, r.file) == ("a/b", "refs/pr/1", "sub/x.gguf"), r
+    for text in ("hf://a/b@a%2F..%2F..%2Fx/f.gguf", "hf://a/b@x%2F/f.gguf", "ollama:qwen:"):
+        with pytest.raises(RefError):
+            parse_ref(text)
 
 
 def test_the_name_llama_cpp_picks_a_file_by_is_checked_against_the_listing():
@@ -691,6 +699,16 @@ def test_odd_references_and_endpoints_are_one_line(tmp_path, ref, extra):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
 
 
+def test_an_endpoint_that_is_no_url_is_one_line_in_the_listings(tiny_models, tmp_path):
+    """The red team's: huggingface-hub refuses an HF_ENDPOINT that is no URL when imported;
+    the listings, which only read its cache's folder, said so in a traceback."""
+    for args in (["models", "list", "--local"],
+                 ["models", "drafts", str(tiny_models["target"])]):
+        res = cpuspec(tmp_path, *args, extra={"HF_ENDPOINT": "http://[::1"})
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+        assert "HF_ENDPOINT" in res.stderr.strip().splitlines()[-1]
+
+
 def test_a_refs_file_that_holds_no_commit_is_no_copy(tiny_models, tmp_path):
     """refs/main naming another repo's snapshot folder: not followed."""
     other = tmp_path / "hf" / "hub" / "models--acme--real" / "snapshots" / ("c" * 40)
@@ -868,3 +886,27 @@ def test_a_xet_backed_file_is_fetched_through_hf_xet_and_a_dead_cas_is_one_line(
     kept = [f for f in (tmp_path / "hf" / "hub" / "models--acme--split-GGUF").rglob("*")
             if f.is_file() and "blobs" in f.parts]
     assert not kept, kept
+
+
+def test_a_file_that_is_not_the_hubs_is_removed_only_inside_the_cache(hub, tiny_models,
+                                                                       tmp_path):
+    """The red team's: hub.download removes a file whose sha256 is not the listing's, its
+    snapshot link and the blob it points at. A link planted in the cache that points outside
+    it (here at a file of the user's) loses the link only; the file it pointed at stays."""
+    args = [*BENCH, "--target", "acme/tiny-GGUF:Q8_0", "--drafter", "lookup", "--no-save"]
+    assert cpuspec(tmp_path, *args, endpoint=hub.endpoint).returncode == 0
+    link = next((tmp_path / "hf" / "hub" / "models--acme--tiny-GGUF" / "snapshots")
+                .glob("*/tiny-Q8_0.gguf"))
+    mine = tmp_path / "mine.gguf"
+    mine.write_bytes(tiny_models["draft"].read_bytes())
+    link.unlink()
+    link.symlink_to(mine)
+    code = ("import sys; from cpuspec.inputs.refs.hub import download\n"
+            "try:\n    download('acme/tiny-GGUF', None, 'tiny-Q8_0.gguf', "
+            "{'sha256': '0' * 64}, print)\nexcept Exception as e:\n    print(e)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, env={
+                             **os.environ, "HF_ENDPOINT": hub.endpoint,
+                             "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"})
+    assert "is not the hub's" in res.stdout, res.stdout + res.stderr
+    assert not link.is_symlink() and mine.is_file()

@@ -56,9 +56,13 @@ def models_list(as_json, local):
 
 
 def _list_local(as_json: bool) -> None:
-    from cpuspec.inputs.refs import local_ggufs, quant_of
+    from cpuspec.cli.help import BadInput
+    from cpuspec.inputs.refs import RefError, local_ggufs, quant_of
     from cpuspec.report.screen import grid
-    found = local_ggufs()
+    try:
+        found = local_ggufs()
+    except RefError as exc:
+        raise BadInput(str(exc)) from None
     rows = [{"store": g.store, "name": g.ref, "path": str(g.path), "size_bytes": g.size,
              "quant": quant_of(g.path.name) or quant_of(g.ref)} for g in found]
     if as_json:
@@ -153,7 +157,7 @@ def draft_rows(path: Path | None, want: tuple | None = None, size: int | None = 
     not given) and why not; then the registered models not on this machine whose recorded
     tokenizer it shares and that are smaller than it (`size`); those that fit first, smallest
     first."""
-    from cpuspec.inputs.refs import local_ggufs, quant_of
+    from cpuspec.inputs.refs import RefError, local_ggufs, quant_of
     from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
     from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_mismatch, tokenizer_of
     if want is None:
@@ -164,7 +168,12 @@ def draft_rows(path: Path | None, want: tuple | None = None, size: int | None = 
             from cpuspec.core.text import printable
             raise BadInput(printable(str(exc))) from None
     rows, seen = [], set()
-    for g in local_ggufs():
+    try:
+        found = local_ggufs()
+    except RefError as exc:
+        from cpuspec.cli.help import BadInput
+        raise BadInput(str(exc)) from None
+    for g in found:
         try:
             seen.add(g.path.resolve())
             if path is not None and g.path.resolve() == path.resolve():

@@ -134,7 +134,8 @@ def download(repo: str, revision: str | None, name: str, meta: dict, log: Log,
     if want is not None and digest != want:
         blob = path.resolve()
         path.unlink(missing_ok=True)
-        blob.unlink(missing_ok=True)
+        if _in_blobs(path, blob):   # never a file a planted link points at outside the cache
+            blob.unlink(missing_ok=True)
         got = _snapshot_commit(path, name)
         if listed and got and got != listed:
             raise RefError(f"{repo} changed on the hub while cpuspec fetched it (listed at "
@@ -144,6 +145,13 @@ def download(repo: str, revision: str | None, name: str, meta: dict, log: Log,
                        f"hub's {want[:12]}…; removed, run it again")
     remember(path, digest)
     return path, digest
+
+
+def _in_blobs(link: Path, blob: Path) -> bool:
+    """Whether a snapshot's file (link) resolves into its own repo's blobs/ folder in the
+    hub's cache (…/models--OWNER--REPO/snapshots/COMMIT/NAME → …/models--OWNER--REPO/blobs)."""
+    repo_dir = next((p for p in link.parents if p.name.startswith("models--")), None)
+    return repo_dir is not None and blob.is_relative_to((repo_dir / "blobs").resolve())
 
 
 def _download_failed(what: str, exc: Exception) -> str:

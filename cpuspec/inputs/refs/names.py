@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import unquote
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -77,6 +78,9 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
         return Ref("path", str(p))
     if text.startswith(OLLAMA_PREFIX):
         name = text[len(OLLAMA_PREFIX):]
+        if name.endswith(":"):
+            raise RefError(f"{text!r}: an empty tag; an Ollama reference is ollama:NAME[:TAG], "
+                           "e.g. ollama:qwen2.5-coder:1.5b")
         name, _, tag = name.rpartition(":") if ":" in name.split("/")[-1] else (name, "", "")
         if not name or not re.fullmatch(r"[\w.:/-]+", name) or ".." in name:
             raise RefError(f"{text!r}: an Ollama reference is ollama:NAME[:TAG], e.g. "
@@ -84,11 +88,16 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
         return Ref("ollama", text, repo=name, tag=tag or "latest")
     if text.startswith(HF_PREFIX):
         rest = text[len(HF_PREFIX):].removeprefix("models/")
-        m = re.fullmatch(r"([\w.-]+/[\w.-]+)(?:@([\w.-]+))?(?:/(.+))?", rest)
+        # a revision as huggingface-hub's HfFileSystem reads one: refs/pr/N and
+        # refs/convert/NAME whole, any other with its slashes written %2F
+        m = re.fullmatch(r"([\w.-]+/[\w.-]+)(?:@(refs/pr/\d+|refs/convert/\w+|[\w.%-]+))?"
+                         r"(?:/(.+))?", rest)
         if not m:
             raise RefError(f"{text!r}: a hub reference is hf://OWNER/REPO[@REV][/FILE.gguf]")
         repo, rev, file = m.groups()
-        if rev is not None and (rev in (".", "..") or rev.startswith(".")):
+        rev = unquote(rev) if rev is not None else None
+        if rev is not None and (rev.startswith(".") or any(
+                part in ("", ".", "..") for part in rev.split("/"))):
             raise RefError(f"{text!r}: {rev!r} is not a revision (a branch, tag or commit)")
         return Ref("hf", text, repo=repo_id(repo, text), file=in_repo(file, text),
                    revision=rev)

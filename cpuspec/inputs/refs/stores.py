@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cpuspec.inputs.refs.names import (SPLIT, Ref, RefError, is_model_file, parse_ref,
-                                       split_parts)
+from cpuspec.inputs.refs.names import (SPLIT, Ref, RefError, hub_ready, is_model_file,
+                                       parse_ref, split_parts)
 from cpuspec.inputs.registry import ModelError
 
 
@@ -22,11 +22,13 @@ MANIFEST_MAX = 1 << 20    # bytes read of an Ollama manifest
 
 def hf_cache_dirs() -> list[Path]:
     """huggingface-hub's cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub) and
-    LLAMA_CACHE where set (llama.cpp uses it as a hub-layout folder)."""
+    LLAMA_CACHE where set (llama.cpp uses it as a hub-layout folder). RefError where
+    huggingface-hub cannot start (an HF_ENDPOINT that is no URL)."""
     out = []
     if os.environ.get("LLAMA_CACHE"):
         out.append(Path(os.environ["LLAMA_CACHE"]))
     try:
+        hub_ready()   # an HF_ENDPOINT that is no URL: one line (RefError), not a traceback
         from huggingface_hub import constants
         out.append(Path(constants.HF_HUB_CACHE))
     except ImportError:
