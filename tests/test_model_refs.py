@@ -910,3 +910,24 @@ def test_a_file_that_is_not_the_hubs_is_removed_only_inside_the_cache(hub, tiny_
                              "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"})
     assert "is not the hub's" in res.stdout, res.stdout + res.stderr
     assert not link.is_symlink() and mine.is_file()
+
+
+def test_the_memory_of_hashed_files_keeps_only_files_that_are_there(tiny_models, tmp_path,
+                                                                    cpuspec_home):
+    """The red team's: known_files.json grew by every file ever hashed, and one nested past
+    Python's depth was a RecursionError. A gone file's entry is dropped at the next
+    remember; a file that cannot be read as JSON is an empty memory (hashed again)."""
+    from cpuspec.inputs.refs.hashes import file_sha256, recall
+    gone, kept = tmp_path / "gone.gguf", tmp_path / "kept.gguf"
+    for f in (gone, kept):
+        f.write_bytes(tiny_models["draft"].read_bytes())
+        file_sha256(f)
+    gone.unlink()
+    other = tmp_path / "other.gguf"
+    other.write_bytes(tiny_models["target"].read_bytes())
+    file_sha256(other)
+    known = json.loads((cpuspec_home / "known_files.json").read_text())
+    assert set(known) == {str(kept.resolve()), str(other.resolve())}, known
+    (cpuspec_home / "known_files.json").write_text("[" * 100_000)
+    assert recall(kept) is None
+    assert file_sha256(kept) == hashlib.sha256(kept.read_bytes()).hexdigest()

@@ -35,7 +35,7 @@ def _known() -> dict:
     try:
         data = json.loads(_known_path().read_text())
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):   # RecursionError: nested past Python's depth
         return {}
 
 
@@ -55,7 +55,8 @@ def recall(path: Path) -> dict | None:
 
 def remember(path: Path, sha256: str, origin: dict | None = None) -> None:
     """Keep a file's sha256 (and origin) for next time; an origin remembered for other
-    contents is dropped. Under a lock (two cpuspec processes keep each other's entries). Best
+    contents is dropped, and so is every file that is gone (the list never grows past the
+    files there are). Under a lock (two cpuspec processes keep each other's entries). Best
     effort: a read-only home still works, it only hashes again."""
     from cpuspec.machine import osapi
     try:
@@ -63,7 +64,7 @@ def remember(path: Path, sha256: str, origin: dict | None = None) -> None:
         folder = _known_path().parent
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / ".known_files.lock", "w") as lock, osapi.current().locked(lock):
-            known = _known()
+            known = {p: rec for p, rec in _known().items() if os.path.exists(p)}
             old = known.get(real) if isinstance(known.get(real), dict) else {}
             keep = {k: v for k, v in old.items() if k in ORIGIN_KEYS} \
                 if old.get("sha256") == sha256 else {}
