@@ -9,10 +9,9 @@ import click
 
 from cpuspec.harness.bench import BenchConfig
 from cpuspec.cli.checks import check_depths, check_limits
-from cpuspec.cli.inputs import (check_model_file, check_pair, model_files,
-                                model_ref)
+from cpuspec.cli.inputs import check_model_file, check_pair, model_files
 from cpuspec.cli.log import echo, log
-from cpuspec.cli.options import (positive, save_options)
+from cpuspec.cli.options import pair_options, positive, save_options
 from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
 from cpuspec.report.measurements import render_costs_file
 from cpuspec.machine.hardware import default_threads, detect_hardware
@@ -22,12 +21,7 @@ from cpuspec.inputs.registry import ModelError
 
 
 @click.command()
-@click.option("--pair", help="Model pair from models.toml.")
-@click.option("--target", "target_path", callback=model_ref, metavar="MODEL",
-              help="A .gguf file, a registered name, OWNER/REPO[:QUANT], OWNER/REPO/FILE.gguf "
-                   "or ollama:NAME[:TAG] [default: the pair's].")
-@click.option("--draft", "draft_path", callback=model_ref, metavar="MODEL",
-              help="The draft, named as --target [default: the pair's].")
+@pair_options
 @click.option("-t", "--threads", type=int, callback=positive,
               help="Threads [default: the physical cores in this process's affinity].")
 @click.option("--max-n", type=click.IntRange(2, 33), default=16, show_default=True,

@@ -10,9 +10,9 @@ import click
 
 
 from cpuspec.harness.bench import BenchConfig, resolve_models
-from cpuspec.cli.inputs import (check_model_file, model_files, model_ref)
+from cpuspec.cli.inputs import check_model_file, model_files
 from cpuspec.cli.log import echo, log
-from cpuspec.cli.options import (positive, save_options)
+from cpuspec.cli.options import pair_options, positive, save_options
 from cpuspec.cli.outputs import finish_outputs, guarded, prepare_outputs
 from cpuspec.harness.contention import ContentionConfig, run_contention
 from cpuspec.report.measurements import render_contention
@@ -109,12 +109,7 @@ def backends_line(devices: list[dict]) -> str:
 
 
 @click.command()
-@click.option("--pair", help="Model pair from models.toml.")
-@click.option("--target", "target_path", callback=model_ref, metavar="MODEL",
-              help="A .gguf file, a registered name, OWNER/REPO[:QUANT], OWNER/REPO/FILE.gguf "
-                   "or ollama:NAME[:TAG] [default: the pair's].")
-@click.option("--draft", "draft_path", callback=model_ref, metavar="MODEL",
-              help="The draft, named as --target [default: the pair's].")
+@pair_options
 @click.option("--p-cores", type=click.IntRange(min=0), default=0,
               help="Use N P-cores [default: one CPU per physical core in the affinity].")
 @click.option("--e-cores", type=click.IntRange(min=0), default=0, help="Use M E-cores.")

@@ -12,6 +12,18 @@ from cpuspec.harness.sweep import SweepError, parse_values
 from cpuspec.inputs.tasks import ALL_TASKS
 from cpuspec.core.window import parse_window
 
+def pair_options(f):
+    """--pair, --target and --draft as costs and contention take them: a registered pair, or
+    a target and a draft by any name cpuspec reads (inputs.model_ref)."""
+    from cpuspec.cli.inputs import model_ref
+    f = click.option("--draft", "draft_path", callback=model_ref, metavar="MODEL",
+                     help="The draft, named as --target [default: the pair's].")(f)
+    f = click.option("--target", "target_path", callback=model_ref, metavar="MODEL",
+                     help="A .gguf file, a registered name, OWNER/REPO[:QUANT], "
+                          "OWNER/REPO/FILE.gguf or ollama:NAME[:TAG] [default: the pair's].")(f)
+    return click.option("--pair", help="Model pair from models.toml.")(f)
+
+
 def save_options(f):
     """--save/--no-save and --force, for every command that writes a results file."""
     f = click.option("--force", is_flag=True,

@@ -2,6 +2,7 @@
 OS it is on."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 # What the OS lets a program choose about where its threads run:
@@ -84,3 +85,11 @@ def tier_names(n: int, third: str = "M") -> list[str]:
     if n <= 1:
         return ["P"] * n
     return ["P"] + [third] * (n - 2) + ["E"]
+
+
+def umask() -> int:
+    """The process's umask, read by setting it and setting it back (the only portable way;
+    Linux reads it from /proc without changing it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -17,7 +17,7 @@ import subprocess
 from typing import Callable
 
 from cpuspec.machine.osapi import posix
-from cpuspec.machine.osapi.common import PinningUnsupported, RawCore, Topology
+from cpuspec.machine.osapi.common import PinningUnsupported, RawCore, Topology, umask
 
 NAME = "darwin"
 # whether thread_affinity(tid) can read another thread's CPUs (None then means: ended)
@@ -161,12 +161,6 @@ def thread_affinity(tid: int) -> list[int] | None:
 
 def cpu_pressure_us(root=None) -> float | None:
     return None
-
-
-def umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 # --- children and locks (POSIX; no PR_SET_PDEATHSIG on macOS) --------------------------------

@@ -13,7 +13,7 @@ import os
 import platform
 from pathlib import Path
 
-from cpuspec.machine.osapi import posix
+from cpuspec.machine.osapi import common, posix
 from cpuspec.machine.osapi.common import (FREQ_GROUP_TOLERANCE, RawCore, Topology,
                                            parse_cpu_list, rank_groups, tier_names)
 
@@ -245,9 +245,7 @@ def umask() -> int:
                 return int(line.split()[1], 8)
     except (ValueError, IndexError):
         pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    return common.umask()
 
 
 # --- children and locks ---------------------------------------------------------------------

@@ -16,7 +16,8 @@ import re
 import struct
 from typing import Callable
 
-from cpuspec.machine.osapi.common import RawCore, Topology, mask_of, rank_groups, tier_names
+from cpuspec.machine.osapi.common import (RawCore, Topology, mask_of, rank_groups,
+                                          tier_names, umask)
 
 NAME = "win32"
 # whether thread_affinity(tid) can read another thread's CPUs (None then means: ended)
@@ -195,12 +196,6 @@ def thread_affinity(tid: int) -> list[int] | None:
 
 def cpu_pressure_us(root=None) -> float | None:
     return None
-
-
-def umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 # --- children and locks ---------------------------------------------------------------------
