@@ -300,6 +300,35 @@ def test_one_rebuild_at_a_time_from_the_sdist_on_and_a_waiter_probes_again(amx_c
     assert build.known_result()["ok"]
 
 
+def test_a_waiter_whose_other_command_installed_nothing_rebuilds_it_itself(amx_cpu,
+                                                                            monkeypatch):
+    """The other command held the lock and stopped without installing anything (killed, or a
+    `cpuspec rebuild` that failed without a record): the waiter probes, finds the same build
+    still dying, and rebuilds it under the lock it now holds, once."""
+    import threading
+    monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
+    monkeypatch.setenv(build.REBUILD_ENV, "1")
+    rebuilt = []
+
+    def fake_rebuild(log, src):     # the build now works
+        rebuilt.append(src)
+        monkeypatch.setattr(build, "PROBE_ARGV", [sys.executable, "-m",
+                                                  "cpuspec.llama.probe_child"])
+    monkeypatch.setattr(build, "rebuild", fake_rebuild)
+    holding = threading.Event()
+
+    def other_command():   # holds the lock a moment, installs nothing
+        with build.rebuild_lock(lambda m: None):
+            holding.set()
+            time.sleep(2.0)
+    t = threading.Thread(target=other_command)
+    t.start()
+    holding.wait(10)
+    assert build.check_build(lambda m: None, lambda log: Path("/sdist")) == "rebuilt"
+    t.join()
+    assert rebuilt == [Path("/sdist")]
+
+
 def test_a_rebuild_that_still_dies_gives_one_line_and_exit_2(amx_cpu, monkeypatch, capsys):
     monkeypatch.setattr(build, "PROBE_ARGV", SEGFAULT)
     monkeypatch.setattr(build, "rebuild", lambda log, src: 1.0)

@@ -6,6 +6,7 @@ to end against them in a child process (huggingface-hub reads HF_ENDPOINT when i
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -424,7 +425,8 @@ def test_references_parse_as_llama_cpp_names_them(tmp_path, monkeypatch):
     for text in ("hf://a/b@refs/pr/1/sub/x.gguf", "hf://a/b@refs%2Fpr%2F1/sub/x.gguf"):
         r = parse_ref(text)
         assert (r.repo, r.revision, r.file) == ("a/b", "refs/pr/1", "sub/x.gguf"), r
-    for text in ("hf://a/b@a%2F..%2F..%2Fx/f.gguf", "hf://a/b@x%2F/f.gguf", "ollama:qwen:"):
+    for text in ("hf://a/b@a%2F..%2F..%2Fx/f.gguf", "hf://a/b@x%2F/f.gguf", "ollama:qwen:",
+                 "hf://a/b@refs%5Ca%5C..%5Cx/f.gguf", "hf://a/b@main%0A/f.gguf"):
         with pytest.raises(RefError):
             parse_ref(text)
 
@@ -747,9 +749,12 @@ def test_models_drafts_offers_registered_drafts_that_are_not_on_this_machine(tin
                                                                              tmp_path):
     """Issue 79 item 14: on a machine holding none of them, the registered models whose
     recorded tokenizer (printed by `models fingerprint` from their files) the target shares,
-    and that are smaller than it, are listed as "not on this machine", a derived one by its
-    parent's record; another tokenizer (one token swapped) and a model as large as the
-    target are not. A tokenizer record that is not one is one line, a non-zero exit."""
+    and that are smaller than it, are listed as "not on this machine"; a derived one by its
+    parent's record, and only where the most it can weigh (its parent's size × the bits per
+    weight of Q8_0 over Q4_0's: 8.5 / 4.5) is below the target's. Another tokenizer (one
+    token swapped), a model as large as the target, and one whose file is on this machine
+    in another store (LM Studio) are not. A tokenizer record that is not one, or one that
+    hashes too few tokens, is one line, a non-zero exit or no offer."""
     from tiny_gguf import make_weights, write_model
     other = write_model(tmp_path / "other.gguf", make_weights(7), "tiny-other", swap_tokens=100)
     pins = {}
@@ -759,33 +764,46 @@ def test_models_drafts_offers_registered_drafts_that_are_not_on_this_machine(tin
         pins[name] = res.stdout.strip()
     assert pins["draft"] != pins["other"]
     size = tiny_models["target"].stat().st_size
-    entry = 'repo = "acme/d-GGUF"\nfile = "{}.gguf"\nsize_bytes = {}\n{}\n'
+    entry = '[models.{0}]\nrepo = "acme/d-GGUF"\nfile = "{0}-Q4_0.gguf"\nsize_bytes = {1}\n{2}\n'
+    derived = '[models.{0}-q8]\nrepo = "acme/d-GGUF"\nfile = "{0}-q8.gguf"\n' \
+              'derive_from = "{0}"\nquant = "Q8_0"\n'
     registry = tmp_path / "models.toml"
     registry.write_text(
-        '[models.small]\n' + entry.format("small", size // 2, pins["draft"])
-        + '[models.small-q8]\nrepo = "acme/d-GGUF"\nfile = "small-q8.gguf"\n'
-        'derive_from = "small"\nquant = "Q8_0"\n'
-        '[models.large]\n' + entry.format("large", size, pins["draft"])
-        + '[models.foreign]\n' + entry.format("foreign", size // 2, pins["other"])
+        entry.format("small", size // 2, pins["draft"]) + derived.format("small")
+        + entry.format("half", size * 6 // 10, pins["draft"]) + derived.format("half")
+        + entry.format("large", size, pins["draft"])
+        + entry.format("foreign", size // 2, pins["other"])
+        + entry.format("here", size // 2, pins["draft"])
         + '[pairs.p]\ntarget = "large"\ndraft = "small"\n')
+    lms = tmp_path / "lms" / "models" / "acme" / "d-GGUF"
+    lms.mkdir(parents=True)
+    (lms / "here-Q4_0.gguf").write_bytes(tiny_models["draft"].read_bytes())
+    env = {"HF_HUB_OFFLINE": "1", "CPUSPEC_MODELS": str(registry)}
     res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]), "--json",
-                  extra={"HF_HUB_OFFLINE": "1", "CPUSPEC_MODELS": str(registry)})
+                  extra=env)
     assert res.returncode == 0, res.stderr
     away = {r["name"]: r for r in json.loads(res.stdout) if not r["on_machine"]}
-    assert set(away) == {"small", "small-q8"} and all(r["fits"] for r in away.values()), away
-    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]),
-                  extra={"HF_HUB_OFFLINE": "1", "CPUSPEC_MODELS": str(registry)})
+    # half-q8 may weigh up to 0.6 × 8.5 / 4.5 of the target: not offered; small-q8 (0.94×) is
+    assert set(away) == {"small", "small-q8", "half"} and all(
+        r["fits"] for r in away.values()), away
+    assert away["small-q8"]["at_most"] == round(size // 2 * 8.5 / 4.5)
+    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]), extra=env)
     assert res.returncode == 0, res.stderr
     rows = [x for x in res.stdout.splitlines()[1:] if "  not on this machine" in x]
-    assert [x.split()[0] for x in rows] == ["small", "small-q8"], res.stdout
-    assert "PyPI" not in rows[0] and "derived from small" in rows[1], res.stdout
-    assert "2 more registered with cpuspec" in res.stdout.splitlines()[0], res.stdout
-    registry.write_text(registry.read_text().replace("hashed = ", "hashes = ", 1))
-    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]),
-                  extra={"HF_HUB_OFFLINE": "1", "CPUSPEC_MODELS": str(registry)})
+    assert [x.split()[0] for x in rows] == ["small", "half", "small-q8"], res.stdout
+    assert "PyPI" not in rows[0] and "derived from small" in rows[2] and "≤" in rows[2]
+    assert "3 more registered with cpuspec" in res.stdout.splitlines()[0], res.stdout
+    good = registry.read_text()
+    registry.write_text(good.replace("hashed = ", "hashes = ", 1))
+    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]), extra=env)
     assert res.returncode != 0 and "models.'small'.tokenizer" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert "Traceback" not in res.stderr
+    registry.write_text(re.sub(r"hashed = \d+", "hashed = 1", good, count=1))   # small's
+    res = cpuspec(tmp_path, "models", "drafts", str(tiny_models["target"]), "--json",
+                  extra=env)
+    assert res.returncode == 0, res.stderr
+    assert "small" not in {r["name"] for r in json.loads(res.stdout)}, res.stdout
 
 
 def test_tunes_serve_lines_name_hub_models_as_llama_cpp_takes_them(hub, tmp_path):
@@ -827,10 +845,11 @@ def test_tunes_serve_lines_name_hub_models_as_llama_cpp_takes_them(hub, tmp_path
     assert "hf_hub_download" in details or "from_pretrained" in details
 
 
-def test_lm_studio_models_are_listed_by_the_name_that_takes_them(tiny_models, tmp_path):
+def test_lm_studio_models_are_listed_by_the_name_that_takes_them(hub, tiny_models, tmp_path):
     """Issue 79 item 15: an LM Studio model is listed as PUBLISHER/REPO/FILE, the name that
-    --draft takes it by (offline, from LM Studio's folder), not by its path; one in a folder
-    whose names no hub repo could have keeps its path."""
+    --draft takes it by (from LM Studio's folder, offline, and online where the hub has no
+    such repo), not by its path; one in a folder whose names no hub repo could have keeps
+    its path."""
     lms = tmp_path / "lms" / "models"
     (lms / "acme" / "tiny-draft-GGUF").mkdir(parents=True)
     (lms / "acme" / "tiny-draft-GGUF" / "tiny-draft-Q4_0.gguf").write_bytes(
@@ -855,6 +874,16 @@ def test_lm_studio_models_are_listed_by_the_name_that_takes_them(tiny_models, tm
     draft = json.loads(out.read_text())["models"]["draft"]
     assert draft["store"] == "LM Studio" and draft["path"] == str(
         lms / "acme" / "tiny-draft-GGUF" / "tiny-draft-Q4_0.gguf")
+    own = lms / "me" / "my-draft-GGUF"   # a folder of one's own: no such repo on the hub
+    own.mkdir(parents=True)
+    (own / "mine-Q4_0.gguf").write_bytes(tiny_models["draft"].read_bytes())
+    res = cpuspec(tmp_path, *BENCH, "--target", str(tiny_models["target"]), "--draft",
+                  "me/my-draft-GGUF/mine-Q4_0.gguf", "--json", str(out), "--no-save",
+                  endpoint=hub.endpoint)
+    assert res.returncode == 0, res.stderr[-3000:]
+    draft = json.loads(out.read_text())["models"]["draft"]
+    assert draft["store"] == "LM Studio" and draft["path"] == str(own / "mine-Q4_0.gguf")
+    assert draft["verified"] is False
 
 
 def test_a_xet_backed_file_is_fetched_through_hf_xet_and_a_dead_cas_is_one_line(

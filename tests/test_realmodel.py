@@ -217,8 +217,11 @@ def test_a_fresh_machine_is_offered_the_registered_drafts_of_a_qwen_target(bench
         not rows["qwen2.5-coder-0.5b-q4km"]["on_machine"], rows
     assert {"qwen2.5-coder-0.5b-q4_0", "qwen2.5-coder-0.5b-q8_0"} <= set(rows)
     assert not any("1.5b" in n or "gemma" in n for n in rows), rows   # not smaller; another
-    printed = subprocess.run([sys.executable, "-m", "cpuspec", "models", "fingerprint", target],
-                             capture_output=True, text=True, env=env, timeout=300)
-    assert printed.returncode == 0, printed.stderr
     toml = (Path(__file__).resolve().parents[1] / "models.toml").read_text()
-    assert toml.count(printed.stdout.strip()) == 2   # the 1.5B's and the 0.5B's: one tokenizer
+    for name in ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                 "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"):   # one tokenizer, one line each
+        printed = subprocess.run([sys.executable, "-m", "cpuspec", "models", "fingerprint",
+                                  os.path.join(REAL_MODELS_HOME, "models", name)],
+                                 capture_output=True, text=True, env=env, timeout=300)
+        assert printed.returncode == 0, printed.stderr
+        assert toml.count(printed.stdout.strip()) == 2, printed.stdout

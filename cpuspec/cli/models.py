@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def models_drafts(target, as_json):
     """
     from cpuspec.report.screen import grid
     name, size, want, path = _target_tokenizer(target)
-    rows = draft_rows(path, want, size)
+    rows = draft_rows(path, want, size, name)
     if as_json:
         echo(json.dumps(rows, indent=1))
         return
@@ -120,8 +121,9 @@ def _draft_line(r: dict, size: int) -> list[str]:
         why = f"fits; {r['how']}"
     else:
         why = "fits" if r["size_bytes"] < size else "fits, but not smaller than the target"
-    return [r["name"], r["store"], f"{r['size_bytes'] / 1e9:.2f} GB" if r["size_bytes"]
-            else "-", r["quant"] or "-", why]
+    weight = f"{r['size_bytes'] / 1e9:.2f} GB" if r["size_bytes"] else \
+        f"≤{r['at_most'] / 1e9:.2f} GB" if r.get("at_most") else "-"
+    return [r["name"], r["store"], weight, r["quant"] or "-", why]
 
 
 def _target_tokenizer(target: str) -> tuple[str, int, tuple, Path | None]:
@@ -131,7 +133,7 @@ def _target_tokenizer(target: str) -> tuple[str, int, tuple, Path | None]:
     from cpuspec.cli.help import BadInput
     from cpuspec.cli.inputs import model_path, parse_model
     from cpuspec.core.text import printable
-    from cpuspec.inputs.refs import RefError, fetch_plan, plan_ref, remote_head
+    from cpuspec.inputs.refs import RefError, fetch_plan, plan_ref, remote_head, size_on_disk
     from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_of, tokenizer_of_head
     ref = parse_model(registry(), target)
     try:
@@ -141,7 +143,7 @@ def _target_tokenizer(target: str) -> tuple[str, int, tuple, Path | None]:
             if head is None:   # on this machine (the plan's copy), or not a hub reference
                 path = fetch_plan(plan, log).path if plan is not None else model_path(ref)
                 name = ref.text if ref.kind == "ollama" else path.name   # not its blob's
-                return name, path.stat().st_size, tokenizer_of(path), path
+                return name, size_on_disk(path), tokenizer_of(path), path
             read, first = head
             name = f"{ref.repo}/{plan.name}"
             whole = sum(plan.meta[p].get("size") or 0 for p in plan.parts)
@@ -150,32 +152,27 @@ def _target_tokenizer(target: str) -> tuple[str, int, tuple, Path | None]:
         raise BadInput(printable(str(exc))) from None
 
 
-def draft_rows(path: Path | None, want: tuple | None = None, size: int | None = None
-               ) -> list[dict]:
+def draft_rows(path: Path | None, want: tuple | None = None, size: int | None = None,
+               name: str | None = None) -> list[dict]:
     """Every GGUF on this machine but the target itself (path; None: it is not on this
-    machine), whether it can draft for it (shares its tokenizer, `want`: read from path where
-    not given) and why not; then the registered models not on this machine whose recorded
-    tokenizer it shares and that are smaller than it (`size`); those that fit first, smallest
-    first."""
-    from cpuspec.inputs.refs import RefError, local_ggufs, quant_of
+    machine, `name` its OWNER/REPO/FILE), whether it can draft for it (shares its tokenizer,
+    `want`: read from path where not given) and why not; then the registered models not on
+    this machine whose recorded tokenizer it shares and that are smaller than it (`size`);
+    those that fit first, those here before those not, smallest first."""
+    from cpuspec.cli.help import BadInput
+    from cpuspec.inputs.refs import RefError, local_ggufs, quant_of, size_on_disk
     from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
     from cpuspec.llama.gguf_meta import GGUFMetaError, tokenizer_mismatch, tokenizer_of
-    if want is None:
-        try:
-            want = tokenizer_of(path)
-        except GGUFMetaError as exc:
-            from cpuspec.cli.help import BadInput
-            from cpuspec.core.text import printable
-            raise BadInput(printable(str(exc))) from None
-    rows, seen = [], set()
     try:
+        want = want or tokenizer_of(path)
         found = local_ggufs()
-    except RefError as exc:
-        from cpuspec.cli.help import BadInput
-        raise BadInput(str(exc)) from None
+    except (GGUFMetaError, RefError) as exc:
+        from cpuspec.core.text import printable
+        raise BadInput(printable(str(exc))) from None
+    rows, here = [], {name or "", path.name if path else ""}
     for g in found:
+        here |= {g.ref, g.path.name, str(g.path.resolve())}
         try:
-            seen.add(g.path.resolve())
             if path is not None and g.path.resolve() == path.resolve():
                 continue
             why = tokenizer_mismatch(want, tokenizer_of(g.path), VOCAB_MAX_SIZE_DIFFERENCE)
@@ -185,38 +182,64 @@ def draft_rows(path: Path | None, want: tuple | None = None, size: int | None = 
                      "quant": quant_of(g.path.name) or quant_of(g.ref), "fits": why is None,
                      "why_not": why, "on_machine": True})
     if size is None and path is not None:
-        size = path.stat().st_size
-    rows += registered_drafts(want, size, seen)
+        size = size_on_disk(path)
+    rows += registered_drafts(want, size, here)
     return sorted(rows, key=lambda r: (not r["fits"], not r["on_machine"],
-                                       r["size_bytes"] is None, r["size_bytes"] or 0))
+                                       r["size_bytes"] or r.get("at_most") or 0))
 
 
-def registered_drafts(want: tuple, size: int | None, seen: set) -> list[dict]:
-    """The registered models that are not on this machine (their files not among `seen`),
-    whose recorded tokenizer `want` shares and that are smaller than the target (`size`; a
-    derived model by its parent's size, its own known only once derived): cpuspec fetches or
-    derives each by its name."""
+def registered_drafts(want: tuple, size: int | None, here: set[str]) -> list[dict]:
+    """The registered models not on this machine (neither their file, nor OWNER/REPO/FILE,
+    nor cpuspec's copy among `here`, the target's names included) whose recorded tokenizer
+    `want` shares and that are smaller than the target (`size`; a derived one by the most
+    it can weigh, derived_at_most): cpuspec fetches or derives each by its name."""
     from cpuspec.inputs.refs import quant_of
     from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
     from cpuspec.llama.gguf_meta import fingerprint_mismatch
     reg, rows = registry(), []
     for spec in reg.models.values():
         pin, derived = reg.tokenizer(spec), derived_cache_path(spec, reg)
-        if pin is None or any(p is not None and p.resolve() in seen
-                              for p in (cached_path(spec), derived)):
+        names = {spec.file, f"{spec.repo}/{spec.file}", str(cached_path(spec).resolve()),
+                 str(derived.resolve()) if derived else ""}
+        if pin is None or names & here:
             continue
-        own = spec.size_bytes
-        bound = own or (reg.models[spec.derive_from].size_bytes if spec.derive_from else None)
-        if bound is None or (size is not None and bound >= size):
+        bound = spec.size_bytes or derived_at_most(spec, reg)
+        if bound is None or (size is not None and bound >= size) or \
+                fingerprint_mismatch(want, pin, VOCAB_MAX_SIZE_DIFFERENCE) is not None:
             continue
-        if fingerprint_mismatch(want, pin, VOCAB_MAX_SIZE_DIFFERENCE) is None:
-            rows.append({"name": spec.name, "store": "not on this machine", "size_bytes": own,
-                         "quant": spec.quant or quant_of(spec.file), "fits": True,
-                         "why_not": None, "on_machine": False,
-                         "how": f"fetched (offline: derived from {spec.derive_from})"
-                         if spec.derive_from else
-                         "fetched" + (" (offline: from its PyPI mirror)" if spec.mirror else "")})
+        rows.append({"name": spec.name, "store": "not on this machine",
+                     "size_bytes": spec.size_bytes, "at_most": bound,
+                     "quant": spec.quant or quant_of(spec.file), "fits": True,
+                     "why_not": None, "on_machine": False,
+                     "how": f"fetched (offline: derived from {spec.derive_from})"
+                     if spec.derive_from else
+                     "fetched" + (" (offline: from its PyPI mirror)" if spec.mirror else "")})
     return rows
+
+
+def derived_at_most(spec, reg) -> int | None:
+    """The most a derived model can weigh: its parent's size × the derived type's bits per
+    weight ÷ the parent's type's (gguf-py's block sizes). A bound, not a size: a file's
+    tensors weigh at least its type's bits per weight (llama.cpp's mixes and fallbacks only
+    add), so the parent holds at most size × 8 ÷ those bits of weights, and a pure derivation
+    puts each in the new type."""
+    from cpuspec.inputs.refs import quant_of
+    parent = reg.models.get(spec.derive_from) if spec.derive_from else None
+    if parent is None or parent.size_bytes is None:
+        return None
+    mine, theirs = _bits_per_weight(spec.quant), _bits_per_weight(quant_of(parent.file))
+    return round(parent.size_bytes * mine / theirs) if mine and theirs else None
+
+
+def _bits_per_weight(quant: str | None) -> float | None:
+    """A llama.cpp type's bits per weight (Q4_K_M: its Q4_K), from gguf-py's block sizes."""
+    import gguf
+    try:
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[
+            re.sub(r"_[SML]$", "", (quant or "").upper())]]
+    except KeyError:
+        return None
+    return 8 * size / block
 
 
 def pair_draft_file(pair: str | None) -> Path | None:
@@ -251,7 +274,7 @@ def check_default_draft(target: Path, draft: Path | None) -> None:
         return   # the loader says what is wrong with it
     if why is None:
         return
-    fits = [r["name"] for r in draft_rows(target) if r["fits"]][:4]
+    fits = [r["name"] for r in draft_rows(target) if r["fits"] and r["on_machine"]][:4]
     raise click.UsageError(
         f"the default draft ({draft.name}) cannot draft for {target.name}: {why}. "
         + (f"Drafts on this machine that share its tokenizer: {', '.join(fits)}; give one with "
@@ -295,8 +318,8 @@ def models_fingerprint(file):
         raise BadInput(f"{printable(file.name)}: no tokenizer in the file")
     # A target within the size rule has at least this many tokens: they are the ones hashed.
     hashed = max(1, len(tokens) - VOCAB_MAX_SIZE_DIFFERENCE)
-    echo(f'tokenizer = {{ kind = "{kind}", tokens = {len(tokens)}, hashed = {hashed}, '
-         f'sha256 = "{tokenizer_fingerprint(tok, hashed)}" }}')
+    echo(f"tokenizer = {{ kind = {json.dumps(kind)}, tokens = {len(tokens)}, "
+         f'hashed = {hashed}, sha256 = "{tokenizer_fingerprint(tok, hashed)}" }}')
 
 
 @models.command("fetch")

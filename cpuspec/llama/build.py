@@ -317,8 +317,10 @@ def _rebuild_and_probe(log: Callable[[str], None], sdist: Callable[[Callable], P
     BuildError with what failed (remembered, unless a timeout or a kill stopped it)."""
     key = build_key()
     with rebuild_lock(log) as waited:
-        if waited or build_key() != key:   # another command rebuilt it while this one waited
-            return _rebuilt_meanwhile(log)
+        if waited or build_key() != key:   # another command may have rebuilt it meanwhile
+            done = _rebuilt_meanwhile(log, installed=build_key() != key)
+            if done is not None:
+                return done
         log(f"cpuspec: this llama-cpp-python build dies ({result.death}) in a batched decode "
             f"on this CPU's AMX: a known bug in ggml's tile setup (docs/troubleshooting.md). "
             f"Rebuilding it with cpuspec's fix, once: {REBUILD_TIME}")
@@ -339,22 +341,26 @@ def _rebuild_and_probe(log: Callable[[str], None], sdist: Callable[[Callable], P
     return "rebuilt"
 
 
-def _rebuilt_meanwhile(log: Callable[[str], None]) -> str:
-    """After waiting on another command's rebuild: what the build now is, probed again (never
-    rebuilt twice): "rebuilt" where it survives; where it still dies, that command's failure
-    as this one's (BuildCrash)."""
+def _rebuilt_meanwhile(log: Callable[[str], None], installed: bool) -> str | None:
+    """After waiting on another command: what the build now is, probed again. "rebuilt"
+    where it survives; where another build was installed (`installed`) and still dies, or
+    the other command's rebuild failed, that failure (BuildCrash); None where nothing was
+    installed and nothing failed (the other was stopped, or it was `cpuspec rebuild` that
+    failed): this command rebuilds it, under the lock it now holds."""
     known = known_result()
     if known is not None and known.get("rebuild_failed"):
         raise BuildCrash(f"cpuspec: another cpuspec command's rebuild of llama-cpp-python "
                          f"failed ({known['rebuild_failed']}); `{FIX_COMMAND}` tries again "
                          "and shows pip's output")
     result = probe()
-    if not result.ok:
+    if result.ok:
+        remember(result, rebuilt=True)
+        log("cpuspec: another cpuspec command rebuilt llama-cpp-python meanwhile; it decodes "
+            "on AMX")
+        return "rebuilt"
+    if installed:
         raise BuildCrash(crash_line(result, rebuilt=True))
-    remember(result, rebuilt=True)
-    log("cpuspec: another cpuspec command rebuilt llama-cpp-python meanwhile; it decodes on "
-        "AMX")
-    return "rebuilt"
+    return None
 
 
 @contextlib.contextmanager

@@ -129,6 +129,9 @@ def fingerprint_mismatch(target: tuple[str | None, list[str]], pin, max_size_dif
     its number of tokens, and the sha256 of its first `hashed`): the same rule, with the
     tokens past `hashed` left to the check when both are loaded."""
     kind, tokens = target
+    if pin.hashed < pin.tokens - max_size_difference:   # a hand-made record: too few checked
+        return (f"its recorded fingerprint covers {pin.hashed} of its {pin.tokens} tokens, "
+                f"fewer than the {pin.tokens - max_size_difference} any target shares")
     if kind != pin.kind:
         return f"another tokenizer kind ({pin.kind} against the target's {kind})"
     if abs(len(tokens) - pin.tokens) > max_size_difference:

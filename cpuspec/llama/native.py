@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from cpuspec.llama.build import PATCHES, TESTED_VERSIONS, apply_patches, patches_applied
+from cpuspec.llama.build import (PATCHES, TESTED_VERSIONS, apply_patches, patches_applied,
+                                 rebuild_lock)
 from cpuspec.machine.interrupt import ChildTimeout, start_child, wait_child
 from cpuspec.core.commands import (CLI, SERVER, invocations, python_snippet, shell,  # noqa: F401
                        spec_flags)
@@ -113,10 +114,12 @@ def build(log: Callable[[str], None], targets: Sequence[str] = BUILD_TARGETS) ->
     if has_programs(bin_dir, targets) and patches_applied(src) == set(PATCHES):
         return bin_dir
     check_toolchain()
-    src = sdist_dir(log)
     # cpuspec's ggml patches (the AMX tile fix): an older build without them is rebuilt, and
-    # cmake recompiles only what they touch
-    apply_patches(src, log)
+    # cmake recompiles only what they touch; the sdist is fetched and patched under the AMX
+    # rebuild's lock (it patches the same folder)
+    with rebuild_lock(log):
+        src = sdist_dir(log)
+        apply_patches(src, log)
     log("native: cmake configure and build (CPU backend; once, ~15 min on 2 cores)")
     _run(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(root / "build"),
                   "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",

@@ -48,6 +48,8 @@ def run_it_elsewhere(command: str, meta: dict | None = None, models: dict | None
 def _measured_models(doc: dict, candidate: str) -> dict:
     """The models record (target, draft) of a measured candidate's bench run: which names
     llama.cpp's -hf takes for them."""
+    if candidate is None:
+        return {}
     return next(((m.get("results") or {}).get("models") or {}
                  for m in doc.get("measured") or []
                  if isinstance(m, dict) and m.get("candidate") == candidate), {})

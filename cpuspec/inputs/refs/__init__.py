@@ -18,11 +18,13 @@ from cpuspec.inputs.refs.names import (DEFAULT_QUANTS, HF_PREFIX, NOT_A_MODEL, O
 from cpuspec.inputs.refs.resolve import (Plan, Resolved, check_room, fetch_plan, plan_ref,
                                          resolve_ref)
 from cpuspec.inputs.refs.stores import (LocalGGUF, hf_cache_dirs, llamacpp_flat_cache,
-                                        lmstudio_models, local_ggufs, ollama_roots)
+                                        lmstudio_models, local_ggufs, ollama_roots,
+                                        size_on_disk)
 
 __all__ = ["DEFAULT_QUANTS", "HASH_CHUNK_BYTES", "HF_PREFIX", "LocalGGUF", "NOT_A_MODEL",
            "OLLAMA_PREFIX", "ORIGIN_KEYS", "Plan", "Ref", "RefError", "Resolved", "check_room",
            "fetch_plan", "file_sha256", "hf_cache_dirs", "hub_reachable", "hub_unreachable",
            "is_model_file", "llama_cpp_name", "llamacpp_flat_cache", "lmstudio_models",
            "local_ggufs", "ollama_roots", "parse_ref", "pick_file", "plan_ref", "quant_of",
-           "recall", "remember", "remote_head", "resolve_ref", "sha256_file", "split_parts"]
+           "recall", "remember", "remote_head", "resolve_ref", "sha256_file", "size_on_disk",
+           "split_parts"]

@@ -151,7 +151,8 @@ def _in_blobs(link: Path, blob: Path) -> bool:
     """Whether a snapshot's file (link) resolves into its own repo's blobs/ folder in the
     hub's cache (…/models--OWNER--REPO/snapshots/COMMIT/NAME → …/models--OWNER--REPO/blobs)."""
     repo_dir = next((p for p in link.parents if p.name.startswith("models--")), None)
-    return repo_dir is not None and blob.is_relative_to((repo_dir / "blobs").resolve())
+    return repo_dir is not None and not (repo_dir / "blobs").is_symlink() and \
+        blob.is_relative_to((repo_dir / "blobs").resolve())
 
 
 def _download_failed(what: str, exc: Exception) -> str:

@@ -96,8 +96,9 @@ def parse_ref(text: str, registered: set[str] = frozenset()) -> Ref:
             raise RefError(f"{text!r}: a hub reference is hf://OWNER/REPO[@REV][/FILE.gguf]")
         repo, rev, file = m.groups()
         rev = unquote(rev) if rev is not None else None
-        if rev is not None and (rev.startswith(".") or any(
-                part in ("", ".", "..") for part in rev.split("/"))):
+        if rev is not None and (rev.startswith(".") or "\\" in rev or any(
+                part in ("", ".", "..") for part in rev.split("/")) or
+                any(ord(c) < 0x20 or ord(c) == 0x7F for c in rev)):
             raise RefError(f"{text!r}: {rev!r} is not a revision (a branch, tag or commit)")
         return Ref("hf", text, repo=repo_id(repo, text), file=in_repo(file, text),
                    revision=rev)

@@ -56,17 +56,18 @@ def plan_ref(ref: Ref) -> Plan | None:
     if ref.file is not None and not is_model_file(ref.file):   # README.md, mmproj, safetensors
         raise RefError(f"{ref.text}: {ref.file} is not a GGUF model file (a .gguf that is not "
                        "an mmproj, imatrix or draft head)")
-    listed = hub.listing(ref.repo, ref.revision)
     held = copies(ref.repo, ref.revision)
+    try:
+        listed = hub.listing(ref.repo, ref.revision)
+    except RefError:   # no such repo on the hub (an LM Studio folder of one's own), gated,
+        plan = _held_plan(ref, held)   # private: the copy this machine holds, unverified
+        if plan is None:
+            raise
+        return plan
     if listed is None:   # offline: what this machine holds of the repo, by the same rule
-        for copy in held:
-            try:
-                name = ref.file or pick_file(list(copy.files), ref.quant, ref.repo)
-            except RefError:
-                continue
-            parts = split_parts(name)
-            if all(p in copy.files for p in parts):
-                return Plan(ref, name, parts, copy.commit, None, copy)
+        plan = _held_plan(ref, held)
+        if plan is not None:
+            return plan
         where = "no copy of it" if not held else "no whole copy of that file"
         raise RefError(f"{ref.text}: {where} on this machine, and the hub is out of reach: "
                        f"{hub.LAST_UNREACHABLE or 'offline, or no network'}")
@@ -86,6 +87,20 @@ def plan_ref(ref: Ref) -> Plan | None:
                  c.files[p].stat().st_size == meta[p]["size"]) for p in parts)), None)
     return Plan(ref, name, parts, commit, meta, copy, public=not private,
                 hf_ref=llama_cpp_name(ref, name, list(files)))
+
+
+def _held_plan(ref: Ref, held: list) -> Plan | None:
+    """The plan of the first copy on this machine that holds the file the reference names
+    whole (by the quant rule where it names no file); None: none does."""
+    for copy in held:
+        try:
+            name = ref.file or pick_file(list(copy.files), ref.quant, ref.repo)
+        except RefError:
+            continue
+        parts = split_parts(name)
+        if all(p in copy.files for p in parts):
+            return Plan(ref, name, parts, copy.commit, None, copy)
+    return None
 
 
 def resolve_ref(ref: Ref, log: Log = lambda _: None) -> Resolved | None:

@@ -294,6 +294,11 @@ def _first_part(rel: str) -> bool:
     return is_model_file(rel) and (m is None or m.group(2) == "00001")
 
 
+def size_on_disk(path: Path) -> int:
+    """A model file's bytes, every part of a split one (OSError where one is missing)."""
+    return sum(p.stat().st_size for p in _parts_on_disk(path))
+
+
 def _parts_on_disk(path: Path) -> list[Path]:
     m = SPLIT.match(path.name.removesuffix(".gguf"))
     if not m:
