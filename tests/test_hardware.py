@@ -114,6 +114,23 @@ def test_frequency_fallback_without_intel_sysfs(tmp_path):
     assert hw.cores_by_kind == {"P": [0, 1], "E": [2]}
 
 
+def test_favoured_cores_are_no_core_kind_but_compact_cores_are(tmp_path):
+    """Without Intel's hybrid sysfs (an AMD part, an older kernel) kinds come from the cores'
+    max frequencies. A non-hybrid part whose favoured cores boost higher (i7-6950X: two at
+    4.0 GHz by Turbo Boost Max 3.0, eight at 3.5; Intel's specification) is one kind; 5 %
+    had called eight of its cores E-cores. A part with compact cores (Ryzen AI 9 HX 370:
+    four Zen 5 at 5.1 GHz, eight Zen 5c at 3.3; AMD's specification) is two."""
+    cores = [(i, [2 * i, 2 * i + 1], 4_000_000 if i < 2 else 3_500_000) for i in range(10)]
+    hw = detect_hardware(make_tree(tmp_path / "bdw", "Intel(R) Core(TM) i7-6950X CPU", cores),
+                         affinity=list(range(20)))
+    assert hw.hybrid == "not hybrid" and list(hw.cores_by_kind) == ["P"], hw.cores_by_kind
+    cores = [(i, [2 * i, 2 * i + 1], 5_100_000 if i < 4 else 3_300_000) for i in range(12)]
+    hw = detect_hardware(make_tree(tmp_path / "strix", "AMD Ryzen AI 9 HX 370", cores),
+                         affinity=list(range(24)))
+    assert hw.hybrid == "frequency-groups"
+    assert hw.cores_by_kind["P"] == list(range(8)) and hw.cores_by_kind["E"] == list(range(8, 24))
+
+
 def test_no_core_requested():
     from cpuspec.machine.hardware import HardwareInfo
     hw = HardwareInfo("x", 1, 1, 1, [0], 1, "not hybrid", {"P": [0]}, None, None, None, "x")
