@@ -960,3 +960,22 @@ def test_the_memory_of_hashed_files_keeps_only_files_that_are_there(tiny_models,
     (cpuspec_home / "known_files.json").write_text("[" * 100_000)
     assert recall(kept) is None
     assert file_sha256(kept) == hashlib.sha256(kept.read_bytes()).hexdigest()
+
+
+def test_a_hub_target_not_on_this_machine_is_offered_registered_drafts(hub, tiny_models,
+                                                                       tmp_path):
+    """A target read from the hub (its header only, no file here) is offered the registered
+    drafts that share its recorded tokenizer, as a file target is (a target with no path once
+    made every unpinned registered model look present)."""
+    res = cpuspec(tmp_path, "models", "fingerprint", str(tiny_models["draft"]))
+    assert res.returncode == 0, res.stderr
+    size = tiny_models["target"].stat().st_size
+    registry = tmp_path / "models.toml"
+    registry.write_text(f'[models.small]\nrepo = "acme/d-GGUF"\nfile = "small-Q4_0.gguf"\n'
+                        f'size_bytes = {size // 2}\n{res.stdout.strip()}\n'
+                        '[pairs.p]\ntarget = "small"\ndraft = "small"\n')
+    res = cpuspec(tmp_path, "models", "drafts", "acme/tiny-GGUF:Q4_K_M", "--json",
+                  endpoint=hub.endpoint, extra={"CPUSPEC_MODELS": str(registry)})
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert [r["name"] for r in rows if not r["on_machine"]] == ["small"], rows

@@ -169,7 +169,7 @@ def draft_rows(path: Path | None, want: tuple | None = None, size: int | None = 
     except (GGUFMetaError, RefError) as exc:
         from cpuspec.core.text import printable
         raise BadInput(printable(str(exc))) from None
-    rows, here = [], {name or "", path.name if path else ""}
+    rows, here = [], {n for n in (name, path.name if path else None) if n}
     for g in found:
         here |= {g.ref, g.path.name, str(g.path.resolve())}
         try:
@@ -196,16 +196,19 @@ def registered_drafts(want: tuple, size: int | None, here: set[str]) -> list[dic
     from cpuspec.inputs.refs import quant_of
     from cpuspec.llama.engine import VOCAB_MAX_SIZE_DIFFERENCE
     from cpuspec.llama.gguf_meta import fingerprint_mismatch
-    reg, rows = registry(), []
+    reg, rows, shared = registry(), [], {}   # shared: each recorded tokenizer's check, once
     for spec in reg.models.values():
         pin, derived = reg.tokenizer(spec), derived_cache_path(spec, reg)
-        names = {spec.file, f"{spec.repo}/{spec.file}", str(cached_path(spec).resolve()),
-                 str(derived.resolve()) if derived else ""}
+        names = {spec.file, f"{spec.repo}/{spec.file}", str(cached_path(spec).resolve())}
+        names |= {str(derived.resolve())} if derived else set()
         if pin is None or names & here:
             continue
         bound = spec.size_bytes or derived_at_most(spec, reg)
-        if bound is None or (size is not None and bound >= size) or \
-                fingerprint_mismatch(want, pin, VOCAB_MAX_SIZE_DIFFERENCE) is not None:
+        if bound is None or (size is not None and bound >= size):
+            continue
+        if pin not in shared:
+            shared[pin] = fingerprint_mismatch(want, pin, VOCAB_MAX_SIZE_DIFFERENCE) is None
+        if not shared[pin]:
             continue
         rows.append({"name": spec.name, "store": "not on this machine",
                      "size_bytes": spec.size_bytes, "at_most": bound,
