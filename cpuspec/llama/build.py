@@ -377,20 +377,16 @@ def rebuild_lock(log: Callable[[str], None]):
         yield False
         return
     lock = osapi.current().locked
-    with handle:
-        waited = False
+    with handle, contextlib.ExitStack() as held:
         try:
-            held = lock(handle, wait=False)
-            held.__enter__()
+            held.enter_context(lock(handle, wait=False))
+            waited = False
         except BlockingIOError:
             log("cpuspec: another cpuspec command is rebuilding llama-cpp-python; waiting for "
                 "it to finish")
-            held, waited = lock(handle), True
-            held.__enter__()
-        try:
-            yield waited
-        finally:
-            held.__exit__(None, None, None)
+            held.enter_context(lock(handle))
+            waited = True
+        yield waited
 
 
 # The installed build's backends, from the libraries in its package (llama_cpp/lib), and the

@@ -45,21 +45,20 @@ def run_it_elsewhere(command: str, meta: dict | None = None, models: dict | None
                       hub=hub_names(models or {}), hub_files=hub_files(models or {}))
 
 
-def _measured_models(doc: dict, candidate: str) -> dict:
-    """The models record (target, draft) of a measured candidate's bench run: which names
-    llama.cpp's -hf takes for them."""
-    if candidate is None:
-        return {}
-    return next(((m.get("results") or {}).get("models") or {}
-                 for m in doc.get("measured") or []
-                 if isinstance(m, dict) and m.get("candidate") == candidate), {})
+def _measured_run(doc: dict, candidate: str | None) -> dict:
+    """The results of a measured candidate's bench run ({} where the file holds none): its
+    cost probe, and its models record (which names llama.cpp's -hf takes for them)."""
+    return next((m.get("results") or {} for m in doc.get("measured") or []
+                 if candidate is not None and isinstance(m, dict)
+                 and m.get("candidate") == candidate), {})
 
 
-def _probe_of(doc: dict, candidate: str) -> dict | None:
-    """The cost probe of a measured candidate's bench run, if the file holds it."""
-    return next(((m.get("results") or {}).get("cost_probe")
-                 for m in doc.get("measured") or []
-                 if isinstance(m, dict) and m.get("candidate") == candidate), None)
+def _models_of(doc: dict, candidate: str | None) -> dict:
+    return _measured_run(doc, candidate).get("models") or {}
+
+
+def _probe_of(doc: dict, candidate: str | None) -> dict | None:
+    return _measured_run(doc, candidate).get("cost_probe")
 
 
 def render_tune_screen(doc: dict, source: str | None = "RUN") -> str:
@@ -89,7 +88,7 @@ def render_tune_screen(doc: dict, source: str | None = "RUN") -> str:
         if verdict == "faster" and server is None and task not in beaten \
                 and config_of(best["command"]):
             server = (task, config_of(best["command"]), _probe_of(doc, best["candidate"]),
-                      _measured_models(doc, best["candidate"]))
+                      _models_of(doc, best["candidate"]))
     spent = doc.get("wall_s")
     lines = [*screen.wrap("cpuspec tune: where SD pays most per task, measured ×raw on prompts "
                           "the search did not choose on (95 % interval; *: a range)"
@@ -116,7 +115,7 @@ def _next_lines(doc: dict, server, beaten: dict, answers: dict, verdicts: dict) 
     if server is None:   # else the fastest answer, where it was measured faster than the
         # reference's raw decoding
         server = next(((task, config_of(rec["command"]), _probe_of(doc, rec["candidate"]),
-                        _measured_models(doc, rec["candidate"]))
+                        _models_of(doc, rec["candidate"]))
                        for task, rec, verdict in _fastest_answers(doc) if verdict == "faster"
                        and rec["k"] and task not in beaten and config_of(rec["command"])), None)
     if server:
@@ -312,11 +311,11 @@ def _task_lines(task: str, r: dict, doc: dict) -> list[str]:
     lines = [f"{task}: fastest: {rec['command']}"]
     if rec["k"] and rec["command"] != best["command"]:
         lines += run_it_elsewhere(rec["command"], meta,
-                                  _measured_models(doc, rec.get("candidate")))
+                                  _models_of(doc, rec.get("candidate")))
     if best["pays"]:
         lines.append(f"{task}: SD pays most: {best['command']}")
         lines += run_it_elsewhere(best["command"], meta,
-                                  _measured_models(doc, best.get("candidate")))
+                                  _models_of(doc, best.get("candidate")))
     elif best.get("ruled_out_by_cost_curve"):
         lines.append(f"{task}: SD cannot pay with any candidate: the best cost curve, "
                      f"{best['candidate']}, allows at most {best['predicted_speedup']:.2f}× "
